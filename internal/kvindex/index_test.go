@@ -1,0 +1,180 @@
+package kvindex
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"pgregory.net/rapid"
+)
+
+func storeChain(t *testing.T, x *Index, id RankID, parent *uint64, local ...uint64) []uint64 {
+	t.Helper()
+	var prev []uint64
+	if parent != nil {
+		prev = []uint64{*parent}
+	}
+	seq := SequenceHashes(append(prev, local...))[len(prev):]
+	blocks := make([]Block, len(local))
+	for i := range local {
+		blocks[i] = Block{BlockHash: seq[i], TokensHash: local[i]}
+	}
+	if !x.Store(id, parent, blocks) {
+		t.Fatalf("store on rank %d refused", id)
+	}
+	return seq
+}
+
+func TestFindMatchesSharedPrefix(t *testing.T) {
+	x := New()
+	x.AddRank(0)
+	x.AddRank(1)
+	x.AddRank(2)
+	storeChain(t, x, 0, nil, 10, 20, 30)
+	storeChain(t, x, 1, nil, 10, 20, 99)
+	storeChain(t, x, 2, nil, 11)
+	overlap := make([]uint32, 3)
+	x.FindMatches([]uint64{10, 20, 30, 40}, overlap)
+	if diff := cmp.Diff([]uint32{3, 2, 0}, overlap); diff != "" {
+		t.Fatalf("overlap (-want +got):\n%s", diff)
+	}
+	if got := x.Nodes(); got != 5 {
+		t.Fatalf("nodes = %d, want 5 (10, 20, 30, 99, 11)", got)
+	}
+}
+
+func TestRemoveMiddleBlockCutsThePrefix(t *testing.T) {
+	x := New()
+	x.AddRank(0)
+	seq := storeChain(t, x, 0, nil, 1, 2, 3)
+	if n := x.Remove(0, []uint64{seq[1], 12345}); n != 1 {
+		t.Fatalf("removed %d, want 1 (the unknown hash is ignored)", n)
+	}
+	overlap := make([]uint32, 1)
+	x.FindMatches([]uint64{1, 2, 3}, overlap)
+	if overlap[0] != 1 {
+		t.Fatalf("overlap = %d, want 1: the walk must stop at the removed block", overlap[0])
+	}
+}
+
+func TestStoreUnderUnknownParentIsRefused(t *testing.T) {
+	x := New()
+	x.AddRank(0)
+	p := uint64(77)
+	if x.Store(0, &p, []Block{{1, 1}}) {
+		t.Fatal("store under an unknown parent applied")
+	}
+	if x.Blocks(0) != 0 || x.Nodes() != 0 {
+		t.Fatal("a refused store changed the index")
+	}
+}
+
+func TestDropRankPrunesTheTree(t *testing.T) {
+	x := New()
+	x.AddRank(0)
+	x.AddRank(1)
+	storeChain(t, x, 0, nil, 1, 2, 3)
+	storeChain(t, x, 1, nil, 1, 2)
+	if n := x.DropRank(0); n != 3 {
+		t.Fatalf("dropped %d, want 3", n)
+	}
+	if x.Nodes() != 2 {
+		t.Fatalf("nodes = %d, want 2 after dropping rank 0", x.Nodes())
+	}
+	x.DropRank(1)
+	if x.Nodes() != 0 || len(x.children) != 0 {
+		t.Fatalf("tree not empty: %d nodes, %d edges", x.Nodes(), len(x.children))
+	}
+}
+
+func TestEventIDsMustIncrease(t *testing.T) {
+	x := New()
+	x.AddRank(0)
+	if !x.AcceptEventID(0, 0) || x.AcceptEventID(0, 0) || !x.AcceptEventID(0, 5) || x.AcceptEventID(0, 4) {
+		t.Fatal("event ids must be accepted once each and only when above the last")
+	}
+	x.AddRank(0)
+	if !x.AcceptEventID(0, 1) {
+		t.Fatal("a re-added rank starts with no event history")
+	}
+}
+
+// model is the obvious implementation: every block remembers its whole path.
+type model map[RankID]map[uint64][]uint64
+
+func (m model) overlap(id RankID, local []uint64) uint32 {
+	n := uint32(0)
+	for i := range local {
+		found := false
+		for _, path := range m[id] {
+			if slices.Equal(path, local[:i+1]) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// TestIndexMatchesModel drives random stores, removes, clears and drops and
+// checks FindMatches against the model after every step.
+func TestIndexMatchesModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		const ranks = 3
+		x := New()
+		m := model{}
+		for r := range RankID(ranks) {
+			x.AddRank(r)
+			m[r] = map[uint64][]uint64{}
+		}
+		// Local hashes from a tiny alphabet make shared prefixes common.
+		gen := rapid.SliceOfN(rapid.Uint64Range(1, 3), 1, 5)
+		for range rapid.IntRange(1, 40).Draw(t, "steps") {
+			r := RankID(rapid.IntRange(0, ranks-1).Draw(t, "rank"))
+			switch rapid.IntRange(0, 9).Draw(t, "op") {
+			case 0, 1, 2, 3, 4, 5:
+				local := gen.Draw(t, "local")
+				seq := SequenceHashes(local)
+				blocks := make([]Block, len(local))
+				for i := range local {
+					blocks[i] = Block{seq[i], local[i]}
+					m[r][seq[i]] = slices.Clone(local[:i+1])
+				}
+				x.Store(r, nil, blocks)
+			case 6, 7:
+				seq := SequenceHashes(gen.Draw(t, "local"))
+				h := seq[len(seq)-1]
+				want := 0
+				if _, ok := m[r][h]; ok {
+					want = 1
+				}
+				delete(m[r], h)
+				if got := x.Remove(r, []uint64{h}); got != want {
+					t.Fatalf("remove returned %d, want %d", got, want)
+				}
+			case 8:
+				x.Clear(r)
+				m[r] = map[uint64][]uint64{}
+			case 9:
+				x.DropRank(r)
+				x.AddRank(r)
+				m[r] = map[uint64][]uint64{}
+			}
+			probe := gen.Draw(t, "probe")
+			overlap := make([]uint32, ranks)
+			x.FindMatches(probe, overlap)
+			for rr := range RankID(ranks) {
+				if want := m.overlap(rr, probe); overlap[rr] != want {
+					t.Fatalf("rank %d probe %v: overlap %d, want %d", rr, probe, overlap[rr], want)
+				}
+				if x.Blocks(rr) != len(m[rr]) {
+					t.Fatalf("rank %d holds %d blocks, model %d", rr, x.Blocks(rr), len(m[rr]))
+				}
+			}
+		}
+	})
+}
