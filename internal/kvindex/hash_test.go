@@ -7,6 +7,8 @@ import (
 
 	"github.com/goccy/go-json"
 	"github.com/google/go-cmp/cmp"
+
+	_ "github.com/offline-router/offline-router/internal/golden" // registers -update for go test ./... -update
 )
 
 // TestHashKnownValues pins values cross-checked against Dynamo's own tests,

@@ -73,18 +73,13 @@ func (x *Index) HasRank(id RankID) bool {
 	return int(id) < len(x.ranks) && x.ranks[id].live
 }
 
-// AcceptEventID records eventID for id if it is above the last one applied
-// and reports whether it was; a stale or repeated event must be skipped.
-func (x *Index) AcceptEventID(id RankID, eventID uint64) bool {
-	r := &x.ranks[id]
-	if r.seenAny && eventID <= r.lastID {
-		return false
-	}
-	r.seenAny, r.lastID = true, eventID
-	return true
+// RecordEventID notes eventID as the last event applied to id.
+func (x *Index) RecordEventID(id RankID, eventID uint64) {
+	x.ranks[id].seenAny, x.ranks[id].lastID = true, eventID
 }
 
-// EventIDAbove reports whether eventID would be accepted, without recording it.
+// EventIDAbove reports whether eventID is above the last event applied to id;
+// a stale or repeated event must be skipped.
 func (x *Index) EventIDAbove(id RankID, eventID uint64) bool {
 	r := &x.ranks[id]
 	return !r.seenAny || eventID > r.lastID

@@ -90,11 +90,15 @@ func TestDropRankPrunesTheTree(t *testing.T) {
 func TestEventIDsMustIncrease(t *testing.T) {
 	x := New()
 	x.AddRank(0)
-	if !x.AcceptEventID(0, 0) || x.AcceptEventID(0, 0) || !x.AcceptEventID(0, 5) || x.AcceptEventID(0, 4) {
-		t.Fatal("event ids must be accepted once each and only when above the last")
+	if !x.EventIDAbove(0, 0) {
+		t.Fatal("a fresh rank accepts event id 0")
+	}
+	x.RecordEventID(0, 5)
+	if x.EventIDAbove(0, 5) || x.EventIDAbove(0, 4) || !x.EventIDAbove(0, 6) {
+		t.Fatal("only ids above the last recorded one are accepted")
 	}
 	x.AddRank(0)
-	if !x.AcceptEventID(0, 1) {
+	if !x.EventIDAbove(0, 1) {
 		t.Fatal("a re-added rank starts with no event history")
 	}
 }

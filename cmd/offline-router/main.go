@@ -1,0 +1,77 @@
+// Command offline-router is the KV-cache-aware request router of an LLM
+// serving cluster, on explicit virtual time: JSON commands in on stdin, one
+// JSON response per command out on stdout.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+)
+
+// exitError carries a process exit status out of a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+func main() {
+	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true, PartsExclude: []string{zerolog.TimestampFieldName}}).
+		Level(zerolog.WarnLevel)
+	root := newRootCommand(&log)
+	if err := root.Execute(); err != nil {
+		var ex *exitError
+		if errors.As(err, &ex) {
+			fmt.Fprintln(os.Stderr, "offline-router:", ex.err)
+			os.Exit(ex.code)
+		}
+		// Cobra's own errors are bad flags or arguments.
+		fmt.Fprintln(os.Stderr, "offline-router:", err)
+		os.Exit(2)
+	}
+}
+
+func newRootCommand(log *zerolog.Logger) *cobra.Command {
+	opts := &serveOptions{}
+	root := &cobra.Command{
+		Use:   "offline-router",
+		Short: "KV-cache-aware LLM request router on virtual time (JSON Lines on stdin/stdout)",
+		Long: `offline-router is the KV-cache-aware request router of an LLM serving cluster,
+taken out of the cluster and put on explicit virtual time, for trace replay and
+simulation. It behaves like NVIDIA Dynamo's router: a radix prefix index fed by
+KV events, cost = prefill load - cached blocks + decode blocks, softmax
+temperature.
+
+With no subcommand it serves: it reads one JSON command per line on stdin and
+writes exactly one JSON response per command line on stdout, in order. Lines
+that are blank or start with # are comments. Logs go to stderr only.
+
+Exit status: 0 at end of input; 1 with --fail-fast at the first error response
+or when stdout is closed; 2 for bad flags or config.
+
+The wire protocol is in docs/PROTOCOL.md; a worked session is in the README.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runServe(cmd, opts, log)
+		},
+	}
+	opts.bind(root)
+	serve := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the JSON Lines protocol on stdin/stdout (same as no subcommand)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runServe(cmd, opts, log)
+		},
+	}
+	opts.bind(serve)
+	root.AddCommand(serve, newVersionCommand(), newExampleCommand(log))
+	return root
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"errors"
+	"os"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/offline-router/offline-router/internal/engine"
+	"github.com/offline-router/offline-router/internal/wire"
+)
+
+// serveOptions are the flags of serving: framing, and the config file with
+// one flag per scalar config key (a flag overrides the file).
+type serveOptions struct {
+	configFile   string
+	maxLineBytes int
+	failFast     bool
+	verbose      bool
+}
+
+// configFlags maps each config key to its flag; the flag's type is the key's.
+var configFlags = []struct {
+	key, usage string
+	def        any
+}{
+	{"policy", "placement policy: kv, round_robin, random or least_loaded", "kv"},
+	{"block_size", "tokens per KV block (Mooncake traces use 512)", uint64(16)},
+	{"seed", "seed of the one deterministic random stream (ties, softmax)", uint64(0)},
+	{"temperature", "0 = cheapest rank; > 0 = softmax over range-normalised costs", 0.0},
+	{"overlap_score_credit", "credit per cached block, in [0,1]", 1.0},
+	{"prefill_load_scale", "weight of the prefill term of the cost", 1.0},
+	{"kv_events", "false = approximate mode: the index learns from placements", true},
+	{"approx_ttl_ms", "lifetime of an approximate-mode block, refreshed when routed again", 120000.0},
+	{"active_decode_blocks_threshold", "busy filter: fraction of total_kv_blocks (unset = off)", 0.0},
+	{"active_prefill_tokens_threshold", "busy filter: absolute prefill tokens (unset = off)", 0.0},
+	{"active_prefill_tokens_threshold_frac", "busy filter: fraction of max_num_batched_tokens (unset = off)", 0.0},
+	{"evidence", "placement evidence: none, summary or full", "summary"},
+}
+
+func flagName(key string) string {
+	b := []byte(key)
+	for i, c := range b {
+		if c == '_' || c == '.' {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}
+
+func (o *serveOptions) bind(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.configFile, "config", "", "JSON config file (keys of docs/PROTOCOL.md §2; unknown keys are an error)")
+	f.IntVar(&o.maxLineBytes, "max-line-bytes", wire.DefaultMaxLineBytes, "longer command lines get line_too_long and are discarded")
+	f.BoolVar(&o.failFast, "fail-fast", false, "exit 1 at the first error response")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "log a summary to stderr at the end")
+	for _, cf := range configFlags {
+		usage := "config " + cf.key + ": " + cf.usage
+		switch d := cf.def.(type) {
+		case string:
+			f.String(flagName(cf.key), d, usage)
+		case uint64:
+			f.Uint64(flagName(cf.key), d, usage)
+		case float64:
+			f.Float64(flagName(cf.key), d, usage)
+		case bool:
+			f.Bool(flagName(cf.key), d, usage)
+		}
+	}
+}
+
+// loadConfig reads the config file, then applies the flags that were set.
+func (o *serveOptions) loadConfig(flags *pflag.FlagSet) (wire.Config, error) {
+	var file []byte
+	if o.configFile != "" {
+		var err error
+		if file, err = os.ReadFile(o.configFile); err != nil {
+			return wire.Config{}, err
+		}
+	}
+	var overrides []wire.Override
+	for _, cf := range configFlags {
+		fl := flags.Lookup(flagName(cf.key))
+		if fl == nil || !fl.Changed {
+			continue
+		}
+		var v any
+		var err error
+		switch cf.def.(type) {
+		case string:
+			v, err = flags.GetString(fl.Name)
+		case uint64:
+			v, err = flags.GetUint64(fl.Name)
+		case float64:
+			v, err = flags.GetFloat64(fl.Name)
+		case bool:
+			v, err = flags.GetBool(fl.Name)
+		}
+		if err != nil {
+			return wire.Config{}, err
+		}
+		overrides = append(overrides, wire.Override{Key: cf.key, Value: v})
+	}
+	return wire.LoadConfig(file, overrides)
+}
+
+func runServe(cmd *cobra.Command, o *serveOptions, log *zerolog.Logger) error {
+	cfg, err := o.loadConfig(cmd.Flags())
+	if err != nil {
+		return &exitError{2, err}
+	}
+	eng, err := engine.New(cfg)
+	if err != nil {
+		return &exitError{2, err}
+	}
+	st, err := wire.Serve(os.Stdin, os.Stdout, eng, wire.ServeOptions{MaxLineBytes: o.maxLineBytes, FailFast: o.failFast})
+	if o.verbose {
+		log.WithLevel(zerolog.InfoLevel).Int("commands", st.Commands).Int("errors", st.Errors).Msg("served")
+	}
+	if errors.Is(err, wire.ErrFailFast) {
+		return &exitError{1, err}
+	}
+	if err != nil {
+		return &exitError{1, err}
+	}
+	return nil
+}

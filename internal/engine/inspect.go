@@ -1,0 +1,45 @@
+package engine
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/offline-router/offline-router/internal/kvindex"
+	"github.com/offline-router/offline-router/internal/wire"
+)
+
+// inspect snapshots everything a command can change, in a stable order, so
+// that two snapshots are equal exactly when the states are.
+func (e *Engine) inspect() *wire.State {
+	st := &wire.State{IndexNodes: e.index.Nodes(), Workers: []wire.WorkerState{}, Requests: []wire.RequestState{}, RandomDraws: e.rng.draws}
+	ids := make([]uint64, 0, len(e.fleet.byID))
+	for id := range e.fleet.byID {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		w := e.fleet.byID[id]
+		ws := wire.WorkerState{
+			WorkerID: w.id, Status: w.status.String(), Role: w.role,
+			TotalKVBlocks: w.totalKVBlocks, MaxNumBatchedTokens: w.maxNumBatchedTokens, MaxNumSeqs: w.maxNumSeqs,
+		}
+		for _, r := range w.ranks {
+			rid := kvindex.RankID(r.slot)
+			rs := wire.RankState{
+				DPRank: r.dp, ActiveRequests: r.activeRequests, ActivePrefillTokens: r.prefillTokens,
+				ActiveDecodeBlocks: r.activeDecodeBlocks(), IndexBlocks: e.index.Blocks(rid),
+			}
+			if last, ok := e.index.LastEventID(rid); ok {
+				rs.LastEventID = &last
+			}
+			st.IndexBlocks += rs.IndexBlocks
+			ws.Ranks = append(ws.Ranks, rs)
+		}
+		st.Workers = append(st.Workers, ws)
+	}
+	for _, r := range e.requests {
+		st.Requests = append(st.Requests, r.state())
+	}
+	slices.SortFunc(st.Requests, func(a, b wire.RequestState) int { return strings.Compare(a.RequestID, b.RequestID) })
+	return st
+}

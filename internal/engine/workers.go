@@ -1,0 +1,196 @@
+package engine
+
+import (
+	"slices"
+
+	"github.com/offline-router/offline-router/internal/kvindex"
+	"github.com/offline-router/offline-router/internal/wire"
+)
+
+type workerStatus uint8
+
+const (
+	statusReady workerStatus = iota
+	statusDraining
+)
+
+func (s workerStatus) String() string {
+	if s == statusDraining {
+		return "draining"
+	}
+	return "ready"
+}
+
+// worker is one serving worker, ready or draining; removed workers are
+// forgotten but for their id.
+type worker struct {
+	id                  uint64
+	status              workerStatus
+	role                wire.Role
+	totalKVBlocks       *uint64
+	maxNumBatchedTokens *uint64
+	maxNumSeqs          *uint64
+	ranks               []*rank // ascending dp_rank
+}
+
+// rank is one DP rank of a worker: a candidate for placement, a cache in the
+// index (by slot), and the load booked on it.
+type rank struct {
+	w    *worker
+	dp   uint32
+	slot uint32 // dense id, shared with the index; reused after removal
+
+	activeRequests uint64
+	prefillTokens  uint64
+	privateBlocks  uint64 // blocks of requests without hashes: never shared
+	distinctBlocks uint64 // distinct active sequence hashes
+	gone           bool   // its worker was removed: releases no longer apply
+}
+
+func (r *rank) activeDecodeBlocks() uint64 { return r.distinctBlocks + r.privateBlocks }
+
+// fleet is the set of workers and the slots of their ranks.
+type fleet struct {
+	byID      map[uint64]*worker
+	ready     []*worker // ascending id: the candidate order
+	removed   map[uint64]bool
+	slots     []*rank // by slot; nil when free
+	freeSlots []uint32
+}
+
+func newFleet() fleet {
+	return fleet{byID: map[uint64]*worker{}, removed: map[uint64]bool{}}
+}
+
+func (f *fleet) rankOf(w *worker, dp uint32) *rank {
+	if dp < w.ranks[0].dp || dp-w.ranks[0].dp >= uint32(len(w.ranks)) {
+		return nil
+	}
+	return w.ranks[dp-w.ranks[0].dp]
+}
+
+func (f *fleet) allocSlot(r *rank) {
+	if n := len(f.freeSlots); n > 0 {
+		r.slot, f.freeSlots = f.freeSlots[n-1], f.freeSlots[:n-1]
+		f.slots[r.slot] = r
+		return
+	}
+	r.slot = uint32(len(f.slots))
+	f.slots = append(f.slots, r)
+}
+
+// workerReady adds a worker that check has vetted.
+func (e *Engine) workerReady(c *wire.Command) {
+	id := *c.WorkerID
+	d := e.cfg.WorkerDefaults
+	role := firstRole(c.Role, d.Role, wire.RoleAggregated)
+	dpSize := first(c.DPSize, d.DPSize, 1)
+	dpStart := first(c.DPStart, d.DPStart, 0)
+	w := &worker{
+		id: id, role: role,
+		totalKVBlocks:       orDefault(c.TotalKVBlocks, d.TotalKVBlocks),
+		maxNumBatchedTokens: orDefault(c.MaxNumBatchedTokens, d.MaxNumBatchedTokens),
+		maxNumSeqs:          orDefault(c.MaxNumSeqs, d.MaxNumSeqs),
+	}
+	for i := range dpSize {
+		r := &rank{w: w, dp: dpStart + i}
+		e.fleet.allocSlot(r)
+		e.index.AddRank(kvindex.RankID(r.slot))
+		w.ranks = append(w.ranks, r)
+	}
+	e.fleet.byID[id] = w
+	delete(e.fleet.removed, id)
+	i, _ := slices.BinarySearchFunc(e.fleet.ready, id, func(w *worker, id uint64) int { return cmpU64(w.id, id) })
+	e.fleet.ready = slices.Insert(e.fleet.ready, i, w)
+	e.growScratch()
+}
+
+func (e *Engine) lookupWorker(id uint64) (*worker, *wire.Error) {
+	w, ok := e.fleet.byID[id]
+	if !ok {
+		what := "never became ready"
+		if e.fleet.removed[id] {
+			what = "was removed"
+		}
+		return nil, wire.Errorf(wire.CodeUnknownWorker, "worker %d %s", id, what)
+	}
+	return w, nil
+}
+
+func (e *Engine) unready(w *worker) {
+	e.fleet.ready = slices.DeleteFunc(e.fleet.ready, func(x *worker) bool { return x == w })
+}
+
+func (e *Engine) workerDraining(w *worker) {
+	if w.status == statusDraining {
+		return
+	}
+	w.status = statusDraining
+	e.unready(w)
+}
+
+// workerRemoved drops the worker's eligibility, index entries and load at
+// once. Requests booked there stay known (orphaned) so that their lifecycle
+// commands still succeed.
+func (e *Engine) workerRemoved(w *worker, ev *wire.CommandEvidence) {
+	if w.status == statusReady {
+		e.unready(w)
+	}
+	var orphaned []string
+	for _, r := range e.requests {
+		if r.rank != nil && r.rank.w == w {
+			e.active.release(r)
+			r.orphaned = true
+			orphaned = append(orphaned, r.id)
+		}
+	}
+	slices.Sort(orphaned)
+	ev.RequestsOrphaned = orphaned
+	for _, r := range w.ranks {
+		ev.BlocksDropped += e.index.DropRank(kvindex.RankID(r.slot))
+		e.approx.forget(r.slot)
+		r.gone = true
+		e.fleet.slots[r.slot] = nil
+		e.fleet.freeSlots = append(e.fleet.freeSlots, r.slot)
+	}
+	delete(e.fleet.byID, w.id)
+	e.fleet.removed[w.id] = true
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func first[T any](v, d *T, fallback T) T {
+	if v != nil {
+		return *v
+	}
+	if d != nil {
+		return *d
+	}
+	return fallback
+}
+
+func orDefault[T any](v, d *T) *T {
+	if v != nil {
+		return v
+	}
+	return d
+}
+
+func firstRole(v, d, fallback wire.Role) wire.Role {
+	if v != "" {
+		return v
+	}
+	if d != "" {
+		return d
+	}
+	return fallback
+}
+

@@ -1,0 +1,211 @@
+package wire
+
+import (
+	"math"
+	"strconv"
+
+	"github.com/goccy/go-json"
+)
+
+// Num is a number printed the same way every time: shortest round-trip
+// decimal, never an exponent, never -0.
+type Num float64
+
+// MarshalJSON implements json.Marshaler.
+func (n Num) MarshalJSON() ([]byte, error) { return AppendNum(nil, float64(n)), nil }
+
+// AppendNum appends v as Num prints it.
+func AppendNum(b []byte, v float64) []byte {
+	if v == 0 || math.IsNaN(v) {
+		return append(b, '0')
+	}
+	return strconv.AppendFloat(b, v, 'f', -1, 64)
+}
+
+// RawJSON is a JSON value echoed verbatim.
+type RawJSON []byte
+
+// MarshalJSON implements json.Marshaler.
+func (r RawJSON) MarshalJSON() ([]byte, error) { return r, nil }
+
+// Response is one response line.
+type Response struct {
+	Seq          uint64           `json:"seq"`
+	ID           RawJSON          `json:"id,omitempty"`
+	Op           *string          `json:"op"`
+	OK           bool             `json:"ok"`
+	NowMS        Num              `json:"now_ms"`
+	Placements   []Placement      `json:"placements"`
+	Cancelled    *bool            `json:"cancelled,omitempty"`
+	Queued       []string         `json:"queued,omitempty"`
+	Rejected     []Rejection      `json:"rejected,omitempty"`
+	Evidence     *CommandEvidence `json:"evidence,omitempty"`
+	State        *State           `json:"state,omitempty"`
+	Error        *Error           `json:"error,omitempty"`
+	PendingCount int              `json:"pending_count"`
+	NextWakeupMS *Num             `json:"next_wakeup_ms"`
+}
+
+// Placement is one request placed on a rank.
+type Placement struct {
+	RequestID                  string             `json:"request_id"`
+	WorkerID                   uint64             `json:"worker_id"`
+	DPRank                     uint32             `json:"dp_rank"`
+	Role                       Role               `json:"role"`
+	OverlapBlocks              uint64             `json:"overlap_blocks"`
+	BestAvailableOverlapBlocks uint64             `json:"best_available_overlap_blocks"`
+	ISLBlocks                  uint64             `json:"isl_blocks"`
+	CachedTokens               uint64             `json:"cached_tokens"`
+	PrefillTokens              uint64             `json:"prefill_tokens"`
+	QueuedMS                   Num                `json:"queued_ms"`
+	Reason                     string             `json:"reason"`
+	Binding                    string             `json:"binding"`
+	Evidence                   *PlacementEvidence `json:"evidence,omitempty"`
+}
+
+// Placement reasons.
+const (
+	ReasonKV            = "kv"
+	ReasonAffinity      = "affinity"
+	ReasonPinned        = "pinned"
+	ReasonOnlyCandidate = "only_candidate"
+)
+
+// PlacementEvidence is why a rank was chosen: the summary always, the
+// per-candidate detail with evidence "full".
+type PlacementEvidence struct {
+	Candidates   int              `json:"candidates"`
+	Ties         int              `json:"ties"`
+	SelectedCost Num              `json:"selected_cost"`
+	BestCost     Num              `json:"best_cost"`
+	Filtered     *FilterCounts    `json:"filtered,omitempty"`
+	CandidateSet []CandidateScore `json:"candidate_set,omitempty"`
+	FilteredSet  []FilteredRank   `json:"filtered_set,omitempty"`
+}
+
+// FilterCounts counts the ranks dropped before costing, per reason.
+type FilterCounts struct {
+	NotAllowed int `json:"not_allowed,omitempty"`
+	NotPinned  int `json:"not_pinned,omitempty"`
+	Busy       int `json:"busy,omitempty"`
+}
+
+// Filter reasons, as FilteredRank names them.
+const (
+	FilterNotAllowed = "not_allowed"
+	FilterNotPinned  = "not_pinned"
+	FilterBusy       = "busy"
+)
+
+// CandidateScore is one costed candidate.
+type CandidateScore struct {
+	WorkerID      uint64 `json:"worker_id"`
+	DPRank        uint32 `json:"dp_rank"`
+	OverlapBlocks uint64 `json:"overlap_blocks"`
+	PrefillBlocks Num    `json:"prefill_blocks"`
+	DecodeBlocks  uint64 `json:"decode_blocks"`
+	Cost          Num    `json:"cost"`
+	Probability   Num    `json:"probability"`
+}
+
+// FilteredRank is a rank dropped before costing.
+type FilteredRank struct {
+	WorkerID uint64 `json:"worker_id"`
+	DPRank   uint32 `json:"dp_rank"`
+	Reason   string `json:"reason"`
+}
+
+// Rejection is a request dropped without a placement.
+type Rejection struct {
+	RequestID string `json:"request_id"`
+	Code      Code   `json:"code"`
+	Message   string `json:"message"`
+}
+
+// CommandEvidence is what a command did besides placing.
+type CommandEvidence struct {
+	EventsApplied     *int           `json:"events_applied,omitempty"`
+	EventsIgnored     int            `json:"events_ignored,omitempty"`
+	EventsSkipped     []SkippedEvent `json:"events_skipped,omitempty"`
+	BlocksDropped     int            `json:"blocks_dropped,omitempty"`
+	ApproxBlocksAdded int            `json:"approx_blocks_added,omitempty"`
+	ApproxExpired     int            `json:"approx_blocks_expired,omitempty"`
+	RequestsOrphaned  []string       `json:"requests_orphaned,omitempty"`
+}
+
+// Empty reports whether there is nothing to say.
+func (e *CommandEvidence) Empty() bool {
+	return e.EventsApplied == nil && e.EventsIgnored == 0 && len(e.EventsSkipped) == 0 &&
+		e.BlocksDropped == 0 && e.ApproxBlocksAdded == 0 && e.ApproxExpired == 0 && len(e.RequestsOrphaned) == 0
+}
+
+// SkippedEvent is a KV event that was not applied, and why.
+type SkippedEvent struct {
+	Index    int    `json:"index"`
+	WorkerID uint64 `json:"worker_id"`
+	DPRank   uint32 `json:"dp_rank"`
+	EventID  uint64 `json:"event_id"`
+	Reason   string `json:"reason"`
+}
+
+// Event skip reasons.
+const (
+	SkipUnknownParent = "unknown_parent"
+	SkipUnknownWorker = "unknown_worker"
+	SkipRemovedWorker = "removed_worker"
+	SkipUnknownRank   = "unknown_dp_rank"
+	SkipStaleEventID  = "stale_event_id"
+)
+
+// State is the read-only snapshot that inspect returns.
+type State struct {
+	Workers     []WorkerState  `json:"workers"`
+	IndexNodes  int            `json:"index_nodes"`
+	IndexBlocks int            `json:"index_blocks"`
+	Requests    []RequestState `json:"requests"`
+	RandomDraws uint64         `json:"random_draws"`
+}
+
+// WorkerState is one worker in a snapshot.
+type WorkerState struct {
+	WorkerID            uint64      `json:"worker_id"`
+	Status              string      `json:"status"`
+	Role                Role        `json:"role"`
+	TotalKVBlocks       *uint64     `json:"total_kv_blocks"`
+	MaxNumBatchedTokens *uint64     `json:"max_num_batched_tokens"`
+	MaxNumSeqs          *uint64     `json:"max_num_seqs"`
+	Ranks               []RankState `json:"ranks"`
+}
+
+// RankState is one DP rank in a snapshot.
+type RankState struct {
+	DPRank              uint32  `json:"dp_rank"`
+	ActiveRequests      uint64  `json:"active_requests"`
+	ActivePrefillTokens uint64  `json:"active_prefill_tokens"`
+	ActiveDecodeBlocks  uint64  `json:"active_decode_blocks"`
+	IndexBlocks         int     `json:"index_blocks"`
+	LastEventID         *uint64 `json:"last_event_id"`
+}
+
+// RequestState is one request the router tracks.
+type RequestState struct {
+	RequestID     string `json:"request_id"`
+	Status        string `json:"status"`
+	WorkerID      uint64 `json:"worker_id"`
+	DPRank        uint32 `json:"dp_rank"`
+	PrefillTokens uint64 `json:"prefill_tokens"`
+	Blocks        int    `json:"blocks"`
+}
+
+// Encode appends the response as one JSON line.
+func Encode(b []byte, r *Response) ([]byte, error) {
+	if r.Placements == nil {
+		r.Placements = []Placement{}
+	}
+	out, err := json.MarshalWithOption(r, json.DisableHTMLEscape())
+	if err != nil {
+		return b, err
+	}
+	b = append(b, out...)
+	return append(b, '\n'), nil
+}

@@ -1,0 +1,469 @@
+package wire
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// scanner is a strict pull decoder over one JSON line. It exists because the
+// protocol needs what a reflection decoder does not give: u64 values that
+// fail on overflow instead of wrapping, keys matched exactly and at most once,
+// and errors that name the full path of the offending field. It never
+// recurses on input it does not expect, so deep nesting cannot hurt it.
+type scanner struct {
+	b []byte
+	i int
+	// allowRepeats accepts a key twice; only header recovery wants that.
+	allowRepeats bool
+}
+
+func (s *scanner) peek() byte {
+	for s.i < len(s.b) {
+		switch c := s.b[s.i]; c {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return c
+		}
+	}
+	return 0
+}
+
+func (s *scanner) syntax(format string, args ...any) *fieldError {
+	return &fieldError{code: CodeParse, msg: fmt.Sprintf(format, args...) + fmt.Sprintf(" at byte %d", s.i)}
+}
+
+// expected reports that the value at the cursor is not what the field takes.
+func (s *scanner) expected(what string) *fieldError {
+	return &fieldError{code: CodeInvalidField, msg: "expected " + what + ", got " + s.describe()}
+}
+
+func (s *scanner) describe() string {
+	switch c := s.peek(); {
+	case c == 0:
+		return "end of line"
+	case c == '"':
+		return "a string"
+	case c == '{':
+		return "an object"
+	case c == '[':
+		return "an array"
+	case s.literal("true") || s.literal("false"):
+		return "a boolean"
+	case s.literal("null"):
+		return "null"
+	case c == '-' || (c >= '0' && c <= '9'):
+		tok := s.b[s.i:s.numberEnd()]
+		return "number " + truncate(string(tok))
+	default:
+		end := s.i
+		for end < len(s.b) && end-s.i < 16 && s.b[end] != ',' && s.b[end] != '}' && s.b[end] != ']' {
+			end++
+		}
+		return strconv.Quote(string(s.b[s.i:end])) + " (not JSON)"
+	}
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+// literal reports whether the literal lit is next.
+func (s *scanner) literal(lit string) bool {
+	s.peek()
+	return len(s.b)-s.i >= len(lit) && string(s.b[s.i:s.i+len(lit)]) == lit
+}
+
+// null consumes a null literal if one is next.
+func (s *scanner) null() bool {
+	if s.literal("null") {
+		s.i += 4
+		return true
+	}
+	return false
+}
+
+// object reads an object, calling field for each key; field consumes the
+// value. Repeated keys are an error: the protocol has no "last one wins".
+func (s *scanner) object(field func(key string) *fieldError) *fieldError {
+	if s.peek() != '{' {
+		return s.expected("an object")
+	}
+	s.i++
+	if s.peek() == '}' {
+		s.i++
+		return nil
+	}
+	var seen []string
+	for {
+		if s.peek() != '"' {
+			return s.syntax("expected a quoted key")
+		}
+		key, err := s.rawString()
+		if err != nil {
+			return err
+		}
+		for _, k := range seen {
+			if k == key && !s.allowRepeats {
+				return &fieldError{code: CodeInvalidField, path: key, msg: "appears more than once"}
+			}
+		}
+		seen = append(seen, key)
+		if s.peek() != ':' {
+			return s.syntax("expected ':' after key %q", key)
+		}
+		s.i++
+		if err := field(key); err != nil {
+			return err
+		}
+		switch s.peek() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return nil
+		default:
+			return s.syntax("expected ',' or '}' after the value of %q", key)
+		}
+	}
+}
+
+// array reads an array, calling elem for each element with its index.
+func (s *scanner) array(elem func(i int) *fieldError) *fieldError {
+	if s.peek() != '[' {
+		return s.expected("an array")
+	}
+	s.i++
+	if s.peek() == ']' {
+		s.i++
+		return nil
+	}
+	for n := 0; ; n++ {
+		if err := elem(n); err != nil {
+			return err.within(fmt.Sprintf("[%d]", n))
+		}
+		switch s.peek() {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			return nil
+		default:
+			return s.syntax("expected ',' or ']' in array")
+		}
+	}
+}
+
+// numberEnd returns the end of the number-like token at the cursor.
+func (s *scanner) numberEnd() int {
+	j := s.i
+	for j < len(s.b) {
+		c := s.b[j]
+		if (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
+			j++
+			continue
+		}
+		break
+	}
+	return j
+}
+
+// number returns the JSON number token at the cursor, checked against the
+// JSON grammar, and whether it is a plain non-negative integer.
+func (s *scanner) number(what string) (tok string, integer bool, err *fieldError) {
+	c := s.peek()
+	if c != '-' && (c < '0' || c > '9') {
+		return "", false, s.expected(what)
+	}
+	end := s.numberEnd()
+	tok = string(s.b[s.i:end])
+	if !validNumber(tok) {
+		return "", false, &fieldError{code: CodeInvalidField, msg: "expected " + what + ", got " + strconv.Quote(truncate(tok)) + " (not a JSON number)"}
+	}
+	s.i = end
+	integer = true
+	for i := 0; i < len(tok); i++ {
+		if tok[i] < '0' || tok[i] > '9' {
+			integer = false
+		}
+	}
+	return tok, integer, nil
+}
+
+func validNumber(t string) bool {
+	i := 0
+	if i < len(t) && t[i] == '-' {
+		i++
+	}
+	start := i
+	for i < len(t) && t[i] >= '0' && t[i] <= '9' {
+		i++
+	}
+	if i == start || (t[start] == '0' && i-start > 1) {
+		return false
+	}
+	if i < len(t) && t[i] == '.' {
+		i++
+		f := i
+		for i < len(t) && t[i] >= '0' && t[i] <= '9' {
+			i++
+		}
+		if i == f {
+			return false
+		}
+	}
+	if i < len(t) && (t[i] == 'e' || t[i] == 'E') {
+		i++
+		if i < len(t) && (t[i] == '+' || t[i] == '-') {
+			i++
+		}
+		f := i
+		for i < len(t) && t[i] >= '0' && t[i] <= '9' {
+			i++
+		}
+		if i == f {
+			return false
+		}
+	}
+	return i == len(t)
+}
+
+// uint reads a non-negative integer no larger than max. Fractions and
+// exponents are refused even when they denote an integer: hashes and counts
+// are written as plain digits, and anything else is a host bug worth seeing.
+func (s *scanner) uint(max uint64, what string) (uint64, *fieldError) {
+	tok, integer, err := s.number(what)
+	if err != nil {
+		return 0, err
+	}
+	if !integer {
+		return 0, &fieldError{code: CodeInvalidField, msg: "expected " + what + ", got " + truncate(tok)}
+	}
+	v, perr := strconv.ParseUint(tok, 10, 64)
+	if perr != nil || v > max {
+		return 0, &fieldError{code: CodeInvalidField, msg: fmt.Sprintf("expected %s, got %s (above %d)", what, truncate(tok), max)}
+	}
+	return v, nil
+}
+
+func (s *scanner) u64() (uint64, *fieldError) {
+	return s.uint(math.MaxUint64, "an unsigned 64-bit integer")
+}
+
+func (s *scanner) u32() (uint32, *fieldError) {
+	v, err := s.uint(math.MaxUint32, "an unsigned 32-bit integer")
+	return uint32(v), err
+}
+
+// int64 reads a signed integer.
+func (s *scanner) int64() (int64, *fieldError) {
+	tok, _, err := s.number("an integer")
+	if err != nil {
+		return 0, err
+	}
+	v, perr := strconv.ParseInt(tok, 10, 64)
+	if perr != nil {
+		return 0, &fieldError{code: CodeInvalidField, msg: "expected a 64-bit integer, got " + truncate(tok)}
+	}
+	return v, nil
+}
+
+// float reads a finite number.
+func (s *scanner) float() (float64, *fieldError) {
+	tok, _, err := s.number("a number")
+	if err != nil {
+		return 0, err
+	}
+	v, perr := strconv.ParseFloat(tok, 64)
+	if perr != nil || math.IsInf(v, 0) {
+		return 0, &fieldError{code: CodeInvalidField, msg: "expected a finite number, got " + truncate(tok) + " (out of range)"}
+	}
+	return v, nil
+}
+
+// str reads a string value.
+func (s *scanner) str() (string, *fieldError) {
+	if s.peek() != '"' {
+		return "", s.expected("a string")
+	}
+	return s.rawString()
+}
+
+// rawString reads the string at the cursor, unescaping it and refusing
+// invalid UTF-8 so that everything echoed back is valid JSON.
+func (s *scanner) rawString() (string, *fieldError) {
+	start := s.i + 1
+	j := start
+	for j < len(s.b) {
+		c := s.b[j]
+		if c == '"' {
+			raw := s.b[start:j]
+			if !utf8.Valid(raw) {
+				return "", &fieldError{code: CodeInvalidField, msg: "expected a string of valid UTF-8"}
+			}
+			s.i = j + 1
+			return string(raw), nil
+		}
+		if c == '\\' {
+			return s.escapedString(start)
+		}
+		if c < 0x20 {
+			return "", s.syntax("control character in string")
+		}
+		j++
+	}
+	s.i = j
+	return "", s.syntax("unterminated string")
+}
+
+func (s *scanner) escapedString(start int) (string, *fieldError) {
+	out := make([]byte, 0, 32)
+	j := start
+	for j < len(s.b) {
+		c := s.b[j]
+		switch {
+		case c == '"':
+			if !utf8.Valid(out) {
+				return "", &fieldError{code: CodeInvalidField, msg: "expected a string of valid UTF-8"}
+			}
+			s.i = j + 1
+			return string(out), nil
+		case c < 0x20:
+			s.i = j
+			return "", s.syntax("control character in string")
+		case c != '\\':
+			out = append(out, c)
+			j++
+			continue
+		}
+		if j+1 >= len(s.b) {
+			break
+		}
+		e := s.b[j+1]
+		j += 2
+		switch e {
+		case '"', '\\', '/':
+			out = append(out, e)
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, ok := hex4(s.b, j)
+			if !ok {
+				s.i = j
+				return "", s.syntax("bad \\u escape")
+			}
+			j += 4
+			if utf16.IsSurrogate(r) {
+				r2, ok := rune(0), false
+				if j+6 <= len(s.b) && s.b[j] == '\\' && s.b[j+1] == 'u' {
+					r2, ok = hex4(s.b, j+2)
+				}
+				if dec := utf16.DecodeRune(r, r2); ok && dec != utf8.RuneError {
+					r = dec
+					j += 6
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			out = utf8.AppendRune(out, r)
+		default:
+			s.i = j - 1
+			return "", s.syntax("bad escape \\%c", e)
+		}
+	}
+	s.i = j
+	return "", s.syntax("unterminated string")
+}
+
+func hex4(b []byte, j int) (rune, bool) {
+	if j+4 > len(b) {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(b[j:j+4]), 16, 32)
+	return rune(v), err == nil
+}
+
+// skip consumes any JSON value without building it, tracking nesting on an
+// explicit stack rather than by recursion. It is used only to recover op and
+// id from a line whose fields are wrong.
+func (s *scanner) skip() bool {
+	var open []byte // '{' or '[' for each container entered
+	for {
+		if c := s.peek(); c == '{' || c == '[' {
+			s.i++
+			if n := s.peek(); (c == '{' && n == '}') || (c == '[' && n == ']') {
+				s.i++
+			} else {
+				open = append(open, c)
+				if c == '{' && !s.skipKey() {
+					return false
+				}
+				continue
+			}
+		} else if !s.skipScalar() {
+			return false
+		}
+		for closed := true; closed; {
+			if len(open) == 0 {
+				return true
+			}
+			top := open[len(open)-1]
+			switch c := s.peek(); {
+			case c == ',':
+				s.i++
+				if top == '{' && !s.skipKey() {
+					return false
+				}
+				closed = false
+			case (c == '}' && top == '{') || (c == ']' && top == '['):
+				s.i++
+				open = open[:len(open)-1]
+			default:
+				return false
+			}
+		}
+	}
+}
+
+func (s *scanner) skipScalar() bool {
+	switch c := s.peek(); {
+	case c == '"':
+		_, err := s.rawString()
+		return err == nil
+	case c == '-' || (c >= '0' && c <= '9'):
+		_, _, err := s.number("a number")
+		return err == nil
+	}
+	for _, lit := range []string{"true", "false", "null"} {
+		if s.literal(lit) {
+			s.i += len(lit)
+			return true
+		}
+	}
+	return false
+}
+
+func (s *scanner) skipKey() bool {
+	if s.peek() != '"' {
+		return false
+	}
+	if _, err := s.rawString(); err != nil || s.peek() != ':' {
+		return false
+	}
+	s.i++
+	return true
+}

@@ -1,0 +1,154 @@
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Stepper is what Serve drives: an engine that applies commands and reports
+// the fields every response carries.
+type Stepper interface {
+	Apply(c *Command, resp *Response)
+	Status(resp *Response)
+}
+
+// ServeOptions are the framing options of §1.
+type ServeOptions struct {
+	MaxLineBytes int  // longer lines get line_too_long and are discarded
+	FailFast     bool // stop at the first error response
+}
+
+// DefaultMaxLineBytes is the default --max-line-bytes: 64 MiB.
+const DefaultMaxLineBytes = 64 << 20
+
+// ErrFailFast is returned by Serve when FailFast stopped it.
+var ErrFailFast = errors.New("stopped at the first error response (--fail-fast)")
+
+// Stats counts what Serve did.
+type Stats struct {
+	Commands int
+	Errors   int
+}
+
+// Serve reads command lines from in until EOF and writes one response line
+// per command to out. It flushes whenever it is about to block on input, so
+// a host that writes one line and waits is always answered.
+func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, error) {
+	if opt.MaxLineBytes <= 0 {
+		opt.MaxLineBytes = DefaultMaxLineBytes
+	}
+	lr := newLineReader(in, opt.MaxLineBytes)
+	w := bufio.NewWriterSize(out, 64<<10)
+	var st Stats
+	var d Decoded
+	var buf []byte
+	for {
+		if lr.r.Buffered() == 0 {
+			if err := w.Flush(); err != nil {
+				return st, fmt.Errorf("writing responses: %w", err)
+			}
+		}
+		line, tooLong, err := lr.next()
+		if err == io.EOF && line == nil && !tooLong {
+			return st, w.Flush()
+		}
+		if err != nil && err != io.EOF {
+			return st, fmt.Errorf("reading commands: %w", err)
+		}
+		if !tooLong && IsComment(line) {
+			continue
+		}
+		st.Commands++
+		resp := Response{Seq: uint64(st.Commands)}
+		if tooLong {
+			resp.Error = Errorf(CodeLineTooLong, "line is %d bytes, over --max-line-bytes %d; it was discarded", lr.discarded, opt.MaxLineBytes)
+			eng.Status(&resp)
+		} else {
+			Decode(line, &d)
+			resp.Op, resp.ID = d.Op, d.ID
+			if d.Err != nil {
+				resp.Error = d.Err
+				eng.Status(&resp)
+			} else {
+				eng.Apply(&d.Cmd, &resp)
+			}
+		}
+		if buf, err = Encode(buf[:0], &resp); err != nil {
+			return st, fmt.Errorf("encoding response %d: %w", resp.Seq, err)
+		}
+		if _, err := w.Write(buf); err != nil {
+			return st, fmt.Errorf("writing responses: %w", err)
+		}
+		if !resp.OK {
+			st.Errors++
+			if opt.FailFast {
+				if err := w.Flush(); err != nil {
+					return st, fmt.Errorf("writing responses: %w", err)
+				}
+				return st, ErrFailFast
+			}
+		}
+	}
+}
+
+// IsComment reports whether a line is blank or a # comment: no response.
+func IsComment(line []byte) bool {
+	t := bytes.TrimLeft(line, " \t\r\n")
+	return len(t) == 0 || t[0] == '#'
+}
+
+// lineReader yields lines without their newline, never holding more than
+// max bytes of one line: the rest of a longer line is read and dropped.
+type lineReader struct {
+	r         *bufio.Reader
+	max       int
+	line      []byte
+	discarded int
+}
+
+func newLineReader(in io.Reader, max int) *lineReader {
+	return &lineReader{r: bufio.NewReaderSize(in, 64<<10), max: max}
+}
+
+// next returns the next line; at EOF after a final line without a newline,
+// that line is returned with io.EOF.
+func (l *lineReader) next() (line []byte, tooLong bool, err error) {
+	l.line = l.line[:0]
+	total := 0
+	for {
+		chunk, err := l.r.ReadSlice('\n')
+		total += len(chunk)
+		if !tooLong {
+			if total > l.max+1 || (total == l.max+1 && (len(chunk) == 0 || chunk[len(chunk)-1] != '\n')) {
+				tooLong = true
+				l.line = l.line[:0]
+			} else {
+				l.line = append(l.line, chunk...)
+			}
+		}
+		switch err {
+		case bufio.ErrBufferFull:
+			continue
+		case nil:
+			if tooLong {
+				l.discarded = total - 1
+				return nil, true, nil
+			}
+			return l.line[:len(l.line)-1], false, nil
+		case io.EOF:
+			if tooLong {
+				l.discarded = total
+				return nil, true, io.EOF
+			}
+			if total == 0 {
+				return nil, false, io.EOF
+			}
+			return l.line, false, io.EOF
+		default:
+			return nil, false, err
+		}
+	}
+}
