@@ -117,7 +117,8 @@ func runServe(cmd *cobra.Command, o *serveOptions, log *zerolog.Logger) error {
 	}
 	st, err := wire.Serve(os.Stdin, os.Stdout, eng, wire.ServeOptions{MaxLineBytes: o.maxLineBytes, FailFast: o.failFast})
 	if o.verbose {
-		log.WithLevel(zerolog.InfoLevel).Int("commands", st.Commands).Int("errors", st.Errors).Msg("served")
+		info := log.Level(zerolog.InfoLevel)
+		info.Info().Int("commands", st.Commands).Int("errors", st.Errors).Msg("served")
 	}
 	if errors.Is(err, wire.ErrFailFast) {
 		return &exitError{1, err}

@@ -176,14 +176,11 @@ func (e *Engine) place(c *wire.Command, a *admission) (wire.Placement, *rank) {
 			}
 		}
 	}
-	bs := float64(e.cfg.BlockSize)
 	scores := make([]score, len(a.candidates))
 	for i, r := range a.candidates {
-		ov := uint64(e.overlap[r.slot])
+		s := score{r: r, overlap: uint64(e.overlap[r.slot])}
 		newBlocks := uint64(len(a.seq)) - uint64(e.hits[r.slot]) + a.privateBlocks
-		pb := math.Max((float64(r.prefillTokens)+float64(a.isl))/bs-e.cfg.OverlapScoreCredit*float64(ov), 0)
-		s := score{r: r, overlap: ov, prefill: pb, decode: r.activeDecodeBlocks() + newBlocks}
-		s.cost = e.cfg.PrefillLoadScale*pb + float64(s.decode)
+		s.prefill, s.decode, s.cost = e.cost(r.prefillTokens, a.isl, s.overlap, r.activeDecodeBlocks()+newBlocks)
 		scores[i] = s
 	}
 	pick, ties, minCost := e.pick(scores)
@@ -207,6 +204,15 @@ func (e *Engine) place(c *wire.Command, a *admission) (wire.Placement, *rank) {
 		p.Evidence = e.evidence(a, scores, ties, chosen.cost, minCost)
 	}
 	return p, chosen.r
+}
+
+// cost is Dynamo's cost of a rank (lower wins): the prefill work in blocks
+// after crediting the cached overlap, weighted, plus the rank's active blocks
+// once the request's new blocks join them.
+func (e *Engine) cost(activePrefill, isl, overlap, decodeBlocks uint64) (prefillBlocks float64, decode uint64, cost float64) {
+	bs := float64(e.cfg.BlockSize)
+	prefillBlocks = math.Max((float64(activePrefill)+float64(isl))/bs-e.cfg.OverlapScoreCredit*float64(overlap), 0)
+	return prefillBlocks, decodeBlocks, e.cfg.PrefillLoadScale*prefillBlocks + float64(decodeBlocks)
 }
 
 // pick chooses among scores: the cheapest (ties broken by the seeded

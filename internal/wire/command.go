@@ -2,7 +2,6 @@ package wire
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 )
@@ -643,6 +642,3 @@ func (c *Command) ISL() uint64 {
 	}
 	return uint64(len(c.Tokens))
 }
-
-// finite reports whether v can be a protocol number.
-func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

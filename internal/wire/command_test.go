@@ -1,0 +1,134 @@
+package wire
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	_ "github.com/offline-router/offline-router/internal/golden" // registers -update for go test ./... -update
+)
+
+func decode(t *testing.T, line string) Decoded {
+	t.Helper()
+	var d Decoded
+	Decode([]byte(line), &d)
+	return d
+}
+
+func TestDecodePlaceKeepsEveryField(t *testing.T) {
+	d := decode(t, `{"op":"place","id":"c1","now_ms":12.5,"request_id":"r","input_tokens":40,"output_tokens":7,`+
+		`"block_hashes":[18446744073709551615,9007199254740993],"sequence_hashes":[1,2],"role":"prefill",`+
+		`"session_id":"s","parent_session_id":"p","priority":1.5,"strict_priority":-2,"allowed_workers":[3],"worker_id":3,"dp_rank":1}`)
+	if d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	c := d.Cmd
+	if c.Op != OpPlace || string(d.ID) != `"c1"` || *c.NowMS != 12.5 || c.RequestID != "r" || c.ISL() != 40 ||
+		*c.OutputTokens != 7 || c.Role != RolePrefill || *c.SessionID != "s" || *c.ParentSessionID != "p" ||
+		*c.Priority != 1.5 || *c.StrictPriority != -2 || *c.WorkerID != 3 || *c.DPRank != 1 {
+		t.Fatalf("decoded %+v", c)
+	}
+	if diff := cmp.Diff([]uint64{math.MaxUint64, 1<<53 + 1}, c.BlockHashes); diff != "" {
+		t.Fatalf("u64 hashes must be exact (-want +got):\n%s", diff)
+	}
+}
+
+func TestDecodeEvents(t *testing.T) {
+	d := decode(t, `{"op":"observe","events":[`+
+		`{"worker_id":1,"storage_tier":"device","event":{"event_id":5,"dp_rank":2,"data":{"stored":{"parent_hash":7,"blocks":[{"block_hash":11,"tokens_hash":1}]}}}},`+
+		`{"worker_id":1,"event":{"event_id":6,"data":{"removed":{"block_hashes":[11]}}}},`+
+		`{"worker_id":1,"event":{"event_id":7,"dp_rank":null,"data":"cleared"}}]}`)
+	if d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	parent := uint64(7)
+	want := []RouterEvent{
+		{WorkerID: 1, StorageTier: "device", EventID: 5, DPRank: 2, Kind: EventStored, ParentHash: &parent, Blocks: []StoredBlock{{11, 1}}},
+		{WorkerID: 1, StorageTier: "device", EventID: 6, Kind: EventRemoved, Removed: []uint64{11}},
+		{WorkerID: 1, StorageTier: "device", EventID: 7, Kind: EventCleared},
+	}
+	if diff := cmp.Diff(want, d.Cmd.Events); diff != "" {
+		t.Fatalf("events (-want +got):\n%s", diff)
+	}
+}
+
+// TestDecodeNastyLines: each bad line gives one error with the expected code
+// whose message names the field, and decoding never panics.
+func TestDecodeNastyLines(t *testing.T) {
+	deep := `{"op":"inspect","id":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}`
+	cases := []struct {
+		line, code, mention string
+	}{
+		{`{"op":"place","request_id":"r"`, "parse_error", "expected"},
+		{`{"op":"inspect"}}`, "parse_error", "after the object"},
+		{``, "parse_error", "end of line"},
+		{`nul`, "parse_error", "not JSON"},
+		{`{"op":"inspect","id":tru}`, "invalid_field", `"id"`},
+		{`{"op":"worker_ready","worker_id":99999999999999999999999}`, "invalid_field", `"worker_id"`},
+		{`{"op":"worker_ready","worker_id":1e2}`, "invalid_field", `"worker_id"`},
+		{`{"op":"worker_ready","worker_id":01}`, "invalid_field", "not a JSON number"},
+		{`{"op":"worker_ready","worker_id":-0}`, "invalid_field", `"worker_id"`},
+		{`{"op":"advance_clock","now_ms":-Infinity}`, "invalid_field", `"now_ms"`},
+		{`{"op":"advance_clock","now_ms":"5"}`, "invalid_field", `"now_ms"`},
+		{`{"op":"place","request_id":"` + strings.Repeat("x", 257) + `"}`, "invalid_field", `"request_id"`},
+		{`{"op":"place","request_id":"r","tokens":[1,-2]}`, "invalid_field", `"tokens[1]"`},
+		{`{"op":"place","request_id":"r","tokens":{"a":1}}`, "invalid_field", `"tokens"`},
+		{`{"op":"place","request_id":"r","strict_priority":1.5}`, "invalid_field", `"strict_priority"`},
+		{`{"op":"place","request_id":"r","request_id":"s"}`, "invalid_field", "more than once"},
+		{`{"op":"place","request_id":"r","bogus":1}`, "unknown_field", `"bogus"`},
+		{`{"op":"place","request_id":"r","OP":"x"}`, "unknown_field", `did you mean "op"`},
+		{`{"op":"inspect","request_id":"r"}`, "unknown_field", `"request_id"`},
+		{`{"op":"observe","events":[{"worker_id":1,"event":{"event_id":1,"data":{"stored":{"blocks":[{"block_hash":1,"tokens_hash":2,"x":3}]}}}}]}`, "unknown_field", `events[0].event.data.stored.blocks[0].x`},
+		{`{"op":"observe","events":[{"event":{"event_id":1,"data":"cleared"}}]}`, "invalid_field", `events[0].worker_id`},
+		{`{"op":"observe","events":[{"worker_id":1,"event":{"event_id":1}}]}`, "invalid_field", `events[0].event.data`},
+		{`{"op":"observe","events":[{"worker_id":1,"event":{"event_id":1,"data":{"removed":{}}}}]}`, "invalid_field", `removed.block_hashes`},
+		{`{"op":"place","request_id":"a\u0000b\ud800"}`, "", ""}, // escapes decode; a lone surrogate becomes U+FFFD
+		{`{"op":"place","request_id":"bad\x"}`, "parse_error", "escape"},
+		{"{\"op\":\"place\",\"request_id\":\"a\nb\"}", "parse_error", "control character"},
+		{deep, "invalid_field", `"id"`},
+	}
+	for _, c := range cases {
+		d := decode(t, c.line)
+		if c.code == "" {
+			if d.Err != nil {
+				t.Errorf("%.80s: unexpected error %v", c.line, d.Err)
+			}
+			continue
+		}
+		if d.Err == nil {
+			t.Errorf("%.80s: decoded without error", c.line)
+			continue
+		}
+		if string(d.Err.Code) != c.code || !strings.Contains(d.Err.Message, c.mention) {
+			t.Errorf("%.80s: got %s %q, want %s mentioning %q", c.line, d.Err.Code, d.Err.Message, c.code, c.mention)
+		}
+	}
+}
+
+func TestDecodeRecoversOpAndID(t *testing.T) {
+	d := decode(t, `{"id":42,"op":"place","request_id":7}`)
+	if d.Err == nil || d.Op == nil || *d.Op != "place" || string(d.ID) != "42" {
+		t.Fatalf("want op and id recovered, got op=%v id=%s err=%v", d.Op, d.ID, d.Err)
+	}
+	d = decode(t, `{"id":"x","op":"place"`)
+	if d.Op != nil || d.ID != nil {
+		t.Fatalf("an unreadable line has no op or id, got op=%v id=%s", d.Op, d.ID)
+	}
+}
+
+func TestRequestIDEscapesAreDecoded(t *testing.T) {
+	d := decode(t, `{"op":"place","request_id":"caf\u00e9 \ud83d\ude00 \"q\""}`)
+	if d.Err != nil || d.Cmd.RequestID != "café 😀 \"q\"" {
+		t.Fatalf("got %q, %v", d.Cmd.RequestID, d.Err)
+	}
+}
+
+func TestNumFormatting(t *testing.T) {
+	for v, want := range map[float64]string{0: "0", math.Copysign(0, -1): "0", 1500: "1500", 0.1: "0.1", 1e21: "1000000000000000000000", 4.125: "4.125"} {
+		if got := string(AppendNum(nil, v)); got != want {
+			t.Errorf("AppendNum(%v) = %s, want %s", v, got, want)
+		}
+	}
+}
