@@ -15,7 +15,7 @@ func TestCostFormula(t *testing.T) {
 	}
 	cases := []struct {
 		activePrefill, isl, overlap, decode uint64
-		wantPrefill, wantCost                float64
+		wantPrefill, wantCost               float64
 	}{
 		// (32 + 64)/16 - 0.5*2 = 5 prefill blocks; 2*5 + 10 = 20.
 		{32, 64, 2, 10, 5, 20},

@@ -193,4 +193,3 @@ func firstRole(v, d, fallback wire.Role) wire.Role {
 	}
 	return fallback
 }
-
