@@ -4,7 +4,6 @@ import (
 	"container/heap"
 
 	"github.com/offline-router/offline-router/internal/kvindex"
-	"github.com/offline-router/offline-router/internal/wire"
 )
 
 // Approximate mode (kv_events: false): with no KV events to learn from, the
@@ -33,19 +32,19 @@ func newApproxIndex() *approxIndex {
 	return &approxIndex{deadline: map[approxKey]float64{}}
 }
 
-// approxRecord inserts the placed request's blocks for its rank.
-func (e *Engine) approxRecord(a *admission, r *rank, ev *wire.CommandEvidence) {
-	if e.cfg.KVEvents || len(a.local) == 0 {
+// approxRecord inserts the placed demand's blocks for its rank.
+func (e *Engine) approxRecord(d *demand, r *rank) {
+	if e.cfg.KVEvents || len(d.local) == 0 {
 		return
 	}
 	id := kvindex.RankID(r.slot)
-	blocks := make([]kvindex.Block, len(a.local))
+	blocks := make([]kvindex.Block, len(d.local))
 	deadline := e.now + e.cfg.ApproxTTLMS
-	for i := range a.local {
-		blocks[i] = kvindex.Block{BlockHash: a.seq[i], TokensHash: a.local[i]}
-		k := approxKey{r.slot, a.seq[i]}
-		if !e.index.HasBlock(id, a.seq[i]) {
-			ev.ApproxBlocksAdded++
+	for i := range d.local {
+		blocks[i] = kvindex.Block{BlockHash: d.seq[i], TokensHash: d.local[i]}
+		k := approxKey{r.slot, d.seq[i]}
+		if !e.index.HasBlock(id, d.seq[i]) {
+			e.out.ev.ApproxBlocksAdded++
 		}
 		e.approx.deadline[k] = deadline
 		heap.Push(&e.approx.queue, approxEntry{deadline, k})

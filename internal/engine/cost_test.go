@@ -14,8 +14,9 @@ func TestCostFormula(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := []struct {
-		activePrefill, isl, overlap, decode uint64
-		wantPrefill, wantCost               float64
+		activePrefill         float64
+		isl, overlap, decode  uint64
+		wantPrefill, wantCost float64
 	}{
 		// (32 + 64)/16 - 0.5*2 = 5 prefill blocks; 2*5 + 10 = 20.
 		{32, 64, 2, 10, 5, 20},
@@ -29,7 +30,7 @@ func TestCostFormula(t *testing.T) {
 	for _, c := range cases {
 		pb, decode, cost := e.cost(c.activePrefill, c.isl, c.overlap, c.decode)
 		if pb != c.wantPrefill || decode != c.decode || cost != c.wantCost {
-			t.Errorf("cost(%d,%d,%d,%d) = %v,%v,%v; want %v,%v,%v", c.activePrefill, c.isl, c.overlap, c.decode,
+			t.Errorf("cost(%v,%d,%d,%d) = %v,%v,%v; want %v,%v,%v", c.activePrefill, c.isl, c.overlap, c.decode,
 				pb, decode, cost, c.wantPrefill, c.decode, c.wantCost)
 		}
 	}

@@ -1,11 +1,12 @@
 // Package engine is the router's deterministic state machine. Like a raft
 // node it is stepped by messages (wire commands) on explicit virtual time,
-// and everything a step did is collected in its response. It does no I/O,
-// reads no wall clock and starts no goroutines.
+// and everything a step did is collected in one place before it becomes the
+// response. It does no I/O, reads no wall clock and starts no goroutines.
 package engine
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/wire"
@@ -20,11 +21,21 @@ type Engine struct {
 	approx   *approxIndex
 	active   activeBlocks
 	requests map[string]*request
+	queue    policyQueue
 	rng      *stream
+	out      output // what the current command did
 
 	// Scratch slices indexed by rank slot, reused by every placement.
 	overlap []uint32
 	hits    []uint32
+}
+
+// output collects what one command did, in the order it happened.
+type output struct {
+	released []wire.Placement // placed from the queue
+	rejected []wire.Rejection
+	queued   []string
+	ev       wire.CommandEvidence
 }
 
 // New returns an engine at time 0 with no workers.
@@ -39,6 +50,7 @@ func New(cfg wire.Config) (*Engine, error) {
 		approx:   newApproxIndex(),
 		active:   activeBlocks{},
 		requests: map[string]*request{},
+		queue:    newPolicyQueue(),
 		rng:      newStream(cfg.Seed),
 	}, nil
 }
@@ -49,12 +61,6 @@ func supported(cfg wire.Config) error {
 	switch {
 	case cfg.Policy != wire.PolicyKV:
 		return fmt.Errorf("config policy: %q is not implemented yet (only kv)", cfg.Policy)
-	case cfg.QueueThreshold != nil:
-		return fmt.Errorf("config queue_threshold: the policy queue is not implemented yet")
-	case cfg.QueueTimeoutMS != nil:
-		return fmt.Errorf("config queue_timeout_ms: the policy queue is not implemented yet")
-	case cfg.PrefillLoadModel != "none":
-		return fmt.Errorf("config prefill_load_model: %q is not implemented yet", cfg.PrefillLoadModel)
 	case cfg.Affinity.Mode != "off":
 		return fmt.Errorf("config affinity.mode: session affinity is not implemented yet")
 	}
@@ -75,8 +81,12 @@ func (e *Engine) Apply(c *wire.Command, resp *wire.Response) {
 // Status fills the fields every response carries from the engine's state.
 func (e *Engine) Status(resp *wire.Response) {
 	resp.NowMS = wire.Num(e.now)
-	resp.PendingCount = 0
+	resp.PendingCount = e.queue.count
 	resp.NextWakeupMS = nil
+	if t, ok := e.nextWakeup(); ok {
+		n := wire.Num(t)
+		resp.NextWakeupMS = &n
+	}
 }
 
 func (e *Engine) apply(c *wire.Command, resp *wire.Response) *wire.Error {
@@ -90,31 +100,37 @@ func (e *Engine) apply(c *wire.Command, resp *wire.Response) *wire.Error {
 	}
 	// Everything that can fail is checked as of time t before anything
 	// changes, so that a failed command leaves the engine untouched.
-	var adm *admission
+	var d *demand
+	var cs candidateSet
 	var err *wire.Error
 	if c.Op == wire.OpPlace {
-		adm, err = e.admit(c, t)
+		d, cs, err = e.checkPlace(c, t)
 	} else {
-		err = e.check(c)
+		err = e.check(c, t)
 	}
 	if err != nil {
 		return err
 	}
-	ev := &wire.CommandEvidence{}
-	e.advance(t, ev)
+	e.out = output{}
+	e.advance(t)
 	switch c.Op {
 	case wire.OpWorkerReady:
 		e.workerReady(c)
 	case wire.OpWorkerDraining:
 		e.workerDraining(e.fleet.byID[*c.WorkerID])
 	case wire.OpWorkerRemoved:
-		e.workerRemoved(e.fleet.byID[*c.WorkerID], ev)
+		e.workerRemoved(e.fleet.byID[*c.WorkerID])
 	case wire.OpPlace:
-		p, r := e.place(c, adm)
-		resp.Placements = append(resp.Placements, p)
-		e.approxRecord(adm, r, ev)
+		req := &request{d: d, queueIndex: -1}
+		e.requests[d.id] = req
+		if e.queueEnabled() {
+			cs = candidateSet{} // the clock moved: placeOrWait asks afresh
+		}
+		if p, placed := e.placeOrWait(req, cs); placed {
+			resp.Placements = append(resp.Placements, p)
+		}
 	case wire.OpObserve:
-		e.observe(c.Events, ev)
+		e.observe(c.Events)
 	case wire.OpDispatchCommitted:
 		e.requests[c.RequestID].committed = true
 	case wire.OpDispatchAborted, wire.OpRequestTerminal:
@@ -122,20 +138,44 @@ func (e *Engine) apply(c *wire.Command, resp *wire.Response) *wire.Error {
 	case wire.OpPrefillCompleted:
 		e.prefillCompleted(e.requests[c.RequestID])
 	case wire.OpCancelPending:
-		resp.Cancelled = new(bool) // nothing waits until the policy queue exists
+		req, ok := e.requests[c.RequestID]
+		cancelled := ok && req.waiting()
+		if cancelled {
+			e.finish(req)
+		}
+		resp.Cancelled = &cancelled
 	case wire.OpInspect:
 		resp.State = e.inspect()
 	case wire.OpTopologySettled, wire.OpAdvanceClock:
 	}
-	if !ev.Empty() {
-		resp.Evidence = ev
+	if c.Op != wire.OpInspect {
+		e.drain() // whatever the command freed or changed
+	}
+	resp.Placements = append(resp.Placements, e.out.released...)
+	resp.Rejected = e.out.rejected
+	resp.Queued = e.out.queued
+	if !e.out.ev.Empty() {
+		ev := e.out.ev
+		resp.Evidence = &ev
 	}
 	return nil
 }
 
-// check validates a command other than place against the engine state,
-// changing nothing.
-func (e *Engine) check(c *wire.Command) *wire.Error {
+// checkPlace validates a place command as of time t. Without a queue it
+// also finds the candidates, which the advance to t cannot change (it only
+// expires approximate entries); with a queue, a request with no candidate
+// waits instead of failing.
+func (e *Engine) checkPlace(c *wire.Command, t float64) (*demand, candidateSet, *wire.Error) {
+	d, err := e.newDemand(c, t)
+	if err != nil || e.queueEnabled() {
+		return d, candidateSet{}, err
+	}
+	cs, err := e.candidates(d, t)
+	return d, cs, err
+}
+
+// check validates a command other than place as of time t, changing nothing.
+func (e *Engine) check(c *wire.Command, t float64) *wire.Error {
 	switch c.Op {
 	case wire.OpWorkerReady:
 		if w, ok := e.fleet.byID[*c.WorkerID]; ok {
@@ -143,7 +183,7 @@ func (e *Engine) check(c *wire.Command) *wire.Error {
 		}
 		start := first(c.DPStart, e.cfg.WorkerDefaults.DPStart, 0)
 		size := first(c.DPSize, e.cfg.WorkerDefaults.DPSize, 1)
-		if uint64(start)+uint64(size) > 1<<32 {
+		if uint64(start)+uint64(size) > math.MaxUint32+1 {
 			return wire.Errorf(wire.CodeInvalidField, `field "dp_start": dp_start + dp_size exceeds the dp_rank range`)
 		}
 	case wire.OpWorkerDraining, wire.OpWorkerRemoved:
@@ -153,21 +193,21 @@ func (e *Engine) check(c *wire.Command) *wire.Error {
 		if !e.cfg.KVEvents {
 			return wire.Errorf(wire.CodeKVEventsDisabled, "observe needs kv_events: true; in approximate mode the index learns from placements")
 		}
-	case wire.OpDispatchCommitted, wire.OpDispatchAborted, wire.OpPrefillCompleted, wire.OpRequestTerminal:
-		if _, ok := e.requests[c.RequestID]; !ok {
+	case wire.OpDispatchAborted, wire.OpRequestTerminal:
+		if !e.inFlightAt(c.RequestID, t) {
 			return wire.Errorf(wire.CodeUnknownRequest, "request %q is not in flight", c.RequestID)
+		}
+	case wire.OpDispatchCommitted, wire.OpPrefillCompleted:
+		if !e.inFlightAt(c.RequestID, t) {
+			return wire.Errorf(wire.CodeUnknownRequest, "request %q is not in flight", c.RequestID)
+		}
+		// A host sees a waiting request's placement only in a response, so
+		// it cannot have dispatched one that is waiting now.
+		if e.requests[c.RequestID].waiting() {
+			return wire.Errorf(wire.CodeUnknownRequest, "request %q is waiting in the queue: it has no placement yet", c.RequestID)
 		}
 	}
 	return nil
-}
-
-// advance moves the clock to t and applies what time does.
-func (e *Engine) advance(t float64, ev *wire.CommandEvidence) {
-	if t == e.now {
-		return
-	}
-	e.now = t
-	ev.ApproxExpired += e.approxExpire()
 }
 
 func (e *Engine) growScratch() {

@@ -11,7 +11,10 @@ import (
 // inspect snapshots everything a command can change, in a stable order, so
 // that two snapshots are equal exactly when the states are.
 func (e *Engine) inspect() *wire.State {
-	st := &wire.State{IndexNodes: e.index.Nodes(), Workers: []wire.WorkerState{}, Requests: []wire.RequestState{}, RandomDraws: e.rng.draws}
+	st := &wire.State{
+		IndexNodes: e.index.Nodes(), Workers: []wire.WorkerState{}, Requests: []wire.RequestState{},
+		Queue: []wire.QueuedState{}, RandomDraws: e.rng.draws,
+	}
 	ids := make([]uint64, 0, len(e.fleet.byID))
 	for id := range e.fleet.byID {
 		ids = append(ids, id)
@@ -26,7 +29,7 @@ func (e *Engine) inspect() *wire.State {
 		for _, r := range w.ranks {
 			rid := kvindex.RankID(r.slot)
 			rs := wire.RankState{
-				DPRank: r.dp, ActiveRequests: r.activeRequests, ActivePrefillTokens: r.prefillTokens,
+				DPRank: r.dp, ActiveRequests: r.activeRequests, ActivePrefillTokens: wire.Num(r.prefill.at(e.now)),
 				ActiveDecodeBlocks: r.activeDecodeBlocks(), IndexBlocks: e.index.Blocks(rid),
 			}
 			if last, ok := e.index.LastEventID(rid); ok {
@@ -41,5 +44,15 @@ func (e *Engine) inspect() *wire.State {
 		st.Requests = append(st.Requests, r.state())
 	}
 	slices.SortFunc(st.Requests, func(a, b wire.RequestState) int { return strings.Compare(a.RequestID, b.RequestID) })
+	for _, role := range roleOrder {
+		for _, req := range e.queue.ordered(role) {
+			q := wire.QueuedState{RequestID: req.d.id, Role: role, Tier: req.d.tier, Score: wire.Num(req.score), ArrivalMS: wire.Num(req.d.arrival)}
+			if to := e.cfg.QueueTimeoutMS; to != nil {
+				deadline := wire.Num(req.d.arrival + *to)
+				q.DeadlineMS = &deadline
+			}
+			st.Queue = append(st.Queue, q)
+		}
+	}
 	return st
 }

@@ -15,13 +15,9 @@ type rankRef struct {
 // of its blocks are already active on every rank.
 type activeBlocks map[uint64][]rankRef
 
-// book adds the request's load to its rank.
-func (a activeBlocks) book(r *request) {
-	rk := r.rank
-	rk.activeRequests++
-	rk.prefillTokens += r.prefillTokens
-	rk.privateBlocks += r.privateBlocks
-	for _, h := range r.seq {
+// book adds the demand's hashed blocks to rank r's active set.
+func (a activeBlocks) book(d *demand, rk *rank) {
+	for _, h := range d.seq {
 		refs := a[h]
 		found := false
 		for i := range refs {
@@ -38,14 +34,9 @@ func (a activeBlocks) book(r *request) {
 	}
 }
 
-// release removes what book added, except prefill tokens already released.
-func (a activeBlocks) release(r *request) {
-	rk := r.rank
-	rk.activeRequests--
-	rk.prefillTokens -= r.prefillTokens
-	r.prefillTokens = 0
-	rk.privateBlocks -= r.privateBlocks
-	for _, h := range r.seq {
+// release removes what book added.
+func (a activeBlocks) release(d *demand, rk *rank) {
+	for _, h := range d.seq {
 		refs := a[h]
 		for i := range refs {
 			if refs[i].slot != rk.slot {

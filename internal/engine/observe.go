@@ -7,7 +7,8 @@ import (
 
 // observe applies KV events one by one. An event that cannot apply is
 // skipped and reported; the others still apply.
-func (e *Engine) observe(events []wire.RouterEvent, ev *wire.CommandEvidence) {
+func (e *Engine) observe(events []wire.RouterEvent) {
+	ev := &e.out.ev
 	applied := 0
 	for i := range events {
 		x := &events[i]

@@ -2,46 +2,85 @@ package engine
 
 import "github.com/offline-router/offline-router/internal/wire"
 
-// request is a placed request the router still books load for.
+// request is a request the router knows: waiting in the queue (rank nil)
+// or placed and booked on a rank.
 type request struct {
-	id            string
-	rank          *rank
-	seq           []uint64 // sequence hashes it holds active on rank
-	privateBlocks uint64
-	prefillTokens uint64 // still booked; 0 once prefill completed
-	committed     bool
-	orphaned      bool // its worker was removed, and with it the booking
+	d         *demand
+	rank      *rank
+	prefill   *prefillEntry // booked prefill; done once completed or decayed
+	committed bool
+	orphaned  bool // its worker was removed, and with it the booking
+
+	// While waiting:
+	queueIndex int     // position in its role's heap; -1 when not waiting
+	score      float64 // queue-policy score, fixed at arrival
+	arrivalSeq uint64  // arrival order, the last tie-break
 }
 
-// finish ends a request (terminal or aborted), freeing what it booked.
-func (e *Engine) finish(r *request) {
-	if !r.orphaned {
-		e.active.release(r)
+func (r *request) waiting() bool { return r.queueIndex >= 0 }
+
+// inFlightAt reports whether id names a request at time t: one waiting in
+// the queue counts only if it would not have timed out by then.
+func (e *Engine) inFlightAt(id string, t float64) bool {
+	r, ok := e.requests[id]
+	return ok && !(r.waiting() && e.timesOutBy(r, t))
+}
+
+// book places req on r now: its load joins the rank's.
+func (e *Engine) book(req *request, r *rank, prefillTokens uint64) {
+	req.rank = r
+	req.prefill = r.prefill.add(e.now, prefillTokens)
+	e.active.book(req.d, r)
+	r.activeRequests++
+	r.privateBlocks += req.d.privateBlocks
+}
+
+// unbook removes the request's load from its rank, unless the rank is gone.
+func (e *Engine) unbook(req *request) {
+	if req.orphaned {
+		return
 	}
-	delete(e.requests, r.id)
+	r := req.rank
+	r.prefill.remove(e.now, req.prefill)
+	e.active.release(req.d, r)
+	r.activeRequests--
+	r.privateBlocks -= req.d.privateBlocks
+}
+
+// finish ends a request (terminal or aborted), freeing what it booked or
+// taking it out of the queue.
+func (e *Engine) finish(req *request) {
+	if req.waiting() {
+		e.queue.remove(req)
+	} else {
+		e.unbook(req)
+	}
+	delete(e.requests, req.d.id)
 }
 
 // prefillCompleted drops the request's prefill booking; repeating is a no-op.
-func (e *Engine) prefillCompleted(r *request) {
-	if !r.orphaned {
-		r.rank.prefillTokens -= r.prefillTokens
+func (e *Engine) prefillCompleted(req *request) {
+	if !req.orphaned {
+		req.rank.prefill.remove(e.now, req.prefill)
 	}
-	r.prefillTokens = 0
 }
 
-func (r *request) status() string {
+func (req *request) state() wire.RequestState {
+	st := wire.RequestState{RequestID: req.d.id, Blocks: len(req.d.seq) + int(req.d.privateBlocks)}
 	switch {
-	case r.orphaned:
-		return "orphaned"
-	case r.committed:
-		return "committed"
+	case req.waiting():
+		st.Status = "queued"
+		return st
+	case req.orphaned:
+		st.Status = "orphaned"
+	case req.committed:
+		st.Status = "committed"
+	default:
+		st.Status = "placed"
 	}
-	return "placed"
-}
-
-func (r *request) state() wire.RequestState {
-	return wire.RequestState{
-		RequestID: r.id, Status: r.status(), WorkerID: r.rank.w.id, DPRank: r.rank.dp,
-		PrefillTokens: r.prefillTokens, Blocks: len(r.seq) + int(r.privateBlocks),
+	st.WorkerID, st.DPRank = &req.rank.w.id, &req.rank.dp
+	if !req.prefill.done {
+		st.PrefillTokens = req.prefill.tokens
 	}
+	return st
 }

@@ -8,58 +8,74 @@ import (
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
-// admission is a place command vetted against the engine as of its time:
-// its hashes and the ranks it may go to. Building it changes nothing.
-type admission struct {
+// demand is what a place command asks for, fixed when it arrives: its
+// blocks and its constraints. Building it changes nothing.
+type demand struct {
+	id            string
 	role          wire.Role
 	isl           uint64
 	islBlocks     uint64
 	local         []uint64 // local block hashes: the index walk
 	seq           []uint64 // sequence hashes: the active-block accounting
 	privateBlocks uint64   // blocks without a hash, never shared
-	candidates    []*rank  // in (worker_id, dp_rank) order
-	filtered      wire.FilterCounts
-	filteredSet   []wire.FilteredRank // only with evidence "full"
+	allowed       []uint64
+	pin           *uint64
+	pinRank       *uint32
+	arrival       float64
+	tier          int64
+	priority      float64 // seconds of queue jump
 }
 
-// admit checks a place command and finds its candidate ranks at time t.
-func (e *Engine) admit(c *wire.Command, t float64) (*admission, *wire.Error) {
-	if _, ok := e.requests[c.RequestID]; ok {
+// candidateSet is the ranks a demand may go to at some time, in
+// (worker_id, dp_rank) order, and what the filters dropped.
+type candidateSet struct {
+	ranks       []*rank
+	filtered    wire.FilterCounts
+	filteredSet []wire.FilteredRank // only with evidence "full"
+}
+
+// newDemand checks a place command as of time t and derives its blocks.
+func (e *Engine) newDemand(c *wire.Command, t float64) (*demand, *wire.Error) {
+	if e.inFlightAt(c.RequestID, t) {
 		return nil, wire.Errorf(wire.CodeDuplicateRequest, "request %q is already in flight", c.RequestID)
 	}
 	bs := e.cfg.BlockSize
-	a := &admission{role: firstRole(c.Role, "", wire.RoleAggregated), isl: c.ISL()}
-	a.islBlocks = (a.isl + bs - 1) / bs
+	d := &demand{
+		id: c.RequestID, role: firstRole(c.Role, "", wire.RoleAggregated), isl: c.ISL(),
+		allowed: c.AllowedWorkers, pin: c.WorkerID, pinRank: c.DPRank, arrival: t,
+	}
+	if c.StrictPriority != nil {
+		d.tier = *c.StrictPriority
+	}
+	if c.Priority != nil {
+		d.priority = *c.Priority
+	}
+	d.islBlocks = (d.isl + bs - 1) / bs
 	switch {
 	case c.Tokens != nil:
-		a.local = kvindex.BlockHashes(c.Tokens, int(bs))
+		d.local = kvindex.BlockHashes(c.Tokens, int(bs))
 	case c.BlockHashes != nil:
-		if uint64(len(c.BlockHashes)) > a.islBlocks {
+		if uint64(len(c.BlockHashes)) > d.islBlocks {
 			return nil, wire.Errorf(wire.CodeInvalidField, "field \"block_hashes\": %d hashes, but input_tokens %d at block_size %d makes only %d blocks",
-				len(c.BlockHashes), a.isl, bs, a.islBlocks)
+				len(c.BlockHashes), d.isl, bs, d.islBlocks)
 		}
-		a.local = c.BlockHashes
+		d.local = c.BlockHashes
 	}
 	if c.SequenceHashes != nil {
-		a.seq = c.SequenceHashes
+		d.seq = c.SequenceHashes
 	} else {
-		a.seq = kvindex.SequenceHashes(a.local)
+		d.seq = kvindex.SequenceHashes(d.local)
 	}
-	a.privateBlocks = a.islBlocks - uint64(len(a.seq))
-	if err := e.checkPin(c, a.role); err != nil {
-		return nil, err
-	}
-	if err := e.filter(c, a, t); err != nil {
-		return nil, err
-	}
-	return a, nil
+	d.privateBlocks = d.islBlocks - uint64(len(d.seq))
+	return d, nil
 }
 
-func (e *Engine) checkPin(c *wire.Command, role wire.Role) *wire.Error {
-	if c.WorkerID == nil {
+// checkPin reports why a pinned demand cannot go to its worker now.
+func (e *Engine) checkPin(d *demand) *wire.Error {
+	if d.pin == nil {
 		return nil
 	}
-	id := *c.WorkerID
+	id := *d.pin
 	w, ok := e.fleet.byID[id]
 	switch {
 	case !ok && e.fleet.removed[id]:
@@ -68,76 +84,94 @@ func (e *Engine) checkPin(c *wire.Command, role wire.Role) *wire.Error {
 		return wire.Errorf(wire.CodePinnedWorkerUnavailable, "pinned worker %d never became ready", id)
 	case w.status != statusReady:
 		return wire.Errorf(wire.CodePinnedWorkerUnavailable, "pinned worker %d is %s", id, w.status)
-	case w.role != role:
-		return wire.Errorf(wire.CodePinnedWorkerUnavailable, "pinned worker %d serves role %s, the request is %s", id, w.role, role)
-	case c.DPRank != nil && e.fleet.rankOf(w, *c.DPRank) == nil:
+	case w.role != d.role:
+		return wire.Errorf(wire.CodePinnedWorkerUnavailable, "pinned worker %d serves role %s, the request is %s", id, w.role, d.role)
+	case d.pinRank != nil && e.fleet.rankOf(w, *d.pinRank) == nil:
 		return wire.Errorf(wire.CodePinnedWorkerUnavailable, "pinned worker %d has dp ranks %d..%d, not %d",
-			id, w.ranks[0].dp, w.ranks[len(w.ranks)-1].dp, *c.DPRank)
+			id, w.ranks[0].dp, w.ranks[len(w.ranks)-1].dp, *d.pinRank)
 	}
 	return nil
 }
 
-// filter narrows the ready ranks of the role by allowed_workers, the pin and
-// the busy thresholds, recording what it dropped.
-func (e *Engine) filter(c *wire.Command, a *admission, t float64) *wire.Error {
+// staticallyAllowed reports whether rank r of a ready worker of the
+// demand's role passes allowed_workers and the pin, and if not, why.
+func (d *demand) staticallyAllowed(r *rank) (bool, string) {
+	if d.allowed != nil && !slices.Contains(d.allowed, r.w.id) {
+		return false, wire.FilterNotAllowed
+	}
+	if d.pin != nil && (r.w.id != *d.pin || (d.pinRank != nil && r.dp != *d.pinRank)) {
+		return false, wire.FilterNotPinned
+	}
+	return true, ""
+}
+
+// candidates narrows the ready ranks of the role by allowed_workers, the pin
+// and the busy thresholds at time t, recording what it dropped. It changes
+// nothing, so it can be asked about any time from now on.
+func (e *Engine) candidates(d *demand, t float64) (candidateSet, *wire.Error) {
+	var cs candidateSet
+	if err := e.checkPin(d); err != nil {
+		return cs, err
+	}
 	full := e.cfg.Evidence == wire.EvidenceFull
-	drop := func(r *rank, reason string, count *int) {
-		*count++
+	drop := func(r *rank, reason string) {
+		switch reason {
+		case wire.FilterNotAllowed:
+			cs.filtered.NotAllowed++
+		case wire.FilterNotPinned:
+			cs.filtered.NotPinned++
+		case wire.FilterBusy:
+			cs.filtered.Busy++
+		}
 		if full {
-			a.filteredSet = append(a.filteredSet, wire.FilteredRank{WorkerID: r.w.id, DPRank: r.dp, Reason: reason})
+			cs.filteredSet = append(cs.filteredSet, wire.FilteredRank{WorkerID: r.w.id, DPRank: r.dp, Reason: reason})
 		}
 	}
 	ofRole := 0
 	for _, w := range e.fleet.ready {
-		if w.role != a.role {
+		if w.role != d.role {
 			continue
 		}
 		ofRole++
-		if c.AllowedWorkers != nil && !slices.Contains(c.AllowedWorkers, w.id) {
-			for _, r := range w.ranks {
-				drop(r, wire.FilterNotAllowed, &a.filtered.NotAllowed)
-			}
-			continue
-		}
-		start := len(a.candidates)
+		start := len(cs.ranks)
 		for _, r := range w.ranks {
-			if c.WorkerID != nil && (w.id != *c.WorkerID || (c.DPRank != nil && r.dp != *c.DPRank)) {
-				drop(r, wire.FilterNotPinned, &a.filtered.NotPinned)
+			if ok, reason := d.staticallyAllowed(r); !ok {
+				drop(r, reason)
 				continue
 			}
-			a.candidates = append(a.candidates, r)
+			cs.ranks = append(cs.ranks, r)
 		}
 		// A worker is busy when every one of its remaining ranks is.
-		busy := len(a.candidates) > start
-		for _, r := range a.candidates[start:] {
+		busy := len(cs.ranks) > start
+		for _, r := range cs.ranks[start:] {
 			busy = busy && e.overloaded(r, t)
 		}
 		if busy {
-			for _, r := range a.candidates[start:] {
-				drop(r, wire.FilterBusy, &a.filtered.Busy)
+			for _, r := range cs.ranks[start:] {
+				drop(r, wire.FilterBusy)
 			}
-			a.candidates = a.candidates[:start]
+			cs.ranks = cs.ranks[:start]
 		}
 	}
-	if len(a.candidates) > 0 {
-		return nil
+	if len(cs.ranks) > 0 {
+		return cs, nil
 	}
 	switch {
 	case ofRole == 0:
-		return wire.Errorf(wire.CodeNoEligibleWorker, "no ready worker serves role %s", a.role)
-	case a.filtered.Busy > 0:
-		return wire.Errorf(wire.CodeAllWorkersBusy, "every eligible worker of role %s is over a busy threshold", a.role)
-	case c.WorkerID != nil && a.filtered.NotAllowed > 0:
-		return wire.Errorf(wire.CodeNoEligibleWorker, "pinned worker %d is not in allowed_workers", *c.WorkerID)
+		return cs, wire.Errorf(wire.CodeNoEligibleWorker, "no ready worker serves role %s", d.role)
+	case cs.filtered.Busy > 0:
+		return cs, wire.Errorf(wire.CodeAllWorkersBusy, "every eligible worker of role %s is over a busy threshold", d.role)
+	case d.pin != nil && cs.filtered.NotAllowed > 0:
+		return cs, wire.Errorf(wire.CodeNoEligibleWorker, "pinned worker %d is not in allowed_workers", *d.pin)
 	default:
-		return wire.Errorf(wire.CodeNoEligibleWorker, "allowed_workers names no ready worker of role %s", a.role)
+		return cs, wire.Errorf(wire.CodeNoEligibleWorker, "allowed_workers names no ready worker of role %s", d.role)
 	}
 }
 
 // overloaded applies the busy thresholds that are set to r at time t.
 func (e *Engine) overloaded(r *rank, t float64) bool {
 	cfg := &e.cfg
-	prefill := float64(r.prefillTokens)
+	prefill := r.prefill.at(t)
 	if v := cfg.ActiveDecodeBlocksThreshold; v != nil && r.w.totalKVBlocks != nil &&
 		float64(r.activeDecodeBlocks()) > *v*float64(*r.w.totalKVBlocks) {
 		return true
@@ -162,56 +196,52 @@ type score struct {
 	prob    float64
 }
 
-// place selects a rank for an admitted request and books it there.
-func (e *Engine) place(c *wire.Command, a *admission) (wire.Placement, *rank) {
-	e.index.FindMatches(a.local, e.overlap)
+// place selects a rank among cs for a request and books it there, now.
+func (e *Engine) place(req *request, cs candidateSet) wire.Placement {
+	d := req.d
+	e.index.FindMatches(d.local, e.overlap)
 	clear(e.hits)
-	e.active.countHits(a.seq, e.hits)
+	e.active.countHits(d.seq, e.hits)
 
 	best := uint64(0)
 	for _, w := range e.fleet.ready {
-		if w.role == a.role {
+		if w.role == d.role {
 			for _, r := range w.ranks {
 				best = max(best, uint64(e.overlap[r.slot]))
 			}
 		}
 	}
-	scores := make([]score, len(a.candidates))
-	for i, r := range a.candidates {
+	scores := make([]score, len(cs.ranks))
+	for i, r := range cs.ranks {
 		s := score{r: r, overlap: uint64(e.overlap[r.slot])}
-		newBlocks := uint64(len(a.seq)) - uint64(e.hits[r.slot]) + a.privateBlocks
-		s.prefill, s.decode, s.cost = e.cost(r.prefillTokens, a.isl, s.overlap, r.activeDecodeBlocks()+newBlocks)
+		newBlocks := uint64(len(d.seq)) - uint64(e.hits[r.slot]) + d.privateBlocks
+		s.prefill, s.decode, s.cost = e.cost(r.prefill.at(e.now), d.isl, s.overlap, r.activeDecodeBlocks()+newBlocks)
 		scores[i] = s
 	}
 	pick, ties, minCost := e.pick(scores)
 	chosen := scores[pick]
 
-	cached := min(chosen.overlap*e.cfg.BlockSize, a.isl)
-	req := &request{
-		id: c.RequestID, rank: chosen.r, seq: a.seq,
-		privateBlocks: a.privateBlocks, prefillTokens: a.isl - cached,
-	}
-	e.active.book(req)
-	e.requests[req.id] = req
-
+	cached := min(chosen.overlap*e.cfg.BlockSize, d.isl)
+	e.book(req, chosen.r, d.isl-cached)
 	p := wire.Placement{
-		RequestID: req.id, WorkerID: chosen.r.w.id, DPRank: chosen.r.dp, Role: a.role,
-		OverlapBlocks: chosen.overlap, BestAvailableOverlapBlocks: best, ISLBlocks: a.islBlocks,
-		CachedTokens: cached, PrefillTokens: a.isl - cached,
-		Reason: e.reason(c, len(scores)), Binding: "none",
+		RequestID: d.id, WorkerID: chosen.r.w.id, DPRank: chosen.r.dp, Role: d.role,
+		OverlapBlocks: chosen.overlap, BestAvailableOverlapBlocks: best, ISLBlocks: d.islBlocks,
+		CachedTokens: cached, PrefillTokens: d.isl - cached, QueuedMS: wire.Num(e.now - d.arrival),
+		Reason: e.reason(d, len(scores)), Binding: "none",
 	}
 	if e.cfg.Evidence != wire.EvidenceNone {
-		p.Evidence = e.evidence(a, scores, ties, chosen.cost, minCost)
+		p.Evidence = e.evidence(cs, scores, ties, chosen.cost, minCost)
 	}
-	return p, chosen.r
+	e.approxRecord(d, chosen.r)
+	return p
 }
 
 // cost is Dynamo's cost of a rank (lower wins): the prefill work in blocks
 // after crediting the cached overlap, weighted, plus the rank's active blocks
 // once the request's new blocks join them.
-func (e *Engine) cost(activePrefill, isl, overlap, decodeBlocks uint64) (prefillBlocks float64, decode uint64, cost float64) {
+func (e *Engine) cost(activePrefill float64, isl, overlap, decodeBlocks uint64) (prefillBlocks float64, decode uint64, cost float64) {
 	bs := float64(e.cfg.BlockSize)
-	prefillBlocks = math.Max((float64(activePrefill)+float64(isl))/bs-e.cfg.OverlapScoreCredit*float64(overlap), 0)
+	prefillBlocks = math.Max((activePrefill+float64(isl))/bs-e.cfg.OverlapScoreCredit*float64(overlap), 0)
 	return prefillBlocks, decodeBlocks, e.cfg.PrefillLoadScale*prefillBlocks + float64(decodeBlocks)
 }
 
@@ -271,9 +301,9 @@ func (e *Engine) pick(scores []score) (int, int, float64) {
 	return pick, ties, lo
 }
 
-func (e *Engine) reason(c *wire.Command, candidates int) string {
+func (e *Engine) reason(d *demand, candidates int) string {
 	switch {
-	case c.WorkerID != nil:
+	case d.pin != nil:
 		return wire.ReasonPinned
 	case candidates == 1:
 		return wire.ReasonOnlyCandidate
@@ -281,12 +311,12 @@ func (e *Engine) reason(c *wire.Command, candidates int) string {
 	return e.cfg.Policy
 }
 
-func (e *Engine) evidence(a *admission, scores []score, ties int, selected, best float64) *wire.PlacementEvidence {
+func (e *Engine) evidence(cs candidateSet, scores []score, ties int, selected, best float64) *wire.PlacementEvidence {
 	ev := &wire.PlacementEvidence{
 		Candidates: len(scores), Ties: ties, SelectedCost: wire.Num(selected), BestCost: wire.Num(best),
 	}
-	if a.filtered != (wire.FilterCounts{}) {
-		f := a.filtered
+	if cs.filtered != (wire.FilterCounts{}) {
+		f := cs.filtered
 		ev.Filtered = &f
 	}
 	if e.cfg.Evidence == wire.EvidenceFull {
@@ -298,7 +328,7 @@ func (e *Engine) evidence(a *admission, scores []score, ties int, selected, best
 				Cost: wire.Num(s.cost), Probability: wire.Num(s.prob),
 			}
 		}
-		ev.FilteredSet = a.filteredSet
+		ev.FilteredSet = cs.filteredSet
 	}
 	return ev
 }

@@ -41,7 +41,7 @@ type rank struct {
 	slot uint32 // dense id, shared with the index; reused after removal
 
 	activeRequests uint64
-	prefillTokens  uint64
+	prefill        prefillLoad
 	privateBlocks  uint64 // blocks of requests without hashes: never shared
 	distinctBlocks uint64 // distinct active sequence hashes
 	gone           bool   // its worker was removed: releases no longer apply
@@ -93,7 +93,7 @@ func (e *Engine) workerReady(c *wire.Command) {
 		maxNumSeqs:          orDefault(c.MaxNumSeqs, d.MaxNumSeqs),
 	}
 	for i := range dpSize {
-		r := &rank{w: w, dp: dpStart + i}
+		r := &rank{w: w, dp: dpStart + i, prefill: prefillLoad{rate: e.prefillRate(), last: e.now}}
 		e.fleet.allocSlot(r)
 		e.index.AddRank(kvindex.RankID(r.slot))
 		w.ranks = append(w.ranks, r)
@@ -132,16 +132,17 @@ func (e *Engine) workerDraining(w *worker) {
 // workerRemoved drops the worker's eligibility, index entries and load at
 // once. Requests booked there stay known (orphaned) so that their lifecycle
 // commands still succeed.
-func (e *Engine) workerRemoved(w *worker, ev *wire.CommandEvidence) {
+func (e *Engine) workerRemoved(w *worker) {
+	ev := &e.out.ev
 	if w.status == statusReady {
 		e.unready(w)
 	}
 	var orphaned []string
-	for _, r := range e.requests {
-		if r.rank != nil && r.rank.w == w {
-			e.active.release(r)
-			r.orphaned = true
-			orphaned = append(orphaned, r.id)
+	for _, req := range e.requests {
+		if req.rank != nil && req.rank.w == w && !req.orphaned {
+			e.unbook(req)
+			req.orphaned = true
+			orphaned = append(orphaned, req.d.id)
 		}
 	}
 	slices.Sort(orphaned)

@@ -163,6 +163,7 @@ type State struct {
 	IndexNodes  int            `json:"index_nodes"`
 	IndexBlocks int            `json:"index_blocks"`
 	Requests    []RequestState `json:"requests"`
+	Queue       []QueuedState  `json:"queue"`
 	RandomDraws uint64         `json:"random_draws"`
 }
 
@@ -181,7 +182,7 @@ type WorkerState struct {
 type RankState struct {
 	DPRank              uint32  `json:"dp_rank"`
 	ActiveRequests      uint64  `json:"active_requests"`
-	ActivePrefillTokens uint64  `json:"active_prefill_tokens"`
+	ActivePrefillTokens Num     `json:"active_prefill_tokens"`
 	ActiveDecodeBlocks  uint64  `json:"active_decode_blocks"`
 	IndexBlocks         int     `json:"index_blocks"`
 	LastEventID         *uint64 `json:"last_event_id"`
@@ -189,12 +190,22 @@ type RankState struct {
 
 // RequestState is one request the router tracks.
 type RequestState struct {
-	RequestID     string `json:"request_id"`
-	Status        string `json:"status"`
-	WorkerID      uint64 `json:"worker_id"`
-	DPRank        uint32 `json:"dp_rank"`
-	PrefillTokens uint64 `json:"prefill_tokens"`
-	Blocks        int    `json:"blocks"`
+	RequestID     string  `json:"request_id"`
+	Status        string  `json:"status"`
+	WorkerID      *uint64 `json:"worker_id"`
+	DPRank        *uint32 `json:"dp_rank"`
+	PrefillTokens uint64  `json:"prefill_tokens"`
+	Blocks        int     `json:"blocks"`
+}
+
+// QueuedState is one waiting request, in queue order within its role.
+type QueuedState struct {
+	RequestID  string `json:"request_id"`
+	Role       Role   `json:"role"`
+	Tier       int64  `json:"strict_priority"`
+	Score      Num    `json:"score"`
+	ArrivalMS  Num    `json:"arrival_ms"`
+	DeadlineMS *Num   `json:"deadline_ms"`
 }
 
 // Encode appends the response as one JSON line.

@@ -1,0 +1,239 @@
+package engine
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+
+	"github.com/offline-router/offline-router/internal/wire"
+)
+
+// Admission decides when a request may be placed, and tells the host when
+// to wake the router: the policy queue, time-decaying prefill load and
+// next_wakeup_ms.
+
+func (e *Engine) queueEnabled() bool { return e.cfg.QueueThreshold != nil }
+
+func (e *Engine) prefillRate() float64 {
+	if e.cfg.PrefillLoadModel == "linear" {
+		return *e.cfg.PrefillTokensPerMS
+	}
+	return 0
+}
+
+// admissible reports whether d could be placed at time t, and among which
+// ranks: it has candidates, and not all of them are busy by queue_threshold.
+// It changes nothing.
+func (e *Engine) admissible(d *demand, t float64) (candidateSet, bool) {
+	cs, err := e.candidates(d, t)
+	if err != nil {
+		return cs, false
+	}
+	for _, r := range cs.ranks {
+		if !e.queueBusy(r, t) {
+			return cs, true
+		}
+	}
+	return cs, !e.queueEnabled()
+}
+
+// queueBusy: active_prefill_tokens > queue_threshold × max_num_batched_tokens;
+// a rank without max_num_batched_tokens is never busy by this rule.
+func (e *Engine) queueBusy(r *rank, t float64) bool {
+	q := e.cfg.QueueThreshold
+	return q != nil && r.w.maxNumBatchedTokens != nil && r.prefill.at(t) > *q*float64(*r.w.maxNumBatchedTokens)
+}
+
+// placeOrWait places a new request now, or queues it when its role already
+// has waiting requests (no overtaking) or it is not admissible.
+func (e *Engine) placeOrWait(req *request, cs candidateSet) (wire.Placement, bool) {
+	if !e.queueEnabled() {
+		return e.place(req, cs), true
+	}
+	if e.queue.head(req.d.role) == nil {
+		if cs, ok := e.admissible(req.d, e.now); ok {
+			return e.place(req, cs), true
+		}
+	}
+	req.score = e.queueScore(req.d)
+	e.queue.push(req, e.cfg.QueueTimeoutMS != nil)
+	e.out.queued = append(e.out.queued, req.d.id)
+	return wire.Placement{}, false
+}
+
+// queueScore is the queue_policy score of d at its arrival (higher first).
+// wspt uses the best overlap among the ranks d may go to, from the index as
+// it is now.
+func (e *Engine) queueScore(d *demand) float64 {
+	arrivalS := d.arrival / 1000
+	switch e.cfg.QueuePolicy {
+	case "lcfs":
+		return d.priority + arrivalS
+	case "wspt":
+		e.index.FindMatches(d.local, e.overlap)
+		best := uint64(0)
+		for _, w := range e.fleet.ready {
+			if w.role != d.role {
+				continue
+			}
+			for _, r := range w.ranks {
+				if ok, _ := d.staticallyAllowed(r); ok {
+					best = max(best, uint64(e.overlap[r.slot]))
+				}
+			}
+		}
+		uncached := d.isl - min(best*e.cfg.BlockSize, d.isl)
+		return (1 + d.priority) / math.Max(float64(uncached), 1)
+	}
+	return d.priority - arrivalS
+}
+
+func (e *Engine) timesOutBy(req *request, t float64) bool {
+	to := e.cfg.QueueTimeoutMS
+	return to != nil && t-req.d.arrival >= *to
+}
+
+// expireQueue rejects every waiting request that has waited queue_timeout_ms.
+func (e *Engine) expireQueue() {
+	for {
+		req := e.queue.oldest()
+		if req == nil || !e.timesOutBy(req, e.now) {
+			return
+		}
+		e.queue.remove(req)
+		delete(e.requests, req.d.id)
+		e.out.rejected = append(e.out.rejected, wire.Rejection{
+			RequestID: req.d.id, Code: wire.CodeQueueTimeout,
+			Message: fmt.Sprintf("waited %s ms in the queue (queue_timeout_ms %s)",
+				wire.AppendNum(nil, e.now-req.d.arrival), wire.AppendNum(nil, *e.cfg.QueueTimeoutMS)),
+		})
+	}
+}
+
+// drain places queue heads, role by role, for as long as the head is
+// admissible.
+func (e *Engine) drain() {
+	for _, role := range roleOrder {
+		rq := e.queue.byRole[role]
+		for rq.Len() > 0 {
+			req := (*rq)[0]
+			cs, ok := e.admissible(req.d, e.now)
+			if !ok {
+				break
+			}
+			heap.Pop(rq)
+			e.queue.count--
+			e.out.released = append(e.out.released, e.place(req, cs))
+		}
+	}
+}
+
+// stepTo moves the clock to t (not before now) and applies what time does
+// there: approximate entries expire, waiting requests time out, then the
+// queue drains. Timeouts go first, so a request whose deadline is the very
+// moment it would become admissible is rejected.
+func (e *Engine) stepTo(t float64) {
+	if t > e.now {
+		e.now = t
+		e.out.ev.ApproxExpired += e.approxExpire()
+	}
+	e.expireQueue()
+	e.drain()
+}
+
+// advance moves the clock to t through every moment in between at which the
+// queue would act, in time order, so that each release and timeout happens
+// at its exact time.
+func (e *Engine) advance(t float64) {
+	for e.queue.count > 0 {
+		next, ok := e.nextWakeup()
+		if !ok || next > t {
+			break
+		}
+		e.stepTo(next)
+	}
+	e.stepTo(t)
+}
+
+// nextWakeup is the earliest time after now at which the router would act
+// with no further input: a waiting request times out, or a queue head
+// becomes admissible as prefill load decays.
+func (e *Engine) nextWakeup() (float64, bool) {
+	best := math.Inf(1)
+	if req := e.queue.oldest(); req != nil {
+		best = req.d.arrival + *e.cfg.QueueTimeoutMS
+	}
+	for _, role := range roleOrder {
+		if req := e.queue.head(role); req != nil {
+			best = math.Min(best, e.admissibleAt(req.d))
+		}
+	}
+	return best, !math.IsInf(best, 1)
+}
+
+// admissibleAt returns the earliest time after now at which d becomes
+// admissible with no further input, or +Inf. Loads only fall without input,
+// so each rank stops being overloaded (and queue-busy) at one moment, and d
+// is admissible from the first moment some rank it may go to is neither
+// queue-busy nor on a busy worker. Rounding is settled by checking the
+// answer with admissible itself, so a host that advances the clock to
+// exactly this time gets the release.
+func (e *Engine) admissibleAt(d *demand) float64 {
+	if e.checkPin(d) != nil {
+		return math.Inf(1)
+	}
+	best := math.Inf(1)
+	for _, w := range e.fleet.ready {
+		if w.role != d.role {
+			continue
+		}
+		workerFree := math.Inf(1)
+		for _, r := range w.ranks {
+			if ok, _ := d.staticallyAllowed(r); ok {
+				workerFree = math.Min(workerFree, e.unloadedAt(r))
+			}
+		}
+		for _, r := range w.ranks {
+			if ok, _ := d.staticallyAllowed(r); ok {
+				best = math.Min(best, math.Max(workerFree, e.queueFreeAt(r)))
+			}
+		}
+	}
+	if math.IsInf(best, 1) {
+		return best
+	}
+	t := math.Max(best, math.Nextafter(e.now, math.Inf(1)))
+	for range 64 {
+		if _, ok := e.admissible(d, t); ok {
+			return t
+		}
+		t = math.Nextafter(t, math.Inf(1))
+	}
+	return math.Inf(1)
+}
+
+// unloadedAt is when r stops exceeding every busy threshold that is set.
+func (e *Engine) unloadedAt(r *rank) float64 {
+	cfg := &e.cfg
+	t := e.now
+	if v := cfg.ActiveDecodeBlocksThreshold; v != nil && r.w.totalKVBlocks != nil &&
+		float64(r.activeDecodeBlocks()) > *v*float64(*r.w.totalKVBlocks) {
+		return math.Inf(1) // decode blocks do not decay
+	}
+	if v := cfg.ActivePrefillTokensThreshold; v != nil {
+		t = math.Max(t, r.prefill.reachTime(*v))
+	}
+	if v := cfg.ActivePrefillTokensThresholdFrac; v != nil && r.w.maxNumBatchedTokens != nil {
+		t = math.Max(t, r.prefill.reachTime(*v*float64(*r.w.maxNumBatchedTokens)))
+	}
+	return t
+}
+
+// queueFreeAt is when r stops being busy by queue_threshold.
+func (e *Engine) queueFreeAt(r *rank) float64 {
+	q := e.cfg.QueueThreshold
+	if q == nil || r.w.maxNumBatchedTokens == nil {
+		return e.now
+	}
+	return math.Max(e.now, r.prefill.reachTime(*q*float64(*r.w.maxNumBatchedTokens)))
+}

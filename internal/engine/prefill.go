@@ -1,0 +1,121 @@
+package engine
+
+import "math"
+
+// prefillLoad is a rank's booked prefill work. With the linear model
+// (rate > 0) the rank works through it like one server in FIFO order: the
+// oldest prefill decays to 0 over tokens/rate, then the next oldest starts.
+// The total therefore falls at exactly `rate` while there is work, which is
+// what at and reachTime use; the FIFO is kept so that a completed request
+// takes back only what it still had. With no model (rate 0) nothing decays.
+type prefillLoad struct {
+	rate     float64 // tokens per ms; 0 = no decay
+	last     float64 // the time the fields below describe
+	pending  uint64  // tokens of entries not yet fully decayed, exact
+	consumed float64 // how much of the head entry has decayed
+	fifo     []*prefillEntry
+	head     int
+}
+
+// prefillEntry is one request's booked prefill on a rank.
+type prefillEntry struct {
+	tokens uint64
+	done   bool // fully decayed or released
+}
+
+// at returns the load at time t >= last, without changing anything.
+func (p *prefillLoad) at(t float64) float64 {
+	v := float64(p.pending) - p.consumed
+	if p.rate > 0 && t > p.last {
+		v -= p.rate * (t - p.last)
+	}
+	return math.Max(v, 0)
+}
+
+// reachTime returns the earliest time at which the load is at most level
+// with no further input: last when it already is, +Inf when it never will.
+func (p *prefillLoad) reachTime(level float64) float64 {
+	if p.at(p.last) <= level {
+		return p.last
+	}
+	if p.rate == 0 {
+		return math.Inf(1)
+	}
+	return p.last + (float64(p.pending)-p.consumed-level)/p.rate
+}
+
+// decayTo brings the FIFO to time t, retiring entries that decayed fully.
+func (p *prefillLoad) decayTo(t float64) {
+	if p.rate > 0 && t > p.last {
+		budget := p.rate * (t - p.last)
+		for budget > 0 && p.head < len(p.fifo) {
+			e := p.fifo[p.head]
+			if e.done {
+				p.head++
+				continue
+			}
+			left := float64(e.tokens) - p.consumed
+			if budget < left {
+				p.consumed += budget
+				break
+			}
+			budget -= left
+			p.retireHead()
+		}
+	}
+	p.last = t
+	p.compact()
+}
+
+// add books tokens at time t.
+func (p *prefillLoad) add(t float64, tokens uint64) *prefillEntry {
+	p.decayTo(t)
+	e := &prefillEntry{tokens: tokens}
+	if tokens == 0 {
+		e.done = true
+		return e
+	}
+	p.fifo = append(p.fifo, e)
+	p.pending += tokens
+	return e
+}
+
+// remove releases what is left of e at time t.
+func (p *prefillLoad) remove(t float64, e *prefillEntry) {
+	p.decayTo(t)
+	if e.done {
+		return
+	}
+	for p.head < len(p.fifo) && p.fifo[p.head].done {
+		p.head++
+	}
+	if p.head < len(p.fifo) && p.fifo[p.head] == e {
+		p.retireHead()
+	} else {
+		e.done = true
+		p.pending -= e.tokens
+	}
+	p.compact()
+}
+
+func (p *prefillLoad) retireHead() {
+	e := p.fifo[p.head]
+	e.done = true
+	p.pending -= e.tokens
+	p.consumed = 0
+	p.head++
+}
+
+// compact drops retired entries from the front once they are half the slice.
+func (p *prefillLoad) compact() {
+	for p.head < len(p.fifo) && p.fifo[p.head].done {
+		p.head++
+	}
+	if p.head == len(p.fifo) {
+		p.fifo, p.head, p.consumed = p.fifo[:0], 0, 0
+	} else if p.head > len(p.fifo)/2 {
+		n := copy(p.fifo, p.fifo[p.head:])
+		clear(p.fifo[n:])
+		p.fifo, p.head = p.fifo[:n], 0
+	}
+}
