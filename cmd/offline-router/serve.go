@@ -38,6 +38,11 @@ var configFlags = []struct {
 	{"active_prefill_tokens_threshold", "busy filter: absolute prefill tokens (unset = off)", 0.0},
 	{"active_prefill_tokens_threshold_frac", "busy filter: fraction of max_num_batched_tokens (unset = off)", 0.0},
 	{"evidence", "placement evidence: none, summary or full", "summary"},
+	{"queue_threshold", "enable the policy queue: a rank is busy above this × max_num_batched_tokens prefill tokens (unset = no queue)", 0.0},
+	{"queue_policy", "queue order: fcfs, wspt or lcfs", "fcfs"},
+	{"queue_timeout_ms", "reject a request that waited this long (unset = never)", 0.0},
+	{"prefill_load_model", "none, or linear: booked prefill decays at prefill_tokens_per_ms", "none"},
+	{"prefill_tokens_per_ms", "prefill rate of the linear model", 0.0},
 }
 
 func flagName(key string) string {

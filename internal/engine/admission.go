@@ -88,16 +88,18 @@ func (e *Engine) queueScore(d *demand) float64 {
 	return d.priority - arrivalS
 }
 
-func (e *Engine) timesOutBy(req *request, t float64) bool {
-	to := e.cfg.QueueTimeoutMS
-	return to != nil && t-req.d.arrival >= *to
+// deadline is when a waiting request times out (its age reaches
+// queue_timeout_ms). Expiry and next_wakeup_ms both use this one sum, so
+// they cannot disagree by a rounding.
+func (e *Engine) deadline(req *request) float64 {
+	return req.d.arrival + *e.cfg.QueueTimeoutMS
 }
 
 // expireQueue rejects every waiting request that has waited queue_timeout_ms.
 func (e *Engine) expireQueue() {
 	for {
 		req := e.queue.oldest()
-		if req == nil || !e.timesOutBy(req, e.now) {
+		if req == nil || e.now < e.deadline(req) {
 			return
 		}
 		e.queue.remove(req)
@@ -147,8 +149,8 @@ func (e *Engine) stepTo(t float64) {
 func (e *Engine) advance(t float64) {
 	for e.queue.count > 0 {
 		next, ok := e.nextWakeup()
-		if !ok || next > t {
-			break
+		if !ok || next > t || next <= e.now {
+			break // (next <= now would be a bug; never spin on it)
 		}
 		e.stepTo(next)
 	}
@@ -161,7 +163,7 @@ func (e *Engine) advance(t float64) {
 func (e *Engine) nextWakeup() (float64, bool) {
 	best := math.Inf(1)
 	if req := e.queue.oldest(); req != nil {
-		best = req.d.arrival + *e.cfg.QueueTimeoutMS
+		best = e.deadline(req)
 	}
 	for _, role := range roleOrder {
 		if req := e.queue.head(role); req != nil {

@@ -98,15 +98,16 @@ func (e *Engine) apply(c *wire.Command, resp *wire.Response) *wire.Error {
 		}
 		t = *c.NowMS
 	}
-	// Everything that can fail is checked as of time t before anything
-	// changes, so that a failed command leaves the engine untouched.
+	// Everything that can fail is checked before anything changes, so that
+	// a failed command leaves the engine untouched; what depends only on
+	// time (decaying load) is evaluated as of t.
 	var d *demand
 	var cs candidateSet
 	var err *wire.Error
 	if c.Op == wire.OpPlace {
 		d, cs, err = e.checkPlace(c, t)
 	} else {
-		err = e.check(c, t)
+		err = e.check(c)
 	}
 	if err != nil {
 		return err
@@ -134,7 +135,11 @@ func (e *Engine) apply(c *wire.Command, resp *wire.Response) *wire.Error {
 	case wire.OpDispatchCommitted:
 		e.requests[c.RequestID].committed = true
 	case wire.OpDispatchAborted, wire.OpRequestTerminal:
-		e.finish(e.requests[c.RequestID])
+		// A waiting request may have timed out as the clock moved: its
+		// rejection is in this response and there is nothing left to end.
+		if req, ok := e.requests[c.RequestID]; ok {
+			e.finish(req)
+		}
 	case wire.OpPrefillCompleted:
 		e.prefillCompleted(e.requests[c.RequestID])
 	case wire.OpCancelPending:
@@ -174,8 +179,10 @@ func (e *Engine) checkPlace(c *wire.Command, t float64) (*demand, candidateSet, 
 	return d, cs, err
 }
 
-// check validates a command other than place as of time t, changing nothing.
-func (e *Engine) check(c *wire.Command, t float64) *wire.Error {
+// check validates a command other than place against the state before the
+// clock moves to the command's time, changing nothing. Nothing the clock
+// does can make a command that passed here fail.
+func (e *Engine) check(c *wire.Command) *wire.Error {
 	switch c.Op {
 	case wire.OpWorkerReady:
 		if w, ok := e.fleet.byID[*c.WorkerID]; ok {
@@ -194,11 +201,11 @@ func (e *Engine) check(c *wire.Command, t float64) *wire.Error {
 			return wire.Errorf(wire.CodeKVEventsDisabled, "observe needs kv_events: true; in approximate mode the index learns from placements")
 		}
 	case wire.OpDispatchAborted, wire.OpRequestTerminal:
-		if !e.inFlightAt(c.RequestID, t) {
+		if _, ok := e.requests[c.RequestID]; !ok {
 			return wire.Errorf(wire.CodeUnknownRequest, "request %q is not in flight", c.RequestID)
 		}
 	case wire.OpDispatchCommitted, wire.OpPrefillCompleted:
-		if !e.inFlightAt(c.RequestID, t) {
+		if _, ok := e.requests[c.RequestID]; !ok {
 			return wire.Errorf(wire.CodeUnknownRequest, "request %q is not in flight", c.RequestID)
 		}
 		// A host sees a waiting request's placement only in a response, so

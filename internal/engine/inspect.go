@@ -47,8 +47,8 @@ func (e *Engine) inspect() *wire.State {
 	for _, role := range roleOrder {
 		for _, req := range e.queue.ordered(role) {
 			q := wire.QueuedState{RequestID: req.d.id, Role: role, Tier: req.d.tier, Score: wire.Num(req.score), ArrivalMS: wire.Num(req.d.arrival)}
-			if to := e.cfg.QueueTimeoutMS; to != nil {
-				deadline := wire.Num(req.d.arrival + *to)
+			if e.cfg.QueueTimeoutMS != nil {
+				deadline := wire.Num(e.deadline(req))
 				q.DeadlineMS = &deadline
 			}
 			st.Queue = append(st.Queue, q)

@@ -19,13 +19,6 @@ type request struct {
 
 func (r *request) waiting() bool { return r.queueIndex >= 0 }
 
-// inFlightAt reports whether id names a request at time t: one waiting in
-// the queue counts only if it would not have timed out by then.
-func (e *Engine) inFlightAt(id string, t float64) bool {
-	r, ok := e.requests[id]
-	return ok && !(r.waiting() && e.timesOutBy(r, t))
-}
-
 // book places req on r now: its load joins the rank's.
 func (e *Engine) book(req *request, r *rank, prefillTokens uint64) {
 	req.rank = r

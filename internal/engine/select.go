@@ -34,9 +34,13 @@ type candidateSet struct {
 	filteredSet []wire.FilteredRank // only with evidence "full"
 }
 
-// newDemand checks a place command as of time t and derives its blocks.
+// newDemand checks a place command arriving at time t and derives its
+// blocks. An id stays taken until the router has reported the request's end
+// (it ended, was cancelled or timed out): the clock moving to t can place a
+// waiting request as well as time it out, so the check is against the state
+// before the clock moves.
 func (e *Engine) newDemand(c *wire.Command, t float64) (*demand, *wire.Error) {
-	if e.inFlightAt(c.RequestID, t) {
+	if _, ok := e.requests[c.RequestID]; ok {
 		return nil, wire.Errorf(wire.CodeDuplicateRequest, "request %q is already in flight", c.RequestID)
 	}
 	bs := e.cfg.BlockSize

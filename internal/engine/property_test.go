@@ -1,0 +1,215 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"pgregory.net/rapid"
+
+	"github.com/offline-router/offline-router/internal/kvindex"
+	"github.com/offline-router/offline-router/internal/wire"
+)
+
+func ptrTo[T any](v T) *T { return &v }
+
+// drawConfig draws a configuration that exercises admission: a queue or
+// not, each ordering, timeouts, linear decay and the busy thresholds.
+func drawConfig(t *rapid.T) wire.Config {
+	cfg := wire.DefaultConfig()
+	cfg.Seed = rapid.Uint64().Draw(t, "seed")
+	cfg.Temperature = rapid.SampledFrom([]float64{0, 0.5}).Draw(t, "temperature")
+	if rapid.Bool().Draw(t, "queue") {
+		cfg.QueueThreshold = ptrTo(rapid.SampledFrom([]float64{0, 0.5, 1, 2}).Draw(t, "queue_threshold"))
+		cfg.QueuePolicy = rapid.SampledFrom([]string{"fcfs", "wspt", "lcfs"}).Draw(t, "queue_policy")
+		if rapid.Bool().Draw(t, "timeout") {
+			cfg.QueueTimeoutMS = ptrTo(rapid.SampledFrom([]float64{25, 100, 400}).Draw(t, "queue_timeout_ms"))
+		}
+	}
+	if rapid.Bool().Draw(t, "linear") {
+		cfg.PrefillLoadModel = "linear"
+		cfg.PrefillTokensPerMS = ptrTo(rapid.SampledFrom([]float64{0.5, 1, 3}).Draw(t, "rate"))
+	}
+	if rapid.IntRange(0, 3).Draw(t, "busy") == 0 {
+		cfg.ActivePrefillTokensThreshold = ptrTo(rapid.SampledFrom([]float64{50, 150}).Draw(t, "abs"))
+		cfg.ActiveDecodeBlocksThreshold = ptrTo(0.5)
+	}
+	return cfg
+}
+
+// drawCommand draws one command over a small world: four workers, twelve
+// request ids, prompts over a tiny hash alphabet so prefixes are shared.
+func drawCommand(t *rapid.T, e *Engine) *wire.Command {
+	id := func() string { return fmt.Sprintf("r%d", rapid.IntRange(1, 12).Draw(t, "request")) }
+	worker := func() *uint64 { return ptrTo(uint64(rapid.IntRange(1, 4).Draw(t, "worker"))) }
+	c := &wire.Command{}
+	if rapid.IntRange(0, 3).Draw(t, "clock") == 0 {
+		c.NowMS = ptrTo(e.now + float64(rapid.IntRange(0, 60).Draw(t, "dt")))
+	}
+	switch rapid.IntRange(0, 14).Draw(t, "op") {
+	case 0:
+		c.Op, c.WorkerID = wire.OpWorkerReady, worker()
+		c.DPSize = ptrTo(uint32(rapid.IntRange(1, 2).Draw(t, "dp_size")))
+		c.MaxNumBatchedTokens = rapid.SampledFrom([]*uint64{nil, ptrTo(uint64(32)), ptrTo(uint64(128))}).Draw(t, "mbt")
+		c.TotalKVBlocks = rapid.SampledFrom([]*uint64{nil, ptrTo(uint64(40))}).Draw(t, "kv")
+	case 1:
+		c.Op, c.WorkerID = wire.OpWorkerDraining, worker()
+	case 2:
+		c.Op, c.WorkerID = wire.OpWorkerRemoved, worker()
+	case 3, 4, 5:
+		c.Op, c.RequestID = wire.OpPlace, id()
+		c.BlockHashes = rapid.SliceOfN(rapid.Uint64Range(1, 3), 0, 6).Draw(t, "hashes")
+		c.InputTokens = ptrTo(uint64(len(c.BlockHashes))*16 + uint64(rapid.IntRange(0, 40).Draw(t, "extra")))
+		if rapid.IntRange(0, 5).Draw(t, "pin") == 0 {
+			c.WorkerID = worker()
+		}
+		if rapid.IntRange(0, 5).Draw(t, "allowed") == 0 {
+			c.AllowedWorkers = []uint64{*worker(), *worker()}
+		}
+		c.Priority = ptrTo(float64(rapid.IntRange(0, 2).Draw(t, "priority")))
+		c.StrictPriority = ptrTo(int64(rapid.IntRange(0, 1).Draw(t, "tier")))
+	case 6:
+		c.Op, c.RequestID = wire.OpDispatchCommitted, id()
+	case 7:
+		c.Op, c.RequestID = wire.OpDispatchAborted, id()
+	case 8:
+		c.Op, c.RequestID = wire.OpPrefillCompleted, id()
+	case 9:
+		c.Op, c.RequestID = wire.OpRequestTerminal, id()
+	case 10:
+		c.Op, c.RequestID = wire.OpCancelPending, id()
+	case 11:
+		local := rapid.SliceOfN(rapid.Uint64Range(1, 3), 1, 4).Draw(t, "stored")
+		seq := kvindex.SequenceHashes(local)
+		ev := wire.RouterEvent{WorkerID: *worker(), StorageTier: "device", EventID: rapid.Uint64Range(1, 50).Draw(t, "event_id"), Kind: wire.EventStored}
+		for i := range local {
+			ev.Blocks = append(ev.Blocks, wire.StoredBlock{BlockHash: seq[i], TokensHash: local[i]})
+		}
+		c.Op, c.Events = wire.OpObserve, []wire.RouterEvent{ev}
+	case 12:
+		c.Op = wire.OpAdvanceClock
+		c.NowMS = ptrTo(e.now + float64(rapid.IntRange(0, 200).Draw(t, "advance")))
+	case 13:
+		c.Op = wire.OpAdvanceClock
+		c.NowMS = ptrTo(e.now)
+		if next, ok := e.nextWakeup(); ok {
+			c.NowMS = ptrTo(next)
+		}
+	case 14:
+		c.Op = wire.OpAdvanceClock
+		c.NowMS = ptrTo(e.now)
+		if next, ok := e.nextWakeup(); ok {
+			c.NowMS = ptrTo(e.now + (next-e.now)*rapid.Float64Range(0, 0.999).Draw(t, "fraction"))
+		}
+	}
+	return c
+}
+
+// TestAdmissionInvariants drives random command sequences and checks the
+// admission invariants after every command.
+func TestAdmissionInvariants(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		e, err := New(drawConfig(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range rapid.IntRange(1, 80).Draw(t, "steps") {
+			c := drawCommand(t, e)
+			wakeup, hadWakeup := e.nextWakeup()
+			before := e.inspect()
+			var resp wire.Response
+			e.Apply(c, &resp)
+			if debugSteps {
+				out, _ := wire.Encode(nil, &resp)
+				t.Logf("%s req=%s now=%v pin=%v hashes=%v -> %s", c.Op, c.RequestID, ptrVal(c.NowMS), ptrVal(c.WorkerID), c.BlockHashes, out)
+			}
+			if resp.Error != nil {
+				if diff := cmp.Diff(before, e.inspect()); diff != "" {
+					t.Fatalf("step %d: failed %s (%s) changed the state:\n%s", i, c.Op, resp.Error.Message, diff)
+				}
+				continue
+			}
+			checkInvariants(t, e, c, &resp)
+			acted := len(resp.Placements)+len(resp.Rejected) > 0
+			if c.Op == wire.OpAdvanceClock && hadWakeup && *c.NowMS == wakeup && !acted {
+				t.Fatalf("step %d: advancing to next_wakeup_ms %v released and rejected nothing", i, wakeup)
+			}
+			if c.Op == wire.OpAdvanceClock && (!hadWakeup || *c.NowMS < wakeup) && acted {
+				t.Fatalf("step %d: advancing to %v, before next_wakeup_ms %v, acted: %v %v", i, *c.NowMS, wakeup, resp.Placements, resp.Rejected)
+			}
+		}
+		endEverything(t, e)
+	})
+}
+
+func checkInvariants(t *rapid.T, e *Engine, c *wire.Command, resp *wire.Response) {
+	waiting := 0
+	for _, req := range e.requests {
+		if req.waiting() {
+			waiting++
+		}
+	}
+	if resp.PendingCount != waiting || e.queue.count != waiting {
+		t.Fatalf("pending_count %d, queue count %d, waiting requests %d", resp.PendingCount, e.queue.count, waiting)
+	}
+	if resp.NextWakeupMS != nil && float64(*resp.NextWakeupMS) <= e.now {
+		t.Fatalf("next_wakeup_ms %v is not after now %v", *resp.NextWakeupMS, e.now)
+	}
+	for _, role := range roleOrder {
+		if head := e.queue.head(role); head != nil {
+			if _, ok := e.admissible(head.d, e.now); ok {
+				t.Fatalf("request %s is admissible but left waiting", head.d.id)
+			}
+		}
+	}
+	for _, p := range resp.Placements {
+		// A placement made while the clock advanced may precede this very
+		// command's draining or removal of its worker.
+		if c.WorkerID != nil && *c.WorkerID == p.WorkerID && (c.Op == wire.OpWorkerDraining || c.Op == wire.OpWorkerRemoved) {
+			continue
+		}
+		if w, ok := e.fleet.byID[p.WorkerID]; !ok || w.status != statusReady {
+			t.Fatalf("placement of %s on worker %d, which is not ready", p.RequestID, p.WorkerID)
+		}
+	}
+	for _, r := range e.fleet.slots {
+		if r != nil && (r.activeRequests > 1<<20 || r.privateBlocks > 1<<30 || r.distinctBlocks > 1<<30 || r.prefill.at(e.now) < 0) {
+			t.Fatalf("%d/%d: a booking went negative: %+v", r.w.id, r.dp, r)
+		}
+	}
+}
+
+// endEverything ends every request and checks that every rank's load is
+// back to exactly zero.
+func endEverything(t *rapid.T, e *Engine) {
+	ids := make([]string, 0, len(e.requests))
+	for id := range e.requests {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		var resp wire.Response
+		e.Apply(&wire.Command{Op: wire.OpRequestTerminal, RequestID: id}, &resp)
+		if resp.Error != nil {
+			t.Fatalf("ending %s: %v", id, resp.Error)
+		}
+	}
+	if len(e.requests) != 0 || e.queue.count != 0 || len(e.active) != 0 {
+		t.Fatalf("left: %d requests, %d waiting, %d active hashes", len(e.requests), e.queue.count, len(e.active))
+	}
+	for _, r := range e.fleet.slots {
+		if r != nil && (r.activeRequests != 0 || r.prefill.at(e.now) != 0 || r.prefill.pending != 0 || r.activeDecodeBlocks() != 0) {
+			t.Fatalf("worker %d rank %d keeps load: %+v", r.w.id, r.dp, r)
+		}
+	}
+}
+
+const debugSteps = false
+
+func ptrVal[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
