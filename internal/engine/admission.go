@@ -44,8 +44,9 @@ func (e *Engine) queueBusy(r *rank, t float64) bool {
 	return q != nil && r.w.maxNumBatchedTokens != nil && r.prefill.at(t) > *q*float64(*r.w.maxNumBatchedTokens)
 }
 
-// placeOrWait places a new request now, or queues it when its role already
-// has waiting requests (no overtaking) or it is not admissible.
+// placeOrWait places a request now, or queues it when its role already has
+// waiting requests (no overtaking) or it is not admissible. Without a queue
+// it places among cs, which the caller found.
 func (e *Engine) placeOrWait(req *request, cs candidateSet) (wire.Placement, bool) {
 	if !e.queueEnabled() {
 		return e.place(req, cs), true
@@ -56,9 +57,32 @@ func (e *Engine) placeOrWait(req *request, cs candidateSet) (wire.Placement, boo
 		}
 	}
 	req.score = e.queueScore(req.d)
-	e.queue.push(req, e.cfg.QueueTimeoutMS != nil)
-	e.out.queued = append(e.out.queued, req.d.id)
+	e.queue.push(req)
 	return wire.Placement{}, false
+}
+
+// release places (or queues) a request that stopped waiting for its
+// binding. Without a queue, one that cannot be placed now is rejected with
+// the error a new request would get.
+func (e *Engine) release(req *request) {
+	var cs candidateSet
+	if !e.queueEnabled() {
+		var err *wire.Error
+		if cs, err = e.candidates(req.d, e.now); err != nil {
+			e.reject(req, err.Code, err.Message)
+			return
+		}
+	}
+	if p, placed := e.placeOrWait(req, cs); placed {
+		e.out.released = append(e.out.released, p)
+	}
+}
+
+// trackDeadline notes a request that starts waiting, for queue_timeout_ms.
+func (e *Engine) trackDeadline(req *request) {
+	if e.cfg.QueueTimeoutMS != nil {
+		e.queue.arrivals = append(e.queue.arrivals, req)
+	}
 }
 
 // queueScore is the queue_policy score of d at its arrival (higher first).
@@ -102,13 +126,8 @@ func (e *Engine) expireQueue() {
 		if req == nil || e.now < e.deadline(req) {
 			return
 		}
-		e.queue.remove(req)
-		delete(e.requests, req.d.id)
-		e.out.rejected = append(e.out.rejected, wire.Rejection{
-			RequestID: req.d.id, Code: wire.CodeQueueTimeout,
-			Message: fmt.Sprintf("waited %s ms in the queue (queue_timeout_ms %s)",
-				wire.AppendNum(nil, e.now-req.d.arrival), wire.AppendNum(nil, *e.cfg.QueueTimeoutMS)),
-		})
+		e.reject(req, wire.CodeQueueTimeout, fmt.Sprintf("waited %s ms (queue_timeout_ms %s)",
+			wire.AppendNum(nil, e.now-req.d.arrival), wire.AppendNum(nil, *e.cfg.QueueTimeoutMS)))
 	}
 }
 
@@ -131,14 +150,15 @@ func (e *Engine) drain() {
 }
 
 // stepTo moves the clock to t (not before now) and applies what time does
-// there: approximate entries expire, waiting requests time out, then the
-// queue drains. Timeouts go first, so a request whose deadline is the very
+// there: approximate entries and idle bindings expire, waiting requests time
+// out, then the queue drains. Timeouts go first, so a request whose deadline is the very
 // moment it would become admissible is rejected.
 func (e *Engine) stepTo(t float64) {
 	if t > e.now {
 		e.now = t
 		e.out.ev.ApproxExpired += e.approxExpire()
 	}
+	e.expireBindings()
 	e.expireQueue()
 	e.drain()
 }

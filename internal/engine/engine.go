@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/offline-router/offline-router/internal/affinity"
 	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/wire"
 )
@@ -22,6 +23,8 @@ type Engine struct {
 	active   activeBlocks
 	requests map[string]*request
 	queue    policyQueue
+	bindings *affinity.Table[*rank]
+	held     int // requests waiting for a staged binding
 	rng      *stream
 	out      output // what the current command did
 
@@ -51,6 +54,7 @@ func New(cfg wire.Config) (*Engine, error) {
 		active:   activeBlocks{},
 		requests: map[string]*request{},
 		queue:    newPolicyQueue(),
+		bindings: affinity.NewTable[*rank](cfg.Affinity.TTLMS),
 		rng:      newStream(cfg.Seed),
 	}, nil
 }
@@ -61,8 +65,6 @@ func supported(cfg wire.Config) error {
 	switch {
 	case cfg.Policy != wire.PolicyKV:
 		return fmt.Errorf("config policy: %q is not implemented yet (only kv)", cfg.Policy)
-	case cfg.Affinity.Mode != "off":
-		return fmt.Errorf("config affinity.mode: session affinity is not implemented yet")
 	}
 	return nil
 }
@@ -81,7 +83,7 @@ func (e *Engine) Apply(c *wire.Command, resp *wire.Response) {
 // Status fills the fields every response carries from the engine's state.
 func (e *Engine) Status(resp *wire.Response) {
 	resp.NowMS = wire.Num(e.now)
-	resp.PendingCount = e.queue.count
+	resp.PendingCount = e.queue.count + e.held
 	resp.NextWakeupMS = nil
 	if t, ok := e.nextWakeup(); ok {
 		n := wire.Num(t)
@@ -118,22 +120,31 @@ func (e *Engine) apply(c *wire.Command, resp *wire.Response) *wire.Error {
 	case wire.OpWorkerReady:
 		e.workerReady(c)
 	case wire.OpWorkerDraining:
-		e.workerDraining(e.fleet.byID[*c.WorkerID])
+		w := e.fleet.byID[*c.WorkerID]
+		e.workerDraining(w)
+		e.invalidate(w)
 	case wire.OpWorkerRemoved:
-		e.workerRemoved(e.fleet.byID[*c.WorkerID])
+		w := e.fleet.byID[*c.WorkerID]
+		e.invalidate(w)
+		e.workerRemoved(w)
 	case wire.OpPlace:
 		req := &request{d: d, queueIndex: -1}
 		e.requests[d.id] = req
-		if e.queueEnabled() {
-			cs = candidateSet{} // the clock moved: placeOrWait asks afresh
+		if !e.join(req) {
+			break // waits for its binding's initializer
 		}
 		if p, placed := e.placeOrWait(req, cs); placed {
 			resp.Placements = append(resp.Placements, p)
+		} else {
+			e.trackDeadline(req)
+			e.out.queued = append(e.out.queued, d.id)
 		}
 	case wire.OpObserve:
 		e.observe(c.Events)
 	case wire.OpDispatchCommitted:
-		e.requests[c.RequestID].committed = true
+		req := e.requests[c.RequestID]
+		req.committed = true
+		e.committed(req)
 	case wire.OpDispatchAborted, wire.OpRequestTerminal:
 		// A waiting request may have timed out as the clock moved: its
 		// rejection is in this response and there is nothing left to end.

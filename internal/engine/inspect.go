@@ -13,7 +13,7 @@ import (
 func (e *Engine) inspect() *wire.State {
 	st := &wire.State{
 		IndexNodes: e.index.Nodes(), Workers: []wire.WorkerState{}, Requests: []wire.RequestState{},
-		Queue: []wire.QueuedState{}, RandomDraws: e.rng.draws,
+		Queue: []wire.QueuedState{}, Bindings: e.bindingStates(), RandomDraws: e.rng.draws,
 	}
 	ids := make([]uint64, 0, len(e.fleet.byID))
 	for id := range e.fleet.byID {

@@ -17,7 +17,7 @@ var roleOrder = []wire.Role{wire.RoleAggregated, wire.RoleDecode, wire.RolePrefi
 type policyQueue struct {
 	byRole   map[wire.Role]*roleQueue
 	count    int
-	arrivals []*request // arrival order = deadline order; stale entries skipped
+	arrivals []*request // waiting requests in arrival (= deadline) order; stale entries skipped
 	nextSeq  uint64
 }
 
@@ -29,14 +29,11 @@ func newPolicyQueue() policyQueue {
 	return q
 }
 
-func (q *policyQueue) push(req *request, trackDeadline bool) {
+func (q *policyQueue) push(req *request) {
 	q.nextSeq++
 	req.arrivalSeq = q.nextSeq
 	heap.Push(q.byRole[req.d.role], req)
 	q.count++
-	if trackDeadline {
-		q.arrivals = append(q.arrivals, req)
-	}
 }
 
 func (q *policyQueue) remove(req *request) {

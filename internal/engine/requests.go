@@ -10,6 +10,8 @@ type request struct {
 	prefill   *prefillEntry // booked prefill; done once completed or decayed
 	committed bool
 	orphaned  bool // its worker was removed, and with it the booking
+	binding   *binding
+	bindRole  bindRole
 
 	// While waiting:
 	queueIndex int     // position in its role's heap; -1 when not waiting
@@ -17,7 +19,9 @@ type request struct {
 	arrivalSeq uint64  // arrival order, the last tie-break
 }
 
-func (r *request) waiting() bool { return r.queueIndex >= 0 }
+// waiting reports whether the request waits: in the policy queue, or for a
+// staged binding.
+func (r *request) waiting() bool { return r.queueIndex >= 0 || r.bindRole == bindWaiter }
 
 // book places req on r now: its load joins the rank's.
 func (e *Engine) book(req *request, r *rank, prefillTokens uint64) {
@@ -40,15 +44,23 @@ func (e *Engine) unbook(req *request) {
 	r.privateBlocks -= req.d.privateBlocks
 }
 
-// finish ends a request (terminal or aborted), freeing what it booked or
-// taking it out of the queue.
+// finish ends a request (terminal, aborted or cancelled), freeing what it
+// booked or taking it out of the queue, then undoing its session tie.
 func (e *Engine) finish(req *request) {
-	if req.waiting() {
+	switch {
+	case req.queueIndex >= 0:
 		e.queue.remove(req)
-	} else {
+	case req.rank != nil:
 		e.unbook(req)
 	}
 	delete(e.requests, req.d.id)
+	e.leftBinding(req)
+}
+
+// reject drops a request that will not be placed, and says why.
+func (e *Engine) reject(req *request, code wire.Code, message string) {
+	e.finish(req)
+	e.out.rejected = append(e.out.rejected, wire.Rejection{RequestID: req.d.id, Code: code, Message: message})
 }
 
 // prefillCompleted drops the request's prefill booking; repeating is a no-op.
@@ -61,6 +73,9 @@ func (e *Engine) prefillCompleted(req *request) {
 func (req *request) state() wire.RequestState {
 	st := wire.RequestState{RequestID: req.d.id, Blocks: len(req.d.seq) + int(req.d.privateBlocks)}
 	switch {
+	case req.bindRole == bindWaiter:
+		st.Status = "held" // waiting for its session's staged binding
+		return st
 	case req.waiting():
 		st.Status = "queued"
 		return st

@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/offline-router/offline-router/internal/affinity"
 	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/wire"
 )
@@ -23,7 +24,10 @@ type demand struct {
 	pinRank       *uint32
 	arrival       float64
 	tier          int64
-	priority      float64 // seconds of queue jump
+	priority      float64       // seconds of queue jump
+	key           *affinity.Key // session affinity key, if any
+	bound         *binding      // the bound binding it arrived under, if any
+	hardBound     bool          // ... and it must go to that binding's rank
 }
 
 // candidateSet is the ranks a demand may go to at some time, in
@@ -48,6 +52,11 @@ func (e *Engine) newDemand(c *wire.Command, t float64) (*demand, *wire.Error) {
 		id: c.RequestID, role: firstRole(c.Role, "", wire.RoleAggregated), isl: c.ISL(),
 		allowed: c.AllowedWorkers, pin: c.WorkerID, pinRank: c.DPRank, arrival: t,
 	}
+	d.key = e.affinityKey(c, d.role)
+	if err := e.planAffinity(d, t); err != nil {
+		return nil, err
+	}
+	d.hardBound = d.bound != nil && e.hardAffinity()
 	if c.StrictPriority != nil {
 		d.tier = *c.StrictPriority
 	}
@@ -98,8 +107,12 @@ func (e *Engine) checkPin(d *demand) *wire.Error {
 }
 
 // staticallyAllowed reports whether rank r of a ready worker of the
-// demand's role passes allowed_workers and the pin, and if not, why.
+// demand's role passes hard affinity, allowed_workers and the pin, and if
+// not, why.
 func (d *demand) staticallyAllowed(r *rank) (bool, string) {
+	if target := d.boundTarget(); d.hardBound && target != nil && r != target {
+		return false, wire.FilterAffinity
+	}
 	if d.allowed != nil && !slices.Contains(d.allowed, r.w.id) {
 		return false, wire.FilterNotAllowed
 	}
@@ -120,6 +133,8 @@ func (e *Engine) candidates(d *demand, t float64) (candidateSet, *wire.Error) {
 	full := e.cfg.Evidence == wire.EvidenceFull
 	drop := func(r *rank, reason string) {
 		switch reason {
+		case wire.FilterAffinity:
+			cs.filtered.Affinity++
 		case wire.FilterNotAllowed:
 			cs.filtered.NotAllowed++
 		case wire.FilterNotPinned:
@@ -222,7 +237,7 @@ func (e *Engine) place(req *request, cs candidateSet) wire.Placement {
 		s.prefill, s.decode, s.cost = e.cost(r.prefill.at(e.now), d.isl, s.overlap, r.activeDecodeBlocks()+newBlocks)
 		scores[i] = s
 	}
-	pick, ties, minCost := e.pick(scores)
+	pick, ties, minCost := e.pick(scores, e.preferred(d, scores))
 	chosen := scores[pick]
 
 	cached := min(chosen.overlap*e.cfg.BlockSize, d.isl)
@@ -231,7 +246,7 @@ func (e *Engine) place(req *request, cs candidateSet) wire.Placement {
 		RequestID: d.id, WorkerID: chosen.r.w.id, DPRank: chosen.r.dp, Role: d.role,
 		OverlapBlocks: chosen.overlap, BestAvailableOverlapBlocks: best, ISLBlocks: d.islBlocks,
 		CachedTokens: cached, PrefillTokens: d.isl - cached, QueuedMS: wire.Num(e.now - d.arrival),
-		Reason: e.reason(d, len(scores)), Binding: "none",
+		Reason: e.reason(d, chosen.r, len(scores)), Binding: e.placedUnder(req),
 	}
 	if e.cfg.Evidence != wire.EvidenceNone {
 		p.Evidence = e.evidence(cs, scores, ties, chosen.cost, minCost)
@@ -249,11 +264,27 @@ func (e *Engine) cost(activePrefill float64, isl, overlap, decodeBlocks uint64) 
 	return prefillBlocks, decodeBlocks, e.cfg.PrefillLoadScale*prefillBlocks + float64(decodeBlocks)
 }
 
-// pick chooses among scores: the cheapest (ties broken by the seeded
-// stream) at temperature 0, else a softmax draw over range-normalised costs.
-// It fills every score's probability and returns the chosen index, the
-// number of candidates at the minimum cost, and that cost.
-func (e *Engine) pick(scores []score) (int, int, float64) {
+// preferred is the index of the rank a soft-affinity request should go to
+// while that rank passes the filters and is not queue-busy, or -1.
+func (e *Engine) preferred(d *demand, scores []score) int {
+	target := d.boundTarget()
+	if target == nil || e.queueBusy(target, e.now) {
+		return -1
+	}
+	for i, s := range scores {
+		if s.r == target {
+			return i
+		}
+	}
+	return -1
+}
+
+// pick chooses among scores: the preferred index when there is one (>= 0),
+// else the cheapest (ties broken by the seeded stream) at temperature 0, else
+// a softmax draw over range-normalised costs. It fills every score's
+// probability and returns the chosen index, the number of candidates at the
+// minimum cost, and that cost.
+func (e *Engine) pick(scores []score, preferred int) (int, int, float64) {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, s := range scores {
 		lo, hi = math.Min(lo, s.cost), math.Max(hi, s.cost)
@@ -263,6 +294,13 @@ func (e *Engine) pick(scores []score) (int, int, float64) {
 		if s.cost == lo {
 			ties++
 		}
+	}
+	if preferred >= 0 {
+		for i := range scores {
+			scores[i].prob = 0
+		}
+		scores[preferred].prob = 1
+		return preferred, ties, lo
 	}
 	t := e.cfg.Temperature
 	if t == 0 || hi == lo {
@@ -305,8 +343,10 @@ func (e *Engine) pick(scores []score) (int, int, float64) {
 	return pick, ties, lo
 }
 
-func (e *Engine) reason(d *demand, candidates int) string {
+func (e *Engine) reason(d *demand, chosen *rank, candidates int) string {
 	switch {
+	case chosen == d.boundTarget():
+		return wire.ReasonAffinity
 	case d.pin != nil:
 		return wire.ReasonPinned
 	case candidates == 1:

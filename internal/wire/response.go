@@ -85,6 +85,7 @@ type PlacementEvidence struct {
 
 // FilterCounts counts the ranks dropped before costing, per reason.
 type FilterCounts struct {
+	Affinity   int `json:"affinity,omitempty"`
 	NotAllowed int `json:"not_allowed,omitempty"`
 	NotPinned  int `json:"not_pinned,omitempty"`
 	Busy       int `json:"busy,omitempty"`
@@ -92,6 +93,7 @@ type FilterCounts struct {
 
 // Filter reasons, as FilteredRank names them.
 const (
+	FilterAffinity   = "affinity" // hard affinity: not the bound rank
 	FilterNotAllowed = "not_allowed"
 	FilterNotPinned  = "not_pinned"
 	FilterBusy       = "busy"
@@ -131,12 +133,16 @@ type CommandEvidence struct {
 	ApproxBlocksAdded int            `json:"approx_blocks_added,omitempty"`
 	ApproxExpired     int            `json:"approx_blocks_expired,omitempty"`
 	RequestsOrphaned  []string       `json:"requests_orphaned,omitempty"`
+	BindingsExpired   []BindingRef   `json:"bindings_expired,omitempty"`
+	// BindingsInvalidated lists bindings whose worker drained or went away.
+	BindingsInvalidated []BindingRef `json:"bindings_invalidated,omitempty"`
 }
 
 // Empty reports whether there is nothing to say.
 func (e *CommandEvidence) Empty() bool {
 	return e.EventsApplied == nil && e.EventsIgnored == 0 && len(e.EventsSkipped) == 0 &&
-		e.BlocksDropped == 0 && e.ApproxBlocksAdded == 0 && e.ApproxExpired == 0 && len(e.RequestsOrphaned) == 0
+		e.BlocksDropped == 0 && e.ApproxBlocksAdded == 0 && e.ApproxExpired == 0 && len(e.RequestsOrphaned) == 0 &&
+		len(e.BindingsExpired) == 0 && len(e.BindingsInvalidated) == 0
 }
 
 // SkippedEvent is a KV event that was not applied, and why.
@@ -164,7 +170,27 @@ type State struct {
 	IndexBlocks int            `json:"index_blocks"`
 	Requests    []RequestState `json:"requests"`
 	Queue       []QueuedState  `json:"queue"`
+	Bindings    []BindingState `json:"bindings"`
 	RandomDraws uint64         `json:"random_draws"`
+}
+
+// BindingState is one session binding, in (role, key) order.
+type BindingState struct {
+	Role        Role     `json:"role"`
+	Key         string   `json:"key"`
+	State       string   `json:"state"`
+	WorkerID    *uint64  `json:"worker_id"`
+	DPRank      *uint32  `json:"dp_rank"`
+	Leases      int      `json:"leases"`
+	ExpiresAtMS *Num     `json:"expires_at_ms"`
+	Initializer string   `json:"initializer,omitempty"`
+	Waiters     []string `json:"waiters,omitempty"`
+}
+
+// BindingRef names a binding in command evidence.
+type BindingRef struct {
+	Role Role   `json:"role"`
+	Key  string `json:"key"`
 }
 
 // WorkerState is one worker in a snapshot.

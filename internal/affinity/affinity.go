@@ -1,0 +1,216 @@
+// Package affinity keeps session bindings on virtual time: which rank a
+// conversation (or an agent's sibling group) is bound to, whether that is
+// settled yet, how many requests hold it, and when it expires.
+package affinity
+
+import (
+	"container/heap"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Kind says what a key groups: one session, or the children of a parent.
+type Kind string
+
+// Key kinds.
+const (
+	KindSession Kind = "session"
+	KindGroup   Kind = "group"
+)
+
+// Key names a binding. Bindings are per role.
+type Key struct {
+	Role string
+	Kind Kind
+	ID   string
+}
+
+// String is the key as responses show it: "session:abc" or "group:abc".
+func (k Key) String() string { return string(k.Kind) + ":" + k.ID }
+
+func compareKeys(a, b Key) int {
+	if c := strings.Compare(a.Role, b.Role); c != 0 {
+		return c
+	}
+	if c := strings.Compare(string(a.Kind), string(b.Kind)); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ID, b.ID)
+}
+
+// State is where a binding is in its life.
+type State uint8
+
+// States.
+const (
+	// Staged: its first request (the initializer) was placed or is waiting
+	// to be, and is not dispatched yet; other requests of the key wait.
+	Staged State = iota + 1
+	// Bound: the initializer was dispatched; the key's requests go to Target.
+	Bound
+)
+
+func (s State) String() string {
+	if s == Staged {
+		return "staged"
+	}
+	return "bound"
+}
+
+// Binding ties a key to a target (a rank, for the engine).
+type Binding[T comparable] struct {
+	Key         Key
+	State       State
+	Target      T    // bound: the rank; staged: the initializer's rank once placed
+	HasTarget   bool // staged bindings have none while the initializer waits
+	Initializer string
+	Waiters     []string // staged: requests waiting for the commit or abort, in arrival order
+	Leases      int      // requests placed (or waiting to be) under a bound binding
+	lastLeaseAt float64  // when the last lease ended
+	gone        bool
+}
+
+// Gone reports whether the binding left its table (dropped, expired or
+// invalidated); requests still pointing at it hold nothing.
+func (b *Binding[T]) Gone() bool { return b.gone }
+
+// Table holds the bindings. Not safe for concurrent use.
+type Table[T comparable] struct {
+	ttl      float64
+	byKey    map[Key]*Binding[T]
+	expiring expiryHeap[T]
+}
+
+// NewTable returns an empty table whose idle bindings expire after ttl.
+func NewTable[T comparable](ttl float64) *Table[T] {
+	return &Table[T]{ttl: ttl, byKey: map[Key]*Binding[T]{}}
+}
+
+// ExpiresAt is when b expires: a bound binding without leases expires ttl
+// after its last lease ended; any other never does.
+func (x *Table[T]) ExpiresAt(b *Binding[T]) float64 {
+	if b.State != Bound || b.Leases > 0 {
+		return math.Inf(1)
+	}
+	return b.lastLeaseAt + x.ttl
+}
+
+// LiveAt returns the binding of key as it will be at time t with no input
+// but the clock, or nil. A request arriving exactly at the expiry finds none.
+func (x *Table[T]) LiveAt(key Key, t float64) *Binding[T] {
+	b := x.byKey[key]
+	if b == nil || t >= x.ExpiresAt(b) {
+		return nil
+	}
+	return b
+}
+
+// Stage starts a staged binding for key with its initializer, replacing
+// whatever binding the key had.
+func (x *Table[T]) Stage(key Key, initializer string) *Binding[T] {
+	x.drop(x.byKey[key])
+	b := &Binding[T]{Key: key, State: Staged, Initializer: initializer}
+	x.byKey[key] = b
+	return b
+}
+
+// Bind settles a staged binding on target with one lease: its initializer's.
+func (x *Table[T]) Bind(b *Binding[T], target T) {
+	b.State, b.Target, b.HasTarget, b.Initializer, b.Leases = Bound, target, true, "", 1
+}
+
+// Move re-binds a bound binding to another target (soft affinity).
+func (x *Table[T]) Move(b *Binding[T], target T) { b.Target = target }
+
+// Drop removes a binding (a staged binding whose initializer was aborted).
+func (x *Table[T]) Drop(b *Binding[T]) { x.drop(b) }
+
+func (x *Table[T]) drop(b *Binding[T]) {
+	if b != nil && !b.gone {
+		b.gone = true
+		delete(x.byKey, b.Key)
+	}
+}
+
+// AddLease records one more request under a bound binding.
+func (x *Table[T]) AddLease(b *Binding[T]) { b.Leases++ }
+
+// EndLease records that a request under b ended at time now; the last one
+// starts the idle countdown.
+func (x *Table[T]) EndLease(b *Binding[T], now float64) {
+	if b.gone || b.Leases == 0 {
+		return
+	}
+	b.Leases--
+	if b.Leases == 0 {
+		b.lastLeaseAt = now
+		heap.Push(&x.expiring, expiryEntry[T]{at: x.ExpiresAt(b), b: b})
+	}
+}
+
+// Expire removes every binding whose expiry is at or before now and returns
+// their keys in a stable order.
+func (x *Table[T]) Expire(now float64) []Key {
+	var keys []Key
+	for x.expiring.Len() > 0 && x.expiring[0].at <= now {
+		e := heap.Pop(&x.expiring).(expiryEntry[T])
+		if !e.b.gone && x.ExpiresAt(e.b) == e.at {
+			x.drop(e.b)
+			keys = append(keys, e.b.Key)
+		}
+	}
+	slices.SortFunc(keys, compareKeys)
+	return keys
+}
+
+// Invalidate removes every binding whose target matches and returns them in
+// a stable order.
+func (x *Table[T]) Invalidate(match func(T) bool) []*Binding[T] {
+	var out []*Binding[T]
+	for _, b := range x.byKey {
+		if b.HasTarget && match(b.Target) {
+			out = append(out, b)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Binding[T]) int { return compareKeys(a.Key, b.Key) })
+	for _, b := range out {
+		x.drop(b)
+	}
+	return out
+}
+
+// Sorted returns every binding in a stable order.
+func (x *Table[T]) Sorted() []*Binding[T] {
+	out := make([]*Binding[T], 0, len(x.byKey))
+	for _, b := range x.byKey {
+		out = append(out, b)
+	}
+	slices.SortFunc(out, func(a, b *Binding[T]) int { return compareKeys(a.Key, b.Key) })
+	return out
+}
+
+type expiryEntry[T comparable] struct {
+	at float64
+	b  *Binding[T]
+}
+
+// expiryHeap orders pending expiries; entries of bindings that were leased
+// again or went away are skipped when they come up.
+type expiryHeap[T comparable] []expiryEntry[T]
+
+func (h expiryHeap[T]) Len() int { return len(h) }
+func (h expiryHeap[T]) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return compareKeys(h[i].b.Key, h[j].b.Key) < 0
+}
+func (h expiryHeap[T]) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *expiryHeap[T]) Push(v any)   { *h = append(*h, v.(expiryEntry[T])) }
+func (h *expiryHeap[T]) Pop() any {
+	old := *h
+	v := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return v
+}

@@ -1,0 +1,230 @@
+package engine
+
+import (
+	"math"
+	"slices"
+
+	"github.com/offline-router/offline-router/internal/affinity"
+	"github.com/offline-router/offline-router/internal/wire"
+)
+
+// Session affinity: the engine's use of the binding table. A request joins
+// its key's binding when it arrives, in one of three ways, and keeps that
+// tie until it ends:
+//   - initializer: no live binding, so it stages one and is placed normally;
+//     its dispatch_committed binds the key to its rank;
+//   - waiter: the binding is staged by another request; it waits, and is
+//     released by the initializer's commit (onto the bound rank) or abort
+//     (the first waiter becomes the new initializer);
+//   - leaseholder: the binding is bound; it holds a lease from its arrival,
+//     even while it waits in the queue, so a binding never expires under a
+//     request. Hence, while the clock moves, bindings change only by
+//     expiring, and what a command will find at its now_ms is known before
+//     anything changes.
+
+type binding = affinity.Binding[*rank]
+
+type bindRole uint8
+
+const (
+	bindNone bindRole = iota
+	bindInitializer
+	bindWaiter
+	bindLeaseholder
+)
+
+func (e *Engine) hardAffinity() bool { return e.cfg.Affinity.Mode == "hard" }
+
+// affinityKey is the binding key of a place command, or nil.
+func (e *Engine) affinityKey(c *wire.Command, role wire.Role) *affinity.Key {
+	if e.cfg.Affinity.Mode == "off" {
+		return nil
+	}
+	if e.cfg.Affinity.Key == "sibling_group" && c.ParentSessionID != nil {
+		return &affinity.Key{Role: string(role), Kind: affinity.KindGroup, ID: *c.ParentSessionID}
+	}
+	if c.SessionID != nil {
+		return &affinity.Key{Role: string(role), Kind: affinity.KindSession, ID: *c.SessionID}
+	}
+	return nil
+}
+
+// planAffinity finds the binding a demand arriving at t will join. It
+// changes nothing; in hard mode it refuses a pin or allowed_workers that
+// excludes the bound rank.
+func (e *Engine) planAffinity(d *demand, t float64) *wire.Error {
+	if d.key == nil {
+		return nil
+	}
+	b := e.bindings.LiveAt(*d.key, t)
+	if b == nil || b.State != affinity.Bound {
+		return nil
+	}
+	d.bound = b
+	if !e.hardAffinity() {
+		return nil
+	}
+	target := b.Target
+	if d.pin != nil && (*d.pin != target.w.id || (d.pinRank != nil && *d.pinRank != target.dp)) {
+		return wire.Errorf(wire.CodeAffinityConflict, "%s is bound to worker %d rank %d; the pin names another", b.Key, target.w.id, target.dp)
+	}
+	if d.allowed != nil && !slices.Contains(d.allowed, target.w.id) {
+		return wire.Errorf(wire.CodeAffinityConflict, "%s is bound to worker %d, which allowed_workers excludes", b.Key, target.w.id)
+	}
+	return nil
+}
+
+// join ties an arriving request to its key's binding, as planned. It
+// reports false when the request must wait for a staged binding.
+func (e *Engine) join(req *request) bool {
+	d := req.d
+	if d.key == nil {
+		return true
+	}
+	b := e.bindings.LiveAt(*d.key, e.now)
+	switch {
+	case b == nil:
+		req.binding, req.bindRole = e.bindings.Stage(*d.key, d.id), bindInitializer
+	case b.State == affinity.Staged:
+		req.binding, req.bindRole = b, bindWaiter
+		b.Waiters = append(b.Waiters, d.id)
+		e.held++
+		e.trackDeadline(req)
+		e.out.queued = append(e.out.queued, d.id)
+		return false
+	default:
+		req.binding, req.bindRole = b, bindLeaseholder
+		e.bindings.AddLease(b)
+	}
+	return true
+}
+
+// boundTarget is the rank a request must (hard) or should (soft) go to.
+func (d *demand) boundTarget() *rank {
+	if d.bound == nil || d.bound.Gone() {
+		return nil
+	}
+	return d.bound.Target
+}
+
+// placedUnder records where a request under a binding was placed: a staged
+// binding learns its initializer's rank.
+func (e *Engine) placedUnder(req *request) string {
+	if req.binding == nil || req.binding.Gone() {
+		return "none"
+	}
+	switch req.bindRole {
+	case bindInitializer:
+		req.binding.Target, req.binding.HasTarget = req.rank, true
+		return "staged"
+	case bindLeaseholder:
+		return "bound"
+	}
+	return "none"
+}
+
+// committed settles the binding of a dispatched request: an initializer's
+// binding becomes bound to its rank and its waiters are released onto it; in
+// soft mode a request placed off its binding's rank moves the binding.
+func (e *Engine) committed(req *request) {
+	b := req.binding
+	if b == nil || b.Gone() {
+		return
+	}
+	switch req.bindRole {
+	case bindInitializer:
+		waiters := b.Waiters
+		b.Waiters = nil
+		e.bindings.Bind(b, req.rank)
+		req.bindRole = bindLeaseholder
+		for _, id := range waiters {
+			w := e.requests[id]
+			e.held--
+			w.bindRole = bindLeaseholder
+			w.d.bound, w.d.hardBound = b, e.hardAffinity()
+			e.bindings.AddLease(b)
+			e.release(w)
+		}
+	case bindLeaseholder:
+		if !e.hardAffinity() && b.Target != req.rank {
+			e.bindings.Move(b, req.rank)
+		}
+	}
+}
+
+// leftBinding undoes a request's tie when it ends (terminal, abort, cancel,
+// timeout or rejection). An initializer that was never dispatched takes its
+// staged binding with it, and its first waiter becomes the new initializer.
+func (e *Engine) leftBinding(req *request) {
+	b := req.binding
+	if b == nil || b.Gone() {
+		return
+	}
+	switch req.bindRole {
+	case bindInitializer:
+		e.bindings.Drop(b)
+		e.promote(b)
+	case bindWaiter:
+		b.Waiters = slices.DeleteFunc(b.Waiters, func(id string) bool { return id == req.d.id })
+		e.held--
+	case bindLeaseholder:
+		e.bindings.EndLease(b, e.now)
+	}
+}
+
+// promote makes the first waiter of a staged binding that went away the
+// initializer of a fresh one, selected afresh; the others wait for it.
+func (e *Engine) promote(old *binding) {
+	waiters := old.Waiters
+	old.Waiters = nil
+	if len(waiters) == 0 {
+		return
+	}
+	first := e.requests[waiters[0]]
+	nb := e.bindings.Stage(old.Key, first.d.id)
+	nb.Waiters = waiters[1:]
+	for _, id := range nb.Waiters {
+		e.requests[id].binding = nb
+	}
+	e.held--
+	first.binding, first.bindRole = nb, bindInitializer
+	e.release(first)
+}
+
+// invalidate drops the bindings of a worker that drains or goes away. A
+// staged one's waiters are promoted; requests under a bound one select
+// afresh from now on.
+func (e *Engine) invalidate(w *worker) {
+	for _, b := range e.bindings.Invalidate(func(r *rank) bool { return r.w == w }) {
+		e.out.ev.BindingsInvalidated = append(e.out.ev.BindingsInvalidated, wire.BindingRef{Role: wire.Role(b.Key.Role), Key: b.Key.String()})
+		if b.State == affinity.Staged {
+			e.promote(b)
+		}
+	}
+}
+
+// expireBindings drops the bindings whose idle time ran out.
+func (e *Engine) expireBindings() {
+	for _, k := range e.bindings.Expire(e.now) {
+		e.out.ev.BindingsExpired = append(e.out.ev.BindingsExpired, wire.BindingRef{Role: wire.Role(k.Role), Key: k.String()})
+	}
+}
+
+func (e *Engine) bindingStates() []wire.BindingState {
+	out := []wire.BindingState{}
+	for _, b := range e.bindings.Sorted() {
+		bs := wire.BindingState{
+			Role: wire.Role(b.Key.Role), Key: b.Key.String(), State: b.State.String(),
+			Leases: b.Leases, Initializer: b.Initializer, Waiters: b.Waiters,
+		}
+		if b.HasTarget {
+			bs.WorkerID, bs.DPRank = &b.Target.w.id, &b.Target.dp
+		}
+		if at := e.bindings.ExpiresAt(b); !math.IsInf(at, 1) {
+			n := wire.Num(at)
+			bs.ExpiresAtMS = &n
+		}
+		out = append(out, bs)
+	}
+	return out
+}
