@@ -124,9 +124,10 @@ func (e *Engine) apply(c *wire.Command, resp *wire.Response) *wire.Error {
 		e.workerDraining(w)
 		e.invalidate(w)
 	case wire.OpWorkerRemoved:
+		// Gone first, so that waiters its bindings release cannot land on it.
 		w := e.fleet.byID[*c.WorkerID]
-		e.invalidate(w)
 		e.workerRemoved(w)
+		e.invalidate(w)
 	case wire.OpPlace:
 		req := &request{d: d, queueIndex: -1}
 		e.requests[d.id] = req
@@ -222,7 +223,7 @@ func (e *Engine) check(c *wire.Command) *wire.Error {
 		// A host sees a waiting request's placement only in a response, so
 		// it cannot have dispatched one that is waiting now.
 		if e.requests[c.RequestID].waiting() {
-			return wire.Errorf(wire.CodeUnknownRequest, "request %q is waiting in the queue: it has no placement yet", c.RequestID)
+			return wire.Errorf(wire.CodeUnknownRequest, "request %q is waiting (in the queue or for its session's binding): it has no placement yet", c.RequestID)
 		}
 	}
 	return nil

@@ -31,6 +31,9 @@ func drawConfig(t *rapid.T) wire.Config {
 		cfg.PrefillLoadModel = "linear"
 		cfg.PrefillTokensPerMS = ptrTo(rapid.SampledFrom([]float64{0.5, 1, 3}).Draw(t, "rate"))
 	}
+	cfg.Affinity.Mode = rapid.SampledFrom([]string{"off", "hard", "soft"}).Draw(t, "affinity")
+	cfg.Affinity.Key = rapid.SampledFrom([]string{"session", "sibling_group"}).Draw(t, "affinity_key")
+	cfg.Affinity.TTLMS = rapid.SampledFrom([]float64{0, 30, 1000}).Draw(t, "ttl")
 	if rapid.IntRange(0, 3).Draw(t, "busy") == 0 {
 		cfg.ActivePrefillTokensThreshold = ptrTo(rapid.SampledFrom([]float64{50, 150}).Draw(t, "abs"))
 		cfg.ActiveDecodeBlocksThreshold = ptrTo(0.5)
@@ -68,6 +71,8 @@ func drawCommand(t *rapid.T, e *Engine) *wire.Command {
 			c.AllowedWorkers = []uint64{*worker(), *worker()}
 		}
 		c.Priority = ptrTo(float64(rapid.IntRange(0, 2).Draw(t, "priority")))
+		c.SessionID = rapid.SampledFrom([]*string{nil, ptrTo("s1"), ptrTo("s2")}).Draw(t, "session")
+		c.ParentSessionID = rapid.SampledFrom([]*string{nil, nil, ptrTo("p")}).Draw(t, "parent")
 		c.StrictPriority = ptrTo(int64(rapid.IntRange(0, 1).Draw(t, "tier")))
 	case 6:
 		c.Op, c.RequestID = wire.OpDispatchCommitted, id()
@@ -150,8 +155,8 @@ func checkInvariants(t *rapid.T, e *Engine, c *wire.Command, resp *wire.Response
 			waiting++
 		}
 	}
-	if resp.PendingCount != waiting || e.queue.count != waiting {
-		t.Fatalf("pending_count %d, queue count %d, waiting requests %d", resp.PendingCount, e.queue.count, waiting)
+	if resp.PendingCount != waiting || e.queue.count+e.held != waiting {
+		t.Fatalf("pending_count %d, queued %d + held %d, waiting requests %d", resp.PendingCount, e.queue.count, e.held, waiting)
 	}
 	if resp.NextWakeupMS != nil && float64(*resp.NextWakeupMS) <= e.now {
 		t.Fatalf("next_wakeup_ms %v is not after now %v", *resp.NextWakeupMS, e.now)
@@ -173,6 +178,7 @@ func checkInvariants(t *rapid.T, e *Engine, c *wire.Command, resp *wire.Response
 			t.Fatalf("placement of %s on worker %d, which is not ready", p.RequestID, p.WorkerID)
 		}
 	}
+	checkBindings(t, e, resp)
 	for _, r := range e.fleet.slots {
 		if r != nil && (r.activeRequests > 1<<20 || r.privateBlocks > 1<<30 || r.distinctBlocks > 1<<30 || r.prefill.at(e.now) < 0) {
 			t.Fatalf("%d/%d: a booking went negative: %+v", r.w.id, r.dp, r)
@@ -180,23 +186,74 @@ func checkInvariants(t *rapid.T, e *Engine, c *wire.Command, resp *wire.Response
 	}
 }
 
+// checkBindings: no binding points at a worker that is not ready; in hard
+// mode a placement under a bound binding is on its rank; lease and waiter
+// counts match the requests that hold them.
+func checkBindings(t *rapid.T, e *Engine, resp *wire.Response) {
+	leases := map[*binding]int{}
+	waiters := map[*binding][]string{}
+	for _, req := range e.requests {
+		switch req.bindRole {
+		case bindLeaseholder:
+			leases[req.binding]++
+		case bindWaiter:
+			waiters[req.binding] = append(waiters[req.binding], req.d.id)
+		}
+	}
+	held := 0
+	for _, b := range e.bindings.Sorted() {
+		if b.HasTarget && (e.fleet.byID[b.Target.w.id] != b.Target.w || b.Target.w.status != statusReady) {
+			t.Fatalf("%s points at worker %d, which is not ready", b.Key, b.Target.w.id)
+		}
+		if b.Leases != leases[b] {
+			t.Fatalf("%s has %d leases, %d requests hold one", b.Key, b.Leases, leases[b])
+		}
+		slices.Sort(waiters[b])
+		got := slices.Clone(b.Waiters)
+		slices.Sort(got)
+		if !slices.Equal(got, waiters[b]) {
+			t.Fatalf("%s waiters %v, requests waiting on it %v", b.Key, b.Waiters, waiters[b])
+		}
+		held += len(b.Waiters)
+	}
+	if held != e.held {
+		t.Fatalf("held count %d, waiters %d", e.held, held)
+	}
+	for _, p := range resp.Placements {
+		req := e.requests[p.RequestID]
+		if req == nil || !e.hardAffinity() || p.Binding != "bound" || req.binding.Gone() {
+			continue
+		}
+		if target := req.binding.Target; target.w.id != p.WorkerID || target.dp != p.DPRank {
+			t.Fatalf("hard: %s placed on %d/%d, bound to %d/%d", p.RequestID, p.WorkerID, p.DPRank, target.w.id, target.dp)
+		}
+	}
+}
+
 // endEverything ends every request and checks that every rank's load is
 // back to exactly zero.
 func endEverything(t *rapid.T, e *Engine) {
-	ids := make([]string, 0, len(e.requests))
-	for id := range e.requests {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	// Ending one request can end another (a promoted waiter that cannot be
+	// placed is rejected), so take the smallest id left each time.
+	for len(e.requests) > 0 {
+		ids := make([]string, 0, len(e.requests))
+		for id := range e.requests {
+			ids = append(ids, id)
+		}
+		id := slices.Min(ids)
 		var resp wire.Response
 		e.Apply(&wire.Command{Op: wire.OpRequestTerminal, RequestID: id}, &resp)
 		if resp.Error != nil {
 			t.Fatalf("ending %s: %v", id, resp.Error)
 		}
 	}
-	if len(e.requests) != 0 || e.queue.count != 0 || len(e.active) != 0 {
-		t.Fatalf("left: %d requests, %d waiting, %d active hashes", len(e.requests), e.queue.count, len(e.active))
+	if len(e.requests) != 0 || e.queue.count != 0 || e.held != 0 || len(e.active) != 0 {
+		t.Fatalf("left: %d requests, %d waiting, %d held, %d active hashes", len(e.requests), e.queue.count, e.held, len(e.active))
+	}
+	for _, b := range e.bindings.Sorted() {
+		if b.Leases != 0 || len(b.Waiters) != 0 {
+			t.Fatalf("%s keeps %d leases and waiters %v after every request ended", b.Key, b.Leases, b.Waiters)
+		}
 	}
 	for _, r := range e.fleet.slots {
 		if r != nil && (r.activeRequests != 0 || r.prefill.at(e.now) != 0 || r.prefill.pending != 0 || r.activeDecodeBlocks() != 0) {

@@ -178,6 +178,8 @@ func (e *Engine) candidates(d *demand, t float64) (candidateSet, *wire.Error) {
 	switch {
 	case ofRole == 0:
 		return cs, wire.Errorf(wire.CodeNoEligibleWorker, "no ready worker serves role %s", d.role)
+	case cs.filtered.Busy > 0 && d.hardBound:
+		return cs, wire.Errorf(wire.CodeAllWorkersBusy, "%s is bound to worker %d, which is over a busy threshold", d.bound.Key, d.bound.Target.w.id)
 	case cs.filtered.Busy > 0:
 		return cs, wire.Errorf(wire.CodeAllWorkersBusy, "every eligible worker of role %s is over a busy threshold", d.role)
 	case d.pin != nil && cs.filtered.NotAllowed > 0:

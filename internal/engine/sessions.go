@@ -156,11 +156,12 @@ func (e *Engine) committed(req *request) {
 // timeout or rejection). An initializer that was never dispatched takes its
 // staged binding with it, and its first waiter becomes the new initializer.
 func (e *Engine) leftBinding(req *request) {
-	b := req.binding
+	b, role := req.binding, req.bindRole
+	req.binding, req.bindRole = nil, bindNone
 	if b == nil || b.Gone() {
 		return
 	}
-	switch req.bindRole {
+	switch role {
 	case bindInitializer:
 		e.bindings.Drop(b)
 		e.promote(b)
