@@ -43,6 +43,9 @@ var configFlags = []struct {
 	{"queue_timeout_ms", "reject a request that waited this long (unset = never)", 0.0},
 	{"prefill_load_model", "none, or linear: booked prefill decays at prefill_tokens_per_ms", "none"},
 	{"prefill_tokens_per_ms", "prefill rate of the linear model", 0.0},
+	{"affinity.mode", "session affinity: off, hard or soft", "off"},
+	{"affinity.ttl_ms", "idle lifetime of a session binding, in virtual ms", 3600000.0},
+	{"affinity.key", "affinity key: session, or sibling_group (parent_session_id)", "session"},
 }
 
 func flagName(key string) string {
