@@ -5,7 +5,6 @@
 package engine
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/offline-router/offline-router/internal/affinity"
@@ -15,18 +14,19 @@ import (
 
 // Engine routes requests to workers. Not safe for concurrent use.
 type Engine struct {
-	cfg      wire.Config
-	now      float64
-	fleet    fleet
-	index    *kvindex.Index
-	approx   *approxIndex
-	active   activeBlocks
-	requests map[string]*request
-	queue    policyQueue
-	bindings *affinity.Table[*rank]
-	held     int // requests waiting for a staged binding
-	rng      *stream
-	out      output // what the current command did
+	cfg        wire.Config
+	now        float64
+	fleet      fleet
+	index      *kvindex.Index
+	approx     *approxIndex
+	active     activeBlocks
+	requests   map[string]*request
+	queue      policyQueue
+	bindings   *affinity.Table[*rank]
+	held       int // requests waiting for a staged binding
+	rng        *stream
+	roundRobin uint64 // the round_robin policy's counter
+	out        output // what the current command did
 
 	// Scratch slices indexed by rank slot, reused by every placement.
 	overlap []uint32
@@ -43,7 +43,7 @@ type output struct {
 
 // New returns an engine at time 0 with no workers.
 func New(cfg wire.Config) (*Engine, error) {
-	if err := supported(cfg); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return &Engine{
@@ -57,16 +57,6 @@ func New(cfg wire.Config) (*Engine, error) {
 		bindings: affinity.NewTable[*rank](cfg.Affinity.TTLMS),
 		rng:      newStream(cfg.Seed),
 	}, nil
-}
-
-// supported refuses configuration this build does not implement yet, so
-// that a key is never accepted and then silently ignored.
-func supported(cfg wire.Config) error {
-	switch {
-	case cfg.Policy != wire.PolicyKV:
-		return fmt.Errorf("config policy: %q is not implemented yet (only kv)", cfg.Policy)
-	}
-	return nil
 }
 
 // Apply steps the engine with one decoded command and fills resp. A command

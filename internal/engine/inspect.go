@@ -13,7 +13,7 @@ import (
 func (e *Engine) inspect() *wire.State {
 	st := &wire.State{
 		IndexNodes: e.index.Nodes(), Workers: []wire.WorkerState{}, Requests: []wire.RequestState{},
-		Queue: []wire.QueuedState{}, Bindings: e.bindingStates(), RandomDraws: e.rng.draws,
+		Queue: []wire.QueuedState{}, Bindings: e.bindingStates(), RandomDraws: e.rng.draws, RoundRobinNext: e.roundRobin,
 	}
 	ids := make([]uint64, 0, len(e.fleet.byID))
 	for id := range e.fleet.byID {

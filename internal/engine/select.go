@@ -297,12 +297,18 @@ func (e *Engine) pick(scores []score, preferred int) (int, int, float64) {
 			ties++
 		}
 	}
+	if len(scores) == 1 {
+		preferred = 0 // nothing to choose: no policy counter or draw is used
+	}
 	if preferred >= 0 {
 		for i := range scores {
 			scores[i].prob = 0
 		}
 		scores[preferred].prob = 1
 		return preferred, ties, lo
+	}
+	if e.cfg.Policy != wire.PolicyKV {
+		return e.pickBaseline(scores), ties, lo
 	}
 	t := e.cfg.Temperature
 	if t == 0 || hi == lo {
@@ -343,6 +349,48 @@ func (e *Engine) pick(scores []score, preferred int) (int, int, float64) {
 		pick = len(scores) - 1
 	}
 	return pick, ties, lo
+}
+
+// pickBaseline chooses by a baseline policy, ignoring cost (the costs are
+// still computed, for the evidence): round_robin takes the candidates in turn
+// from one counter, random draws uniformly, least_loaded takes the fewest
+// active requests with ties drawn uniformly.
+func (e *Engine) pickBaseline(scores []score) int {
+	for i := range scores {
+		scores[i].prob = 0
+	}
+	var pick int
+	switch e.cfg.Policy {
+	case wire.PolicyRoundRobin:
+		pick = int(e.roundRobin % uint64(len(scores)))
+		e.roundRobin++
+		scores[pick].prob = 1
+		return pick
+	case wire.PolicyRandom:
+		pick = e.rng.index(len(scores))
+		for i := range scores {
+			scores[i].prob = 1 / float64(len(scores))
+		}
+		return pick
+	}
+	least := scores[0].r.activeRequests
+	for _, s := range scores {
+		least = min(least, s.r.activeRequests)
+	}
+	var tied []int
+	for i, s := range scores {
+		if s.r.activeRequests == least {
+			tied = append(tied, i)
+		}
+	}
+	pick = tied[0]
+	if len(tied) > 1 {
+		pick = tied[e.rng.index(len(tied))]
+	}
+	for _, i := range tied {
+		scores[i].prob = 1 / float64(len(tied))
+	}
+	return pick
 }
 
 func (e *Engine) reason(d *demand, chosen *rank, candidates int) string {

@@ -172,6 +172,8 @@ type State struct {
 	Queue       []QueuedState  `json:"queue"`
 	Bindings    []BindingState `json:"bindings"`
 	RandomDraws uint64         `json:"random_draws"`
+	// RoundRobinNext is the round_robin policy's counter.
+	RoundRobinNext uint64 `json:"round_robin_next,omitempty"`
 }
 
 // BindingState is one session binding, in (role, key) order.
