@@ -72,6 +72,6 @@ The wire protocol is in docs/PROTOCOL.md; a worked session is in the README.`,
 		},
 	}
 	opts.bind(serve)
-	root.AddCommand(serve, newVersionCommand(), newExampleCommand(log))
+	root.AddCommand(serve, newReplayCommand(), newVersionCommand(), newExampleCommand(log))
 	return root
 }

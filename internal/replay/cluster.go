@@ -1,0 +1,169 @@
+package replay
+
+import (
+	"container/list"
+
+	"github.com/offline-router/offline-router/internal/wire"
+)
+
+// ClusterConfig is the simulated cluster: identical workers, each with a
+// prefix KV cache and one prefill server.
+type ClusterConfig struct {
+	Workers             int
+	BlockSize           uint64
+	TotalKVBlocks       int     // cache capacity per worker, in blocks
+	MaxNumSeqs          int     // requests running at once per worker
+	MaxNumBatchedTokens uint64  // reported to the router for its busy and queue thresholds
+	PrefillTokensPerMS  float64 // prefill speed of uncached tokens
+	DecodeMSPerToken    float64 // decode time per output token
+}
+
+// DefaultCluster is the cluster replay uses unless told otherwise.
+func DefaultCluster(workers int) ClusterConfig {
+	return ClusterConfig{Workers: workers, BlockSize: 512, TotalKVBlocks: 4096, MaxNumSeqs: 64,
+		MaxNumBatchedTokens: 8192, PrefillTokensPerMS: 20, DecodeMSPerToken: 15}
+}
+
+// cacheBlock is one block in a worker's KV cache, by sequence hash.
+type cacheBlock struct {
+	hash, local uint64
+	refs        int
+	stored      bool          // computed: visible to later requests and to the router
+	lru         *list.Element // position among unreferenced blocks; nil while referenced
+}
+
+// simWorker is one worker of the simulated cluster.
+type simWorker struct {
+	id            uint64
+	blocks        map[uint64]*cacheBlock
+	idle          *list.List // unreferenced blocks, least recently used first
+	running       int
+	prefillFreeAt float64
+	waiting       []*simRequest // placed here, not admitted yet (FIFO)
+	eventID       uint64
+}
+
+func newWorker(id uint64) *simWorker {
+	return &simWorker{id: id, blocks: map[uint64]*cacheBlock{}, idle: list.New()}
+}
+
+// cachedPrefix is how many leading blocks of seq the worker has computed.
+func (w *simWorker) cachedPrefix(seq []uint64) int {
+	n := 0
+	for n < len(seq) {
+		b := w.blocks[seq[n]]
+		if b == nil || !b.stored {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// admit tries to start r on the worker: a free sequence slot and room in the
+// cache for the blocks it lacks (evicting unreferenced blocks, least recently
+// used first). It returns the evicted hashes, and false if r must wait. A
+// request alone on its worker is always admitted; blocks that do not fit are
+// then simply not cached.
+func (w *simWorker) admit(r *simRequest, cfg *ClusterConfig) ([]uint64, bool) {
+	if w.running >= cfg.MaxNumSeqs {
+		return nil, false
+	}
+	missing := 0
+	for _, h := range r.seq {
+		if w.blocks[h] == nil {
+			missing++
+		}
+	}
+	free := cfg.TotalKVBlocks - len(w.blocks) + w.idle.Len()
+	if missing > free && w.running > 0 {
+		return nil, false
+	}
+	r.hitBlocks = w.cachedPrefix(r.seq)
+	var evicted []uint64
+	for _, h := range r.seq {
+		if b := w.blocks[h]; b != nil {
+			w.ref(b)
+		}
+	}
+	for i, h := range r.seq {
+		if w.blocks[h] != nil {
+			continue
+		}
+		for len(w.blocks) >= cfg.TotalKVBlocks && w.idle.Len() > 0 {
+			evicted = append(evicted, w.evictOne())
+		}
+		if len(w.blocks) >= cfg.TotalKVBlocks {
+			break // the rest of the prompt is not cached
+		}
+		b := &cacheBlock{hash: h, local: r.local[i], refs: 1}
+		w.blocks[h] = b
+		r.owned = append(r.owned, b)
+	}
+	w.running++
+	return evicted, true
+}
+
+func (w *simWorker) ref(b *cacheBlock) {
+	if b.refs == 0 && b.lru != nil {
+		w.idle.Remove(b.lru)
+		b.lru = nil
+	}
+	b.refs++
+}
+
+// evictOne drops the least recently used unreferenced block.
+func (w *simWorker) evictOne() uint64 {
+	b := w.idle.Remove(w.idle.Front()).(*cacheBlock)
+	delete(w.blocks, b.hash)
+	return b.hash
+}
+
+// store marks the blocks r computed as cached and returns the stored event
+// for the router: the chain after r's cached prefix.
+func (w *simWorker) store(r *simRequest) *wire.RouterEvent {
+	ev := &wire.RouterEvent{WorkerID: w.id, StorageTier: "device", Kind: wire.EventStored}
+	if r.hitBlocks > 0 {
+		p := r.seq[r.hitBlocks-1]
+		ev.ParentHash = &p
+	}
+	for i := r.hitBlocks; i < len(r.seq); i++ {
+		b := w.blocks[r.seq[i]]
+		if b == nil {
+			break // not cached (no room): the chain stops here
+		}
+		b.stored = true
+		ev.Blocks = append(ev.Blocks, wire.StoredBlock{BlockHash: b.hash, TokensHash: b.local})
+	}
+	if len(ev.Blocks) == 0 {
+		return nil
+	}
+	w.eventID++
+	ev.EventID = w.eventID
+	return ev
+}
+
+// release drops r's references, deepest block first, so that among blocks
+// freed together a child is evicted before its parent.
+func (w *simWorker) release(r *simRequest) {
+	for i := len(r.seq) - 1; i >= 0; i-- {
+		b := w.blocks[r.seq[i]]
+		if b == nil {
+			continue
+		}
+		if b.refs--; b.refs == 0 {
+			if !b.stored {
+				delete(w.blocks, b.hash) // never computed: nothing to keep
+				continue
+			}
+			b.lru = w.idle.PushBack(b)
+		}
+	}
+	w.running--
+}
+
+// removedEvent reports evicted blocks to the router.
+func (w *simWorker) removedEvent(hashes []uint64) *wire.RouterEvent {
+	w.eventID++
+	return &wire.RouterEvent{WorkerID: w.id, StorageTier: "device", EventID: w.eventID, Kind: wire.EventRemoved, Removed: hashes}
+}

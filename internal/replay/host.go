@@ -1,0 +1,358 @@
+package replay
+
+import (
+	"bufio"
+	"container/heap"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/offline-router/offline-router/internal/engine"
+	"github.com/offline-router/offline-router/internal/kvindex"
+	"github.com/offline-router/offline-router/internal/wire"
+)
+
+// Options configures one replay.
+type Options struct {
+	Cluster   ClusterConfig
+	Router    wire.Config
+	Commands  io.Writer             // if set, every command line sent, as the router read it
+	Responses io.Writer             // if set, every response line
+	Progress  func(done, total int) // called now and then
+	Sample    func(Sample)          // if set, called after each event
+}
+
+// Sample is the cluster's state after an event, for plots.
+type Sample struct {
+	T       float64 // simulated ms
+	Active  []int   // requests running or waiting on each worker, in id order
+	HitRate float64 // prefix hit rate of the requests admitted so far
+}
+
+// simRequest is a trace request on its way through the cluster.
+type simRequest struct {
+	*Request
+	local, seq []uint64
+	worker     *simWorker
+	owned      []*cacheBlock
+	hitBlocks  int
+
+	placedAt, prefillStart, firstToken, doneAt float64
+	overlap, best, islBlocks                   uint64
+	rejected                                   bool
+}
+
+type eventKind uint8
+
+const (
+	evArrival eventKind = iota
+	evPrefillDone
+	evDecodeDone
+)
+
+type event struct {
+	at   float64
+	seq  uint64
+	kind eventKind
+	req  *simRequest
+}
+
+type eventQueue []event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
+}
+
+// host is the simulated cluster and its conversation with the router.
+type host struct {
+	opt      Options
+	router   *router
+	workers  map[uint64]*simWorker
+	order    []*simWorker
+	events   eventQueue
+	nextSeq  uint64
+	byID     map[string]*simRequest
+	later    map[string][]*simRequest // a session's turns still to arrive, in order
+	wakeup   *float64
+	pending  int
+	finished int
+	placed   []*simRequest // dispatch queue of placements to hand to workers
+
+	hitTokens, admittedTokens float64 // running totals, for Sample
+}
+
+// Run replays the trace and reports what routing did.
+func Run(trace []Request, opt Options) (*Report, error) {
+	start := time.Now()
+	eng, err := engine.New(opt.Router)
+	if err != nil {
+		return nil, err
+	}
+	h := &host{
+		opt: opt, router: newRouter(eng, opt.Commands, opt.Responses),
+		workers: map[uint64]*simWorker{}, byID: map[string]*simRequest{}, later: map[string][]*simRequest{},
+	}
+	mbt, kv, seqs := opt.Cluster.MaxNumBatchedTokens, uint64(opt.Cluster.TotalKVBlocks), uint64(opt.Cluster.MaxNumSeqs)
+	for i := range opt.Cluster.Workers {
+		w := newWorker(uint64(i + 1))
+		h.workers[w.id], h.order = w, append(h.order, w)
+		h.send(&wire.Command{Op: wire.OpWorkerReady, NowMS: ptr(0.0), WorkerID: &w.id,
+			TotalKVBlocks: &kv, MaxNumBatchedTokens: &mbt, MaxNumSeqs: &seqs})
+	}
+	for i := range trace {
+		r := &simRequest{Request: &trace[i]}
+		if _, dup := h.byID[r.ID]; dup {
+			return nil, fmt.Errorf("request id %s appears twice", r.ID)
+		}
+		r.local = r.HashIDs
+		r.seq = kvindex.SequenceHashes(r.local)
+		r.islBlocks = (r.InputTokens + opt.Cluster.BlockSize - 1) / opt.Cluster.BlockSize
+		h.byID[r.ID] = r
+		if r.DelayMS != nil {
+			h.later[r.Session] = append(h.later[r.Session], r)
+		} else {
+			h.schedule(r.Arrival, evArrival, r)
+		}
+	}
+	if err := h.loop(len(trace)); err != nil {
+		return nil, err
+	}
+	if err := h.router.flush(); err != nil {
+		return nil, err
+	}
+	return h.report(trace, time.Since(start)), nil
+}
+
+func (h *host) schedule(at float64, kind eventKind, r *simRequest) {
+	h.nextSeq++
+	heap.Push(&h.events, event{at: at, seq: h.nextSeq, kind: kind, req: r})
+}
+
+// loop runs events in time order, waking the router at next_wakeup_ms
+// whenever that comes first.
+func (h *host) loop(total int) error {
+	for steps := 0; ; steps++ {
+		if h.opt.Progress != nil && steps%512 == 0 {
+			h.opt.Progress(h.finished, total)
+		}
+		next := math.Inf(1)
+		if len(h.events) > 0 {
+			next = h.events[0].at
+		}
+		if h.wakeup != nil && *h.wakeup <= next {
+			h.send(&wire.Command{Op: wire.OpAdvanceClock, NowMS: ptr(*h.wakeup)})
+			continue
+		}
+		if len(h.events) == 0 {
+			break
+		}
+		ev := heap.Pop(&h.events).(event)
+		switch ev.kind {
+		case evArrival:
+			h.arrive(ev.at, ev.req)
+		case evPrefillDone:
+			h.prefillDone(ev.at, ev.req)
+		case evDecodeDone:
+			h.decodeDone(ev.at, ev.req)
+		}
+		if h.opt.Sample != nil {
+			s := Sample{T: ev.at, Active: make([]int, len(h.order))}
+			for i, w := range h.order {
+				s.Active[i] = w.running + len(w.waiting)
+			}
+			if h.admittedTokens > 0 {
+				s.HitRate = h.hitTokens / h.admittedTokens
+			}
+			h.opt.Sample(s)
+		}
+	}
+	if h.opt.Progress != nil {
+		h.opt.Progress(h.finished, total)
+	}
+	if h.pending > 0 {
+		return fmt.Errorf("%d requests still wait in the router with nothing left to release them", h.pending)
+	}
+	return nil
+}
+
+func (h *host) arrive(t float64, r *simRequest) {
+	r.Arrival = t
+	c := &wire.Command{Op: wire.OpPlace, NowMS: ptr(t), RequestID: r.ID, InputTokens: &r.InputTokens,
+		OutputTokens: &r.OutputTokens, BlockHashes: r.local}
+	if len(r.local) == 0 {
+		c.BlockHashes = nil
+	}
+	if r.Session != "" {
+		c.SessionID = &r.Session
+	}
+	h.send(c)
+}
+
+// send sends one command and acts on the response: placements are
+// dispatched to their workers, rejections end their requests.
+func (h *host) send(c *wire.Command) {
+	resp := h.router.send(c)
+	if resp.Error != nil {
+		panic(fmt.Sprintf("the replay host sent a bad command: %s: %s", c.Op, resp.Error.Message))
+	}
+	t := float64(resp.NowMS)
+	h.wakeup = nil
+	if resp.NextWakeupMS != nil {
+		w := float64(*resp.NextWakeupMS)
+		h.wakeup = &w
+	}
+	h.pending = resp.PendingCount
+	for _, p := range resp.Placements {
+		r := h.byID[p.RequestID]
+		r.worker = h.workers[p.WorkerID]
+		r.placedAt, r.overlap, r.best = t, p.OverlapBlocks, p.BestAvailableOverlapBlocks
+		h.placed = append(h.placed, r)
+	}
+	for _, rj := range resp.Rejected {
+		r := h.byID[rj.RequestID]
+		r.rejected, r.doneAt = true, t
+		h.ended(t, r)
+	}
+	// Dispatch outside the loop above: a commit may itself release requests.
+	for len(h.placed) > 0 && c.Op != wire.OpDispatchCommitted {
+		r := h.placed[0]
+		h.placed = h.placed[1:]
+		h.send(&wire.Command{Op: wire.OpDispatchCommitted, NowMS: ptr(t), RequestID: r.ID})
+		r.worker.waiting = append(r.worker.waiting, r)
+		h.admitWaiting(t, r.worker)
+	}
+}
+
+// admitWaiting starts the worker's waiting requests, in order, while they fit.
+func (h *host) admitWaiting(t float64, w *simWorker) {
+	for len(w.waiting) > 0 {
+		r := w.waiting[0]
+		evicted, ok := w.admit(r, &h.opt.Cluster)
+		if !ok {
+			return
+		}
+		w.waiting = w.waiting[1:]
+		if len(evicted) > 0 {
+			h.send(&wire.Command{Op: wire.OpObserve, NowMS: ptr(t), Events: []wire.RouterEvent{*w.removedEvent(evicted)}})
+		}
+		uncached := r.InputTokens - min(uint64(r.hitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens)
+		h.hitTokens += float64(r.InputTokens - uncached)
+		h.admittedTokens += float64(r.InputTokens)
+		r.prefillStart = math.Max(t, w.prefillFreeAt)
+		w.prefillFreeAt = r.prefillStart + float64(uncached)/h.opt.Cluster.PrefillTokensPerMS
+		h.schedule(w.prefillFreeAt, evPrefillDone, r)
+	}
+}
+
+func (h *host) prefillDone(t float64, r *simRequest) {
+	r.firstToken = t
+	if ev := r.worker.store(r); ev != nil {
+		h.send(&wire.Command{Op: wire.OpObserve, NowMS: ptr(t), Events: []wire.RouterEvent{*ev}})
+	}
+	h.send(&wire.Command{Op: wire.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
+	h.schedule(t+float64(r.OutputTokens)*h.opt.Cluster.DecodeMSPerToken, evDecodeDone, r)
+}
+
+func (h *host) decodeDone(t float64, r *simRequest) {
+	r.doneAt = t
+	r.worker.release(r)
+	h.send(&wire.Command{Op: wire.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
+	h.ended(t, r)
+	h.admitWaiting(t, r.worker)
+}
+
+// ended schedules the session's next turn, if any, after its think time.
+func (h *host) ended(t float64, r *simRequest) {
+	h.finished++
+	if r.Session == "" {
+		return
+	}
+	if next := h.later[r.Session]; len(next) > 0 {
+		h.later[r.Session] = next[1:]
+		h.schedule(t+*next[0].DelayMS, evArrival, next[0])
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// router is the engine behind the wire: each command is encoded as a host
+// would write it and decoded as serve would read it, so that the emitted
+// stream replays byte for byte.
+type router struct {
+	eng        *engine.Engine
+	cmds, resp *bufio.Writer
+	line, out  []byte
+	d          wire.Decoded
+	commands   int
+	busy       time.Duration
+}
+
+func newRouter(eng *engine.Engine, cmds, resp io.Writer) *router {
+	r := &router{eng: eng}
+	if cmds != nil {
+		r.cmds = bufio.NewWriterSize(cmds, 1<<16)
+	}
+	if resp != nil {
+		r.resp = bufio.NewWriterSize(resp, 1<<16)
+	}
+	return r
+}
+
+func (r *router) send(c *wire.Command) *wire.Response {
+	start := time.Now()
+	r.line = wire.AppendCommand(r.line[:0], c)
+	if r.cmds != nil {
+		r.cmds.Write(r.line)
+		r.cmds.WriteByte('\n')
+	}
+	wire.Decode(r.line, &r.d)
+	r.commands++
+	resp := &wire.Response{Seq: uint64(r.commands), Op: r.d.Op, ID: r.d.ID}
+	if r.d.Err != nil {
+		resp.Error = r.d.Err
+		r.eng.Status(resp)
+	} else {
+		r.eng.Apply(&r.d.Cmd, resp)
+	}
+	if r.resp != nil {
+		r.out, _ = wire.Encode(r.out[:0], resp)
+		r.resp.Write(r.out)
+	}
+	r.busy += time.Since(start)
+	return resp
+}
+
+func (r *router) flush() error {
+	for _, w := range []*bufio.Writer{r.cmds, r.resp} {
+		if w != nil {
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// workerIDs lists the workers in id order.
+func (h *host) workerIDs() []uint64 {
+	ids := make([]uint64, 0, len(h.workers))
+	for id := range h.workers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}

@@ -1,0 +1,136 @@
+package wire
+
+import "strconv"
+
+// AppendCommand appends c as one JSON line (without the newline), fields in
+// a fixed order, so that a host that writes commands with it produces a
+// stream Decode reads back into the same command.
+func AppendCommand(b []byte, c *Command) []byte {
+	b = append(b, `{"op":`...)
+	b = strconv.AppendQuote(b, string(c.Op))
+	if c.ID != nil {
+		b = append(append(b, `,"id":`...), c.ID...)
+	}
+	if c.NowMS != nil {
+		b = AppendNum(append(b, `,"now_ms":`...), *c.NowMS)
+	}
+	if c.RequestID != "" {
+		b = strconv.AppendQuote(append(b, `,"request_id":`...), c.RequestID)
+	}
+	b = appendU64(b, "worker_id", c.WorkerID)
+	if c.Role != "" {
+		b = strconv.AppendQuote(append(b, `,"role":`...), string(c.Role))
+	}
+	b = appendU32(b, "dp_size", c.DPSize)
+	b = appendU32(b, "dp_start", c.DPStart)
+	b = appendU32(b, "dp_rank", c.DPRank)
+	b = appendU64(b, "total_kv_blocks", c.TotalKVBlocks)
+	b = appendU64(b, "max_num_batched_tokens", c.MaxNumBatchedTokens)
+	b = appendU64(b, "max_num_seqs", c.MaxNumSeqs)
+	b = appendU64(b, "input_tokens", c.InputTokens)
+	b = appendU64(b, "output_tokens", c.OutputTokens)
+	if c.Tokens != nil {
+		b = append(b, `,"tokens":[`...)
+		for i, t := range c.Tokens {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(b, uint64(t), 10)
+		}
+		b = append(b, ']')
+	}
+	b = appendU64s(b, "block_hashes", c.BlockHashes)
+	b = appendU64s(b, "sequence_hashes", c.SequenceHashes)
+	b = appendU64s(b, "allowed_workers", c.AllowedWorkers)
+	if c.SessionID != nil {
+		b = strconv.AppendQuote(append(b, `,"session_id":`...), *c.SessionID)
+	}
+	if c.ParentSessionID != nil {
+		b = strconv.AppendQuote(append(b, `,"parent_session_id":`...), *c.ParentSessionID)
+	}
+	if c.Priority != nil {
+		b = AppendNum(append(b, `,"priority":`...), *c.Priority)
+	}
+	if c.StrictPriority != nil {
+		b = strconv.AppendInt(append(b, `,"strict_priority":`...), *c.StrictPriority, 10)
+	}
+	if c.Events != nil {
+		b = append(b, `,"events":[`...)
+		for i := range c.Events {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendEvent(b, &c.Events[i])
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
+}
+
+func appendEvent(b []byte, ev *RouterEvent) []byte {
+	b = strconv.AppendUint(append(b, `{"worker_id":`...), ev.WorkerID, 10)
+	if ev.StorageTier != "" {
+		b = strconv.AppendQuote(append(b, `,"storage_tier":`...), ev.StorageTier)
+	}
+	b = strconv.AppendUint(append(b, `,"event":{"event_id":`...), ev.EventID, 10)
+	b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(ev.DPRank), 10)
+	b = append(b, `,"data":`...)
+	switch ev.Kind {
+	case EventStored:
+		b = append(b, `{"stored":{"parent_hash":`...)
+		if ev.ParentHash == nil {
+			b = append(b, "null"...)
+		} else {
+			b = strconv.AppendUint(b, *ev.ParentHash, 10)
+		}
+		b = append(b, `,"blocks":[`...)
+		for i, blk := range ev.Blocks {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(append(b, `{"block_hash":`...), blk.BlockHash, 10)
+			b = strconv.AppendUint(append(b, `,"tokens_hash":`...), blk.TokensHash, 10)
+			b = append(b, '}')
+		}
+		b = append(b, "]}}"...)
+	case EventRemoved:
+		b = appendU64s(append(b, `{"removed":{`...), "block_hashes", ev.Removed)
+		b = append(b, "}}"...)
+	default:
+		b = append(b, `"cleared"`...)
+	}
+	return append(b, "}}"...)
+}
+
+func appendU64(b []byte, key string, v *uint64) []byte {
+	if v == nil {
+		return b
+	}
+	return strconv.AppendUint(append(append(append(b, ',', '"'), key...), '"', ':'), *v, 10)
+}
+
+func appendU32(b []byte, key string, v *uint32) []byte {
+	if v == nil {
+		return b
+	}
+	return strconv.AppendUint(append(append(append(b, ',', '"'), key...), '"', ':'), uint64(*v), 10)
+}
+
+// appendU64s writes ,"key":[...] (no leading comma right after an opening
+// brace, where a list is the first member).
+func appendU64s(b []byte, key string, vs []uint64) []byte {
+	if vs == nil {
+		return b
+	}
+	if b[len(b)-1] != '{' {
+		b = append(b, ',')
+	}
+	b = append(append(append(b, '"'), key...), `":[`...)
+	for i, v := range vs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, v, 10)
+	}
+	return append(b, ']')
+}

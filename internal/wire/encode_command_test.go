@@ -1,0 +1,46 @@
+package wire
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+// TestAppendCommandRoundTrips: every command written by AppendCommand
+// decodes back to itself.
+func TestAppendCommandRoundTrips(t *testing.T) {
+	u64 := func(v uint64) *uint64 { return &v }
+	u32 := func(v uint32) *uint32 { return &v }
+	f := func(v float64) *float64 { return &v }
+	s := func(v string) *string { return &v }
+	i64 := func(v int64) *int64 { return &v }
+	parent := uint64(1<<64 - 1)
+	cmds := []Command{
+		{Op: OpWorkerReady, ID: []byte(`"w"`), NowMS: f(0.1 + 0.2), WorkerID: u64(3), Role: RolePrefill, DPSize: u32(2), DPStart: u32(4),
+			TotalKVBlocks: u64(10), MaxNumBatchedTokens: u64(8192), MaxNumSeqs: u64(64)},
+		{Op: OpPlace, RequestID: "r \"quoted\" é", NowMS: f(1e15 + 0.5), InputTokens: u64(40), OutputTokens: u64(9),
+			BlockHashes: []uint64{1<<53 + 1, 2}, SequenceHashes: []uint64{5, 6}, AllowedWorkers: []uint64{1},
+			SessionID: s("s"), ParentSessionID: s("p"), Priority: f(-0.25), StrictPriority: i64(-3), WorkerID: u64(1), DPRank: u32(0)},
+		{Op: OpPlace, RequestID: "t", Tokens: []uint32{1, 1<<32 - 1}},
+		{Op: OpObserve, Events: []RouterEvent{
+			{WorkerID: 1, StorageTier: "device", EventID: 7, DPRank: 1, Kind: EventStored, ParentHash: &parent, Blocks: []StoredBlock{{1, 2}, {3, 4}}},
+			{WorkerID: 1, StorageTier: "device", EventID: 8, Kind: EventStored, Blocks: []StoredBlock{}},
+			{WorkerID: 2, StorageTier: "host", EventID: 9, Kind: EventRemoved, Removed: []uint64{11}},
+			{WorkerID: 2, StorageTier: "device", EventID: 10, Kind: EventCleared},
+		}},
+		{Op: OpAdvanceClock, NowMS: f(12.5)},
+		{Op: OpRequestTerminal, RequestID: "r"},
+	}
+	for _, c := range cmds {
+		line := AppendCommand(nil, &c)
+		var d Decoded
+		Decode(line, &d)
+		if d.Err != nil {
+			t.Fatalf("%s: %v", line, d.Err)
+		}
+		if diff := cmp.Diff(c, d.Cmd, cmpopts.IgnoreUnexported(Command{}), cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", line, diff)
+		}
+	}
+}
