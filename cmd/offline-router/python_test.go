@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/goccy/go-json"
+	"github.com/google/go-cmp/cmp"
+)
+
+func python(t *testing.T) string {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed: the Python driver is not tested")
+	}
+	return py
+}
+
+// TestPythonDriver exercises scripts/offline_router.py against the binary:
+// commands, exact u64, the error path, pipelining, a process that dies at
+// start, and clean shutdown.
+func TestPythonDriver(t *testing.T) {
+	py := python(t)
+	script := fmt.Sprintf(`
+import sys
+sys.path.insert(0, "../../scripts")
+from offline_router import OfflineRouter, RouterError, RouterDied
+BIN = %q
+with OfflineRouter(BIN, config={"evidence": "none", "queue_threshold": 1}) as r:
+    r.worker_ready(1, max_num_batched_tokens=64)
+    r.worker_ready(2, max_num_batched_tokens=64)
+    r.observe([{"worker_id": 2, "event": {"event_id": 18446744073709551615, "data": {"stored": {"parent_hash": None,
+        "blocks": [{"block_hash": 18446744073709551615, "tokens_hash": 9007199254740993}]}}}}])
+    p = r.place("a", input_tokens=16, block_hashes=[9007199254740993], now_ms=1.5)["placements"][0]
+    assert p["worker_id"] == 2 and p["overlap_blocks"] == 1, p
+    assert r.inspect()["workers"][1]["ranks"][0]["last_event_id"] == 2**64 - 1
+    try:
+        r.place("a", input_tokens=16)
+        raise AssertionError("duplicate accepted")
+    except RouterError as e:
+        assert e.code == "duplicate_request" and '"a"' in e.message, e
+    r.dispatch_committed("a")
+    resp = r.place("big", input_tokens=500, worker_id=1)
+    assert resp["pending_count"] == 0
+    assert r.place("waits", input_tokens=16, worker_id=1)["pending_count"] == 1
+    assert r.cancel_pending("waits")["cancelled"] is True
+    many = [{"op": "place", "request_id": "m%%d" %% i, "input_tokens": 16, "worker_id": 2} for i in range(3000)]
+    many += [{"op": "request_terminal", "request_id": "m%%d" %% i} for i in range(3000)]
+    out = r.send_many(many)
+    assert len(out) == 6000 and all(o["ok"] for o in out)
+    bad = r.send_many([{"op": "inspect"}, {"op": "nope"}], check=False)
+    assert bad[1]["error"]["code"] == "unknown_op"
+    r.prefill_completed("a"); r.request_terminal("a"); r.prefill_completed("big"); r.request_terminal("big")
+    r.advance_clock(10); r.worker_draining(1); r.worker_removed(1); r.topology_settled()
+try:
+    with OfflineRouter(BIN, config={"no_such_key": 1}) as r:
+        r.inspect()
+    raise AssertionError("bad config accepted")
+except RouterDied as e:
+    assert e.returncode == 2 and "no_such_key" in e.stderr, e
+print("PY-OK")
+`, binary)
+	out, err := exec.Command(py, "-c", script).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "PY-OK") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// TestPythonReplayMatchesGo: scripts/replay_mooncake.py, a plain host loop
+// on the driver, reports the same headline numbers as offline-router replay
+// for the same trace and settings.
+func TestPythonReplayMatchesGo(t *testing.T) {
+	py := python(t)
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace.jsonl")
+	var b bytes.Buffer
+	for i := range 300 {
+		prefix := i % 7
+		ids := []int{1000 + prefix, 2000 + prefix}
+		for k := range i % 5 {
+			ids = append(ids, 10000+i*10+k)
+		}
+		if i%3 == 0 && i > 0 {
+			fmt.Fprintf(&b, `{"input_length": %d, "output_length": %d, "hash_ids": %s, "session_id": "s%d", "delay_ms": %d}`+"\n",
+				len(ids)*512-100, 20+i%50, jsonInts(ids), (i-3)%11, 50+i%70)
+		} else {
+			fmt.Fprintf(&b, `{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": %s, "session_id": "s%d"}`+"\n",
+				i*37, len(ids)*512-100, 20+i%50, jsonInts(ids), i%11)
+		}
+	}
+	if err := os.WriteFile(trace, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cluster := []string{"--workers", "4", "--worker-kv-blocks", "40", "--worker-max-num-seqs", "6"}
+	goReport, pyReport := filepath.Join(dir, "go.json"), filepath.Join(dir, "py.json")
+	if _, stderr, code := run(t, "", append([]string{"replay", trace, "-q", "--report", goReport}, cluster...)...); code != 0 {
+		t.Fatalf("go replay: %s", stderr)
+	}
+	cmd := exec.Command(py, append([]string{"../../scripts/replay_mooncake.py", trace, "--binary", binary, "--report", pyReport}, cluster...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("python replay: %v\n%s", err, out)
+	}
+	read := func(path string) map[string]any {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	g, p := read(goReport), read(pyReport)
+	keys := []string{"requests", "completed", "rejected", "sim_duration_ms", "prefix_hit_rate", "router_overlap_rate",
+		"mean_overlap_regret_blocks", "ttft_ms", "queue_wait_ms", "worker_requests", "worker_share_cv", "router_commands"}
+	for _, k := range keys {
+		if diff := cmp.Diff(g[k], p[k]); diff != "" {
+			t.Errorf("%s differs (-go +python):\n%s", k, diff)
+		}
+	}
+	if g["prefix_hit_rate"].(float64) == 0 {
+		t.Error("nothing was cached: the comparison proves little")
+	}
+}
+
+func jsonInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	return "[" + strings.Join(s, ", ") + "]"
+}

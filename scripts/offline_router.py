@@ -1,0 +1,191 @@
+"""Drive offline-router from Python, the way a simulator does.
+
+    from offline_router import OfflineRouter, RouterError
+
+    with OfflineRouter(config={"block_size": 512, "queue_threshold": 1}) as router:
+        router.worker_ready(1, max_num_batched_tokens=8192)
+        resp = router.place("r1", input_tokens=1000, block_hashes=[7, 8], now_ms=0)
+        for p in resp["placements"]:
+            router.dispatch_committed(p["request_id"])
+
+Each method sends one command and returns the parsed response (a dict).
+A response with "ok": false raises RouterError carrying its code and
+message; if the process dies, RouterDied carries what it wrote on stderr.
+Integers, hashes included, stay exact: Python's json keeps big ints as ints.
+No dependency beyond the standard library.
+"""
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+
+__all__ = ["OfflineRouter", "RouterError", "RouterDied"]
+
+
+class RouterError(Exception):
+    """The router answered a command with "ok": false."""
+
+    def __init__(self, response):
+        self.response = response
+        self.code = response["error"]["code"]
+        self.message = response["error"]["message"]
+        super().__init__(f"{self.code}: {self.message}")
+
+
+class RouterDied(Exception):
+    """The router process ended while a response was expected."""
+
+    def __init__(self, returncode, stderr):
+        self.returncode = returncode
+        self.stderr = stderr
+        super().__init__(f"offline-router exited with status {returncode}: {stderr.strip()}")
+
+
+class OfflineRouter:
+    """One offline-router process, spoken to over its stdin and stdout."""
+
+    def __init__(self, binary="offline-router", config=None, args=()):
+        """config: a dict of config keys, or the path of a JSON config file."""
+        cmd = [binary]
+        self._config_file = None
+        if isinstance(config, dict):
+            fd, self._config_file = tempfile.mkstemp(suffix=".json", prefix="offline-router-")
+            with os.fdopen(fd, "w") as f:
+                json.dump(config, f)
+            cmd += ["--config", self._config_file]
+        elif config is not None:
+            cmd += ["--config", os.fspath(config)]
+        cmd += list(args)
+        # stderr goes to a file, not a pipe: a chatty router must never block.
+        self._stderr = tempfile.TemporaryFile()
+        self.commands_sent = 0
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+
+    # -- the protocol -------------------------------------------------------
+
+    def send(self, command):
+        """Send one command (a dict) and return its response."""
+        self._write([command])
+        return self._check(self._read())
+
+    def send_many(self, commands, check=True):
+        """Send a batch of commands without waiting between them (faster),
+        then read their responses, in order. With check, the first error
+        response raises RouterError after every response was read."""
+        commands = list(commands)
+        writer = threading.Thread(target=self._write, args=(commands,))
+        writer.start()  # a separate writer: a full pipe each way cannot deadlock
+        try:
+            responses = [self._read() for _ in commands]
+        finally:
+            writer.join()
+        if check:
+            for r in responses:
+                self._check(r)
+        return responses
+
+    def worker_ready(self, worker_id, now_ms=None, **fields):
+        return self.send(self._cmd("worker_ready", now_ms, worker_id=worker_id, **fields))
+
+    def worker_draining(self, worker_id, now_ms=None):
+        return self.send(self._cmd("worker_draining", now_ms, worker_id=worker_id))
+
+    def worker_removed(self, worker_id, now_ms=None):
+        return self.send(self._cmd("worker_removed", now_ms, worker_id=worker_id))
+
+    def topology_settled(self, now_ms=None):
+        return self.send(self._cmd("topology_settled", now_ms))
+
+    def place(self, request_id, now_ms=None, **fields):
+        return self.send(self._cmd("place", now_ms, request_id=request_id, **fields))
+
+    def observe(self, events, now_ms=None):
+        return self.send(self._cmd("observe", now_ms, events=events))
+
+    def dispatch_committed(self, request_id, now_ms=None):
+        return self.send(self._cmd("dispatch_committed", now_ms, request_id=request_id))
+
+    def dispatch_aborted(self, request_id, now_ms=None):
+        return self.send(self._cmd("dispatch_aborted", now_ms, request_id=request_id))
+
+    def prefill_completed(self, request_id, now_ms=None):
+        return self.send(self._cmd("prefill_completed", now_ms, request_id=request_id))
+
+    def request_terminal(self, request_id, now_ms=None):
+        return self.send(self._cmd("request_terminal", now_ms, request_id=request_id))
+
+    def cancel_pending(self, request_id, now_ms=None):
+        return self.send(self._cmd("cancel_pending", now_ms, request_id=request_id))
+
+    def advance_clock(self, now_ms):
+        return self.send({"op": "advance_clock", "now_ms": now_ms})
+
+    def inspect(self):
+        return self.send({"op": "inspect"})["state"]
+
+    # -- the process --------------------------------------------------------
+
+    def close(self):
+        """Close stdin, wait for the router to finish, and check its status."""
+        if self._proc.stdin and not self._proc.stdin.closed:
+            try:
+                self._proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        code = self._proc.wait()
+        if self._proc.stdout:
+            self._proc.stdout.close()
+        if self._config_file:
+            os.unlink(self._config_file)
+            self._config_file = None
+        if code != 0:
+            raise RouterDied(code, self._stderr_text())
+        self._stderr.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self._proc.kill()
+            self._proc.wait()
+
+    # -- internals ----------------------------------------------------------
+
+    @staticmethod
+    def _cmd(op, now_ms, **fields):
+        cmd = {"op": op}
+        if now_ms is not None:
+            cmd["now_ms"] = now_ms
+        cmd.update({k: v for k, v in fields.items() if v is not None})
+        return cmd
+
+    def _write(self, commands):
+        self.commands_sent += len(commands)
+        data = b"".join(json.dumps(c, separators=(",", ":")).encode() + b"\n" for c in commands)
+        try:
+            self._proc.stdin.write(data)
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the read that follows reports the death, with stderr
+
+    def _read(self):
+        line = self._proc.stdout.readline()
+        if not line:
+            code = self._proc.wait()
+            raise RouterDied(code, self._stderr_text())
+        return json.loads(line)
+
+    def _stderr_text(self):
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")
+
+    @staticmethod
+    def _check(response):
+        if not response["ok"]:
+            raise RouterError(response)
+        return response
