@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"os"
+	"runtime/pprof"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -19,6 +20,7 @@ type serveOptions struct {
 	maxLineBytes int
 	failFast     bool
 	verbose      bool
+	cpuProfile   string
 }
 
 // configFlags maps each config key to its flag; the flag's type is the key's.
@@ -64,6 +66,7 @@ func (o *serveOptions) bind(cmd *cobra.Command) {
 	f.IntVar(&o.maxLineBytes, "max-line-bytes", wire.DefaultMaxLineBytes, "longer command lines get line_too_long and are discarded")
 	f.BoolVar(&o.failFast, "fail-fast", false, "exit 1 at the first error response")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log a summary to stderr at the end")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the run to this file")
 	for _, cf := range configFlags {
 		usage := "config " + cf.key + ": " + cf.usage
 		switch d := cf.def.(type) {
@@ -122,6 +125,17 @@ func runServe(cmd *cobra.Command, o *serveOptions, log *zerolog.Logger) error {
 	eng, err := engine.New(cfg)
 	if err != nil {
 		return &exitError{2, err}
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return &exitError{2, err}
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return &exitError{2, err}
+		}
+		defer pprof.StopCPUProfile()
 	}
 	st, err := wire.Serve(os.Stdin, os.Stdout, eng, wire.ServeOptions{MaxLineBytes: o.maxLineBytes, FailFast: o.failFast})
 	if o.verbose {

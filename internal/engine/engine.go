@@ -31,6 +31,7 @@ type Engine struct {
 	// Scratch slices indexed by rank slot, reused by every placement.
 	overlap []uint32
 	hits    []uint32
+	found   []*holders // what countHits found, per block of the prompt being placed
 }
 
 // output collects what one command did, in the order it happened.

@@ -10,26 +10,45 @@ type rankRef struct {
 	refs uint32
 }
 
+// holders are the ranks holding one active block. The first is kept inline:
+// a block is usually active on one rank, and booking then allocates nothing.
+type holders struct {
+	first rankRef // refs 0: none
+	more  []rankRef
+}
+
 // activeBlocks maps a sequence hash to the ranks that hold it active. One map
 // for all ranks lets a placement count, in one pass over the prompt, how many
 // of its blocks are already active on every rank.
-type activeBlocks map[uint64][]rankRef
+type activeBlocks map[uint64]*holders
 
-// book adds the demand's hashed blocks to rank r's active set.
-func (a activeBlocks) book(d *demand, rk *rank) {
-	for _, h := range d.seq {
-		refs := a[h]
-		found := false
-		for i := range refs {
-			if refs[i].slot == rk.slot {
-				refs[i].refs++
-				found = true
-				break
-			}
+// book adds the demand's hashed blocks to rank r's active set. found holds
+// what countHits found for each of them (nil: not active anywhere), so that
+// booking looks nothing up again.
+func (a activeBlocks) book(d *demand, rk *rank, found []*holders) {
+	for i, h := range d.seq {
+		hs := found[i]
+		if hs == nil {
+			hs = &holders{}
+			a[h] = hs
 		}
-		if !found {
-			a[h] = append(refs, rankRef{slot: rk.slot, refs: 1})
+		switch {
+		case hs.first.refs == 0:
+			hs.first = rankRef{slot: rk.slot, refs: 1}
 			rk.distinctBlocks++
+		case hs.first.slot == rk.slot:
+			hs.first.refs++
+		default:
+			i := 0
+			for i < len(hs.more) && hs.more[i].slot != rk.slot {
+				i++
+			}
+			if i < len(hs.more) {
+				hs.more[i].refs++
+			} else {
+				hs.more = append(hs.more, rankRef{slot: rk.slot, refs: 1})
+				rk.distinctBlocks++
+			}
 		}
 	}
 }
@@ -37,32 +56,50 @@ func (a activeBlocks) book(d *demand, rk *rank) {
 // release removes what book added.
 func (a activeBlocks) release(d *demand, rk *rank) {
 	for _, h := range d.seq {
-		refs := a[h]
-		for i := range refs {
-			if refs[i].slot != rk.slot {
-				continue
-			}
-			if refs[i].refs--; refs[i].refs == 0 {
-				refs[i] = refs[len(refs)-1]
-				refs = refs[:len(refs)-1]
+		hs, ok := a[h]
+		if !ok {
+			continue
+		}
+		if hs.first.slot == rk.slot && hs.first.refs > 0 {
+			if hs.first.refs--; hs.first.refs == 0 {
 				rk.distinctBlocks--
-				if len(refs) == 0 {
-					delete(a, h)
-				} else {
-					a[h] = refs
+				if n := len(hs.more); n > 0 {
+					hs.first, hs.more = hs.more[n-1], hs.more[:n-1]
 				}
 			}
-			break
+		} else {
+			for i := range hs.more {
+				if hs.more[i].slot != rk.slot {
+					continue
+				}
+				if hs.more[i].refs--; hs.more[i].refs == 0 {
+					hs.more[i] = hs.more[len(hs.more)-1]
+					hs.more = hs.more[:len(hs.more)-1]
+					rk.distinctBlocks--
+				}
+				break
+			}
+		}
+		if hs.first.refs == 0 {
+			delete(a, h)
 		}
 	}
 }
 
 // countHits adds to hits[slot], for every rank, how many of seq are active
-// there. hits must be zeroed and cover every slot.
-func (a activeBlocks) countHits(seq []uint64, hits []uint32) {
+// there, and returns what it found for each block (nil where none) for
+// book. hits must be zeroed and cover every slot.
+func (a activeBlocks) countHits(seq []uint64, hits []uint32, found []*holders) []*holders {
+	found = found[:0]
 	for _, h := range seq {
-		for _, ref := range a[h] {
-			hits[ref.slot]++
+		hs := a[h]
+		found = append(found, hs)
+		if hs != nil {
+			hits[hs.first.slot]++
+			for _, ref := range hs.more {
+				hits[ref.slot]++
+			}
 		}
 	}
+	return found
 }

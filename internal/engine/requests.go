@@ -27,7 +27,7 @@ func (r *request) waiting() bool { return r.queueIndex >= 0 || r.bindRole == bin
 func (e *Engine) book(req *request, r *rank, prefillTokens uint64) {
 	req.rank = r
 	req.prefill = r.prefill.add(e.now, prefillTokens)
-	e.active.book(req.d, r)
+	e.active.book(req.d, r, e.found)
 	r.activeRequests++
 	r.privateBlocks += req.d.privateBlocks
 }

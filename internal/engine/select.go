@@ -222,7 +222,7 @@ func (e *Engine) place(req *request, cs candidateSet) wire.Placement {
 	d := req.d
 	e.index.FindMatches(d.local, e.overlap)
 	clear(e.hits)
-	e.active.countHits(d.seq, e.hits)
+	e.found = e.active.countHits(d.seq, e.hits, e.found)
 
 	best := uint64(0)
 	for _, w := range e.fleet.ready {

@@ -1,5 +1,10 @@
 package kvindex
 
+import (
+	"math/bits"
+	"slices"
+)
+
 // RankID names one (worker, dp_rank) cache inside the index. The engine hands
 // out dense IDs so that per-rank results fit in a plain slice.
 type RankID uint32
@@ -10,20 +15,26 @@ type Block struct {
 	TokensHash uint64 // local hash: how the tree is keyed under the parent
 }
 
-const rootNode = 0
+const (
+	rootNode = 0
+	// maskRanks ranks are kept in a node's bit mask; higher ones (more than
+	// 64 ranks in all) in a side table.
+	maskRanks = 64
+)
 
-// edge keys a child by its parent node and local hash: one map for the whole
-// tree instead of a map per node keeps the footprint per block small.
+// edge is a child's exact key: its parent node and its local hash.
 type edge struct {
 	parent uint32
 	local  uint64
 }
 
+// node is one cached prefix. It holds no pointers, so that a tree of
+// millions of nodes costs the garbage collector nothing to scan.
 type node struct {
 	parent    uint32
-	local     uint64
-	ranks     []RankID // ranks caching the prefix that ends at this node
 	nchildren uint32
+	local     uint64
+	mask      uint64 // ranks below maskRanks that cache this prefix
 }
 
 type rankCache struct {
@@ -34,17 +45,37 @@ type rankCache struct {
 }
 
 // Index is a radix tree of cached prefixes shared by every rank: a node is a
-// prefix, and lists the ranks that hold it. Not safe for concurrent use.
+// prefix, and records the ranks that hold it. Not safe for concurrent use.
 type Index struct {
-	nodes    []node
-	free     []uint32
-	children map[edge]uint32
-	ranks    []rankCache
+	nodes []node
+	free  []uint32
+	// children finds a node by a mix of its parent and local hash; a key
+	// that two edges share (rare) sends the later one to overflow.
+	children map[uint64]uint32
+	overflow map[edge]uint32
+	// wide holds the ranks from maskRanks up that cache each node.
+	wide map[uint32][]RankID
+	// extra counts a low rank's additional block hashes on one node (a rank
+	// that stored one prefix under two block hashes), so that removing one
+	// keeps the rank on the node.
+	extra map[rankNode]int
+	ranks []rankCache
+	live  uint64 // mask of the live ranks below maskRanks
+}
+
+type rankNode struct {
+	rank RankID
+	node uint32
 }
 
 // New returns an empty index.
 func New() *Index {
-	return &Index{nodes: make([]node, 1), children: make(map[edge]uint32)}
+	return &Index{nodes: make([]node, 1), children: map[uint64]uint32{}, overflow: map[edge]uint32{},
+		wide: map[uint32][]RankID{}, extra: map[rankNode]int{}}
+}
+
+func mix(parent uint32, local uint64) uint64 {
+	return local ^ (uint64(parent)+1)*0x9e3779b97f4a7c15
 }
 
 // AddRank starts an empty cache for id, dropping anything an earlier user of
@@ -55,6 +86,9 @@ func (x *Index) AddRank(id RankID) {
 	}
 	x.DropRank(id)
 	x.ranks[id] = rankCache{live: true, blocks: make(map[uint64]uint32)}
+	if id < maskRanks {
+		x.live |= 1 << id
+	}
 }
 
 // DropRank removes every entry of id and forgets it; it returns how many
@@ -65,6 +99,9 @@ func (x *Index) DropRank(id RankID) int {
 	}
 	n := x.Clear(id)
 	x.ranks[id] = rankCache{}
+	if id < maskRanks {
+		x.live &^= 1 << id
+	}
 	return n
 }
 
@@ -127,7 +164,7 @@ func (x *Index) Store(id RankID, parent *uint64, blocks []Block) bool {
 			}
 			x.detach(old, id)
 		}
-		x.nodes[child].ranks = append(x.nodes[child].ranks, id)
+		x.attach(child, id)
 		r.blocks[b.BlockHash] = child
 		cur = child
 	}
@@ -168,61 +205,134 @@ func (x *Index) Nodes() int { return len(x.nodes) - 1 - len(x.free) }
 
 // FindMatches writes into overlap[r] the number of leading blocks of local
 // that rank r caches as one contiguous prefix, for every rank r below
-// len(overlap). It walks the prompt once for all ranks and stops as soon as
-// no rank is still matching.
+// len(overlap). It walks the prompt once for all ranks, keeping the ranks
+// still matching as a bit mask, and stops as soon as none is.
 func (x *Index) FindMatches(local []uint64, overlap []uint32) {
 	clear(overlap)
+	alive := x.live
+	wideMatching := len(x.wide) > 0
+	depth := uint32(0)
 	cur := uint32(rootNode)
-	for i, h := range local {
-		child, ok := x.children[edge{cur, h}]
+	for _, h := range local {
+		child, ok := x.lookup(cur, h)
 		if !ok {
-			return
+			break
 		}
-		matching := false
-		for _, r := range x.nodes[child].ranks {
-			if int(r) < len(overlap) && overlap[r] == uint32(i) {
-				overlap[r]++
-				matching = true
+		still := alive & x.nodes[child].mask
+		alive = still
+		if wideMatching {
+			wideMatching = false
+			for _, r := range x.wide[child] {
+				if int(r) < len(overlap) && overlap[r] == depth {
+					overlap[r]++
+					wideMatching = true
+				}
 			}
 		}
-		if !matching {
-			return
+		if still == 0 && !wideMatching {
+			break
+		}
+		depth++
+		// A low rank's overlap is the depth at which its bit last survived.
+		for m := still; m != 0; m &= m - 1 {
+			if r := bits.TrailingZeros64(m); r < len(overlap) {
+				overlap[r] = depth
+			}
 		}
 		cur = child
 	}
 }
 
+func (x *Index) lookup(parent uint32, local uint64) (uint32, bool) {
+	c, ok := x.children[mix(parent, local)]
+	if ok && x.nodes[c].parent == parent && x.nodes[c].local == local {
+		return c, true
+	}
+	if len(x.overflow) > 0 {
+		c, ok := x.overflow[edge{parent, local}]
+		return c, ok
+	}
+	return 0, false
+}
+
+// child finds or makes the node for local under parent.
 func (x *Index) child(parent uint32, local uint64) uint32 {
-	if c, ok := x.children[edge{parent, local}]; ok {
+	key := mix(parent, local)
+	c, taken := x.children[key]
+	if taken && x.nodes[c].parent == parent && x.nodes[c].local == local {
 		return c
 	}
-	var c uint32
+	if len(x.overflow) > 0 {
+		if c, ok := x.overflow[edge{parent, local}]; ok {
+			return c
+		}
+	}
 	if n := len(x.free); n > 0 {
 		c, x.free = x.free[n-1], x.free[:n-1]
 		x.nodes[c] = node{parent: parent, local: local}
 	} else {
+		if len(x.nodes) == cap(x.nodes) {
+			// Double: append's gentler growth for large slices copies a
+			// fast-growing tree several times over.
+			x.nodes = slices.Grow(x.nodes, len(x.nodes))
+		}
 		c = uint32(len(x.nodes))
 		x.nodes = append(x.nodes, node{parent: parent, local: local})
 	}
-	x.children[edge{parent, local}] = c
+	if taken {
+		x.overflow[edge{parent, local}] = c
+	} else {
+		x.children[key] = c
+	}
 	x.nodes[parent].nchildren++
 	return c
+}
+
+func (x *Index) attach(nd uint32, id RankID) {
+	if id >= maskRanks {
+		x.wide[nd] = append(x.wide[nd], id)
+		return
+	}
+	if x.nodes[nd].mask&(1<<id) != 0 {
+		x.extra[rankNode{id, nd}]++
+		return
+	}
+	x.nodes[nd].mask |= 1 << id
 }
 
 // detach removes id from node nd and prunes nodes left with neither ranks
 // nor children, walking up toward the root.
 func (x *Index) detach(nd uint32, id RankID) {
-	rs := x.nodes[nd].ranks
-	for i, r := range rs {
-		if r == id {
-			rs[i] = rs[len(rs)-1]
-			x.nodes[nd].ranks = rs[:len(rs)-1]
-			break
+	switch {
+	case id >= maskRanks:
+		rs := x.wide[nd]
+		for i, r := range rs {
+			if r == id {
+				rs[i] = rs[len(rs)-1]
+				rs = rs[:len(rs)-1]
+				break
+			}
 		}
+		if len(rs) == 0 {
+			delete(x.wide, nd)
+		} else {
+			x.wide[nd] = rs
+		}
+	case x.extra[rankNode{id, nd}] > 0:
+		if x.extra[rankNode{id, nd}]--; x.extra[rankNode{id, nd}] == 0 {
+			delete(x.extra, rankNode{id, nd})
+		}
+		return
+	default:
+		x.nodes[nd].mask &^= 1 << id
 	}
-	for nd != rootNode && len(x.nodes[nd].ranks) == 0 && x.nodes[nd].nchildren == 0 {
+	for nd != rootNode && x.nodes[nd].mask == 0 && x.nodes[nd].nchildren == 0 && len(x.wide[nd]) == 0 {
 		n := x.nodes[nd]
-		delete(x.children, edge{n.parent, n.local})
+		if c, ok := x.children[mix(n.parent, n.local)]; ok && c == nd {
+			delete(x.children, mix(n.parent, n.local))
+		} else {
+			delete(x.overflow, edge{n.parent, n.local})
+		}
 		x.nodes[n.parent].nchildren--
 		x.nodes[nd] = node{}
 		x.free = append(x.free, nd)

@@ -128,17 +128,18 @@ func (m model) overlap(id RankID, local []uint64) uint32 {
 // checks FindMatches against the model after every step.
 func TestIndexMatchesModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		const ranks = 3
+		// Rank 70 is above the 64 kept in node masks: the side table.
+		ids := []RankID{0, 1, 70}
 		x := New()
 		m := model{}
-		for r := range RankID(ranks) {
+		for _, r := range ids {
 			x.AddRank(r)
 			m[r] = map[uint64][]uint64{}
 		}
 		// Local hashes from a tiny alphabet make shared prefixes common.
 		gen := rapid.SliceOfN(rapid.Uint64Range(1, 3), 1, 5)
 		for range rapid.IntRange(1, 40).Draw(t, "steps") {
-			r := RankID(rapid.IntRange(0, ranks-1).Draw(t, "rank"))
+			r := rapid.SampledFrom(ids).Draw(t, "rank")
 			switch rapid.IntRange(0, 9).Draw(t, "op") {
 			case 0, 1, 2, 3, 4, 5:
 				local := gen.Draw(t, "local")
@@ -169,9 +170,9 @@ func TestIndexMatchesModel(t *testing.T) {
 				m[r] = map[uint64][]uint64{}
 			}
 			probe := gen.Draw(t, "probe")
-			overlap := make([]uint32, ranks)
+			overlap := make([]uint32, 71)
 			x.FindMatches(probe, overlap)
-			for rr := range RankID(ranks) {
+			for _, rr := range ids {
 				if want := m.overlap(rr, probe); overlap[rr] != want {
 					t.Fatalf("rank %d probe %v: overlap %d, want %d", rr, probe, overlap[rr], want)
 				}
@@ -181,4 +182,24 @@ func TestIndexMatchesModel(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestOnePrefixUnderTwoBlockHashes: a rank that stored the same prefix under
+// two block hashes keeps it until both are removed.
+func TestOnePrefixUnderTwoBlockHashes(t *testing.T) {
+	for _, id := range []RankID{3, 80} {
+		x := New()
+		x.AddRank(id)
+		x.Store(id, nil, []Block{{BlockHash: 100, TokensHash: 1}})
+		x.Store(id, nil, []Block{{BlockHash: 200, TokensHash: 1}})
+		overlap := make([]uint32, 81)
+		x.Remove(id, []uint64{100})
+		if x.FindMatches([]uint64{1}, overlap); overlap[id] != 1 {
+			t.Fatalf("rank %d: removing one of two hashes dropped the prefix", id)
+		}
+		x.Remove(id, []uint64{200})
+		if x.FindMatches([]uint64{1}, overlap); overlap[id] != 0 || x.Nodes() != 0 {
+			t.Fatalf("rank %d: the prefix outlived both hashes", id)
+		}
+	}
 }

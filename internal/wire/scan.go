@@ -237,7 +237,13 @@ func validNumber(t string) bool {
 // uint reads a non-negative integer no larger than max. Fractions and
 // exponents are refused even when they denote an integer: hashes and counts
 // are written as plain digits, and anything else is a host bug worth seeing.
+// Plain digits, the common case, are parsed in place without allocating.
 func (s *scanner) uint(max uint64, what string) (uint64, *fieldError) {
+	s.peek()
+	if v, n, ok := plainUint(s.b[s.i:]); ok && v <= max {
+		s.i += n
+		return v, nil
+	}
 	tok, integer, err := s.number(what)
 	if err != nil {
 		return 0, err
@@ -245,11 +251,31 @@ func (s *scanner) uint(max uint64, what string) (uint64, *fieldError) {
 	if !integer {
 		return 0, &fieldError{code: CodeInvalidField, msg: "expected " + what + ", got " + truncate(tok)}
 	}
-	v, perr := strconv.ParseUint(tok, 10, 64)
-	if perr != nil || v > max {
-		return 0, &fieldError{code: CodeInvalidField, msg: fmt.Sprintf("expected %s, got %s (above %d)", what, truncate(tok), max)}
+	return 0, &fieldError{code: CodeInvalidField, msg: fmt.Sprintf("expected %s, got %s (above %d)", what, truncate(tok), max)}
+}
+
+// plainUint parses a JSON integer of plain digits at the start of b (no
+// sign, fraction or exponent, no leading zero) that fits in a uint64, and
+// returns its value and length.
+func plainUint(b []byte) (v uint64, n int, ok bool) {
+	for n < len(b) && b[n] >= '0' && b[n] <= '9' {
+		d := uint64(b[n] - '0')
+		if v > (math.MaxUint64-d)/10 {
+			return 0, 0, false // overflow: let the slow path say so
+		}
+		v = v*10 + d
+		n++
 	}
-	return v, nil
+	if n == 0 || (n > 1 && b[0] == '0') {
+		return 0, 0, false
+	}
+	if n < len(b) {
+		switch b[n] {
+		case '.', 'e', 'E', '-', '+':
+			return 0, 0, false
+		}
+	}
+	return v, n, true
 }
 
 func (s *scanner) u64() (uint64, *fieldError) {

@@ -26,6 +26,9 @@ type Mixed struct {
 	Prefixes  int // distinct shared prefixes
 	InFlight  int // requests in flight at once
 	BlockSize int
+	// Steady evicts every request's private tail when it ends, so that the
+	// caches (and the router's index) stop growing: for soak runs.
+	Steady bool
 }
 
 // DefaultMixed is the stream of the performance targets: 64 workers,
@@ -161,7 +164,11 @@ func (g *mixedGen) finish(r *inflight) {
 	g.request("request_terminal", r.id)
 	// Sometimes evict the end of the private tail: only this request stored
 	// those blocks, and none is the parent of another's.
-	if from := max(r.shared, r.stored, len(r.seq)-8); g.rng.IntN(4) == 0 && from < len(r.seq) {
+	from := max(r.shared, r.stored, len(r.seq)-8)
+	if g.m.Steady {
+		from = max(r.shared, r.stored)
+	}
+	if evict := g.m.Steady || g.rng.IntN(4) == 0; evict && from < len(r.seq) {
 		w := r.home
 		g.eventID[w]++
 		b := g.begin(`{"op":"observe","events":[{"worker_id":`, uint64(w))

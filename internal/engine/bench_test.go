@@ -1,0 +1,102 @@
+package engine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/offline-router/offline-router/internal/kvindex"
+	"github.com/offline-router/offline-router/internal/wire"
+)
+
+// placeBench is an engine with 64 workers whose caches hold shared
+// prefixes, and a pool of 100-block prompts over those prefixes.
+func placeBench(b *testing.B, workers, blocks int) (*Engine, []*wire.Command) {
+	b.Helper()
+	cfg := wire.DefaultConfig()
+	e, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var resp wire.Response
+	for w := 1; w <= workers; w++ {
+		e.Apply(&wire.Command{Op: wire.OpWorkerReady, WorkerID: ptrTo(uint64(w)), TotalKVBlocks: ptrTo(uint64(100000))}, &resp)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	prefixes := make([][]uint64, 32)
+	for i := range prefixes {
+		for range blocks / 2 {
+			prefixes[i] = append(prefixes[i], rng.Uint64())
+		}
+	}
+	var prompts []*wire.Command
+	for i := range 512 {
+		local := slices.Clone(prefixes[i%len(prefixes)])
+		for len(local) < blocks {
+			local = append(local, rng.Uint64())
+		}
+		prompts = append(prompts, &wire.Command{Op: wire.OpPlace, InputTokens: ptrTo(uint64(blocks * 16)), BlockHashes: local})
+		// Each prompt's prefix is cached on a few workers.
+		seq := kvindex.SequenceHashes(local)
+		for k := range 3 {
+			w := uint64(1 + (i*3+k)%workers)
+			ev := wire.RouterEvent{WorkerID: w, StorageTier: "device", EventID: uint64(i*3 + k + 1), Kind: wire.EventStored}
+			for j := range blocks / 2 {
+				ev.Blocks = append(ev.Blocks, wire.StoredBlock{BlockHash: seq[j], TokensHash: local[j]})
+			}
+			e.Apply(&wire.Command{Op: wire.OpObserve, Events: []wire.RouterEvent{ev}}, &resp)
+		}
+	}
+	return e, prompts
+}
+
+// BenchmarkPlace64x100: place with 64 workers and 100-block prompts, with
+// 256 requests in flight; each iteration places one and ends the oldest.
+// Reports the median of place alone.
+func BenchmarkPlace64x100(b *testing.B) {
+	e, prompts := placeBench(b, 64, 100)
+	var resp wire.Response
+	var durations []time.Duration
+	inflight := []string{}
+	i := 0
+	for b.Loop() {
+		c := prompts[i%len(prompts)]
+		c.RequestID = fmt.Sprint("r", i)
+		start := time.Now()
+		e.Apply(c, &resp)
+		durations = append(durations, time.Since(start))
+		if resp.Error != nil {
+			b.Fatal(resp.Error)
+		}
+		inflight = append(inflight, c.RequestID)
+		if len(inflight) > 256 {
+			e.Apply(&wire.Command{Op: wire.OpRequestTerminal, RequestID: inflight[0]}, &resp)
+			inflight = inflight[1:]
+		}
+		i++
+	}
+	slices.Sort(durations)
+	b.ReportMetric(float64(durations[len(durations)/2].Nanoseconds()), "ns/place-median")
+}
+
+// BenchmarkPlaceScaling: place as workers and prompt length grow.
+func BenchmarkPlaceScaling(b *testing.B) {
+	for _, workers := range []int{8, 64, 256} {
+		for _, blocks := range []int{25, 100, 400} {
+			b.Run(fmt.Sprintf("workers=%d/blocks=%d", workers, blocks), func(b *testing.B) {
+				e, prompts := placeBench(b, workers, blocks)
+				var resp wire.Response
+				i := 0
+				for b.Loop() {
+					c := prompts[i%len(prompts)]
+					c.RequestID = fmt.Sprint("r", i)
+					e.Apply(c, &resp)
+					e.Apply(&wire.Command{Op: wire.OpRequestTerminal, RequestID: c.RequestID}, &resp)
+					i++
+				}
+			})
+		}
+	}
+}

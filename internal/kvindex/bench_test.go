@@ -1,0 +1,183 @@
+package kvindex
+
+import (
+	"bufio"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/goccy/go-json"
+)
+
+// traceHashIDs returns the hash_ids of the shared Mooncake trace, or a
+// synthetic stand-in of the same shape (shared prefixes, ~30 blocks) when
+// the trace is absent.
+func traceHashIDs(b *testing.B) [][]uint64 {
+	b.Helper()
+	f, err := os.Open(filepath.Join("..", "..", "..", "shared", "traces", "synthetic_trace.jsonl"))
+	if err != nil {
+		rng := rand.New(rand.NewPCG(1, 2))
+		var out [][]uint64
+		for i := range 4000 {
+			ids := []uint64{uint64(i % 50), uint64(i%50) + 1000}
+			for range 5 + rng.IntN(50) {
+				ids = append(ids, rng.Uint64())
+			}
+			out = append(out, ids)
+		}
+		return out
+	}
+	defer f.Close()
+	var out [][]uint64
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<24)
+	for sc.Scan() {
+		var line struct {
+			HashIDs []uint64 `json:"hash_ids"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, line.HashIDs)
+	}
+	return out
+}
+
+// indexWorkload spreads the trace's prompts over ranks as stored events.
+type indexWorkload struct {
+	local, seq [][]uint64
+	rank       []RankID
+}
+
+func newIndexWorkload(b *testing.B, ranks int) indexWorkload {
+	ids := traceHashIDs(b)
+	w := indexWorkload{}
+	for i, p := range ids {
+		w.local = append(w.local, p)
+		w.seq = append(w.seq, SequenceHashes(p))
+		w.rank = append(w.rank, RankID(i%ranks))
+	}
+	return w
+}
+
+func (w indexWorkload) store(x *Index, i int) {
+	local, seq := w.local[i], w.seq[i]
+	blocks := make([]Block, len(local))
+	for j := range local {
+		blocks[j] = Block{BlockHash: seq[j], TokensHash: local[j]}
+	}
+	x.Store(w.rank[i], nil, blocks)
+}
+
+// BenchmarkIndexOps interleaves the two operations of the target: a stored
+// event of a whole prompt and a find_matches of a whole prompt, over 16
+// ranks. One op is one of them.
+func BenchmarkIndexOps(b *testing.B) {
+	const ranks = 16
+	w := newIndexWorkload(b, ranks)
+	x := New()
+	for r := range RankID(ranks) {
+		x.AddRank(r)
+	}
+	overlap := make([]uint32, ranks)
+	n := len(w.local)
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		p := (i / 2) % n
+		if i%2 == 0 {
+			w.store(x, p)
+		} else {
+			x.FindMatches(w.local[(p*7919)%n], overlap)
+		}
+		i++
+	}
+}
+
+func BenchmarkFindMatches(b *testing.B) {
+	const ranks = 16
+	w := newIndexWorkload(b, ranks)
+	x := New()
+	for r := range RankID(ranks) {
+		x.AddRank(r)
+	}
+	for i := range w.local {
+		w.store(x, i)
+	}
+	overlap := make([]uint32, ranks)
+	i := 0
+	for b.Loop() {
+		x.FindMatches(w.local[i%len(w.local)], overlap)
+		i++
+	}
+}
+
+// BenchmarkIndexMemory reports the index's heap bytes per (rank, block)
+// entry after storing every prompt of the trace.
+func BenchmarkIndexMemory(b *testing.B) {
+	const ranks = 16
+	w := newIndexWorkload(b, ranks)
+	for b.Loop() {
+		var before, after runtimeMem
+		before.read()
+		x := New()
+		for r := range RankID(ranks) {
+			x.AddRank(r)
+		}
+		entries := 0
+		for i := range w.local {
+			w.store(x, i)
+		}
+		for r := range RankID(ranks) {
+			entries += x.Blocks(r)
+		}
+		after.read()
+		b.ReportMetric(float64(after.heap-before.heap)/float64(entries), "bytes/entry")
+		b.ReportMetric(float64(entries), "entries")
+		keep(x)
+	}
+}
+
+// BenchmarkFindMatchesIndexSize: a 64-block prompt against indexes of
+// growing size (64 ranks, random prompts sharing 32 prefixes).
+func BenchmarkFindMatchesIndexSize(b *testing.B) {
+	for _, entries := range []int{10_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("entries=%d", entries), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(3, 4))
+			x := New()
+			for r := range RankID(64) {
+				x.AddRank(r)
+			}
+			prefixes := make([][]uint64, 32)
+			for i := range prefixes {
+				for range 32 {
+					prefixes[i] = append(prefixes[i], rng.Uint64())
+				}
+			}
+			var probes [][]uint64
+			for n := 0; n < entries; n += 64 {
+				local := append([]uint64(nil), prefixes[rng.IntN(32)]...)
+				for len(local) < 64 {
+					local = append(local, rng.Uint64())
+				}
+				seq := SequenceHashes(local)
+				blocks := make([]Block, 64)
+				for j := range blocks {
+					blocks[j] = Block{seq[j], local[j]}
+				}
+				x.Store(RankID(rng.IntN(64)), nil, blocks)
+				if len(probes) < 1024 {
+					probes = append(probes, local)
+				}
+			}
+			overlap := make([]uint32, 64)
+			i := 0
+			for b.Loop() {
+				x.FindMatches(probes[i%len(probes)], overlap)
+				i++
+			}
+		})
+	}
+}

@@ -1,0 +1,50 @@
+package wire
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func placeLine(blocks int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"op":"place","now_ms":1234.5,"request_id":"r12345","input_tokens":1600,"output_tokens":64,"block_hashes":[`)
+	for i := range blocks {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d", uint64(i)*0x9e3779b97f4a7c15)
+	}
+	b.WriteString("]}")
+	return []byte(b.String())
+}
+
+// BenchmarkDecodePlace100: one place line with 100 random 64-bit hashes.
+func BenchmarkDecodePlace100(b *testing.B) {
+	line := placeLine(100)
+	var d Decoded
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		Decode(line, &d)
+		if d.Err != nil {
+			b.Fatal(d.Err)
+		}
+	}
+}
+
+// BenchmarkEncodePlacement: the response to a place, with summary evidence.
+func BenchmarkEncodePlacement(b *testing.B) {
+	op := "place"
+	resp := Response{Seq: 42, Op: &op, OK: true, NowMS: 1234.5, Placements: []Placement{{
+		RequestID: "r12345", WorkerID: 17, Role: RoleAggregated, OverlapBlocks: 40, BestAvailableOverlapBlocks: 45,
+		ISLBlocks: 100, CachedTokens: 640, PrefillTokens: 960, Reason: ReasonKV, Binding: "none",
+		Evidence: &PlacementEvidence{Candidates: 64, Ties: 1, SelectedCost: 123.5, BestCost: 123.5},
+	}}}
+	var buf []byte
+	for b.Loop() {
+		var err error
+		if buf, err = Encode(buf[:0], &resp); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
