@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -21,6 +23,10 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 
 func main() {
+	// A reader that closes our stdout must get a clear message and a
+	// non-zero status, not a silent death by SIGPIPE: with SIGPIPE ignored,
+	// the write fails with EPIPE and serve reports it.
+	signal.Ignore(syscall.SIGPIPE)
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true, PartsExclude: []string{zerolog.TimestampFieldName}}).
 		Level(zerolog.WarnLevel)
 	root := newRootCommand(&log)

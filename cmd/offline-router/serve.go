@@ -2,8 +2,12 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/signal"
 	"runtime/pprof"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -137,10 +141,31 @@ func runServe(cmd *cobra.Command, o *serveOptions, log *zerolog.Logger) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	st, err := wire.Serve(os.Stdin, os.Stdout, eng, wire.ServeOptions{MaxLineBytes: o.maxLineBytes, FailFast: o.failFast})
+	stopper := &wire.Stopper{}
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	var caught atomic.Value
+	go func() {
+		sig, ok := <-signals
+		if !ok {
+			return
+		}
+		caught.Store(sig)
+		if stopper.Stop() {
+			// Blocked on input with every response flushed: nothing to lose.
+			fmt.Fprintf(os.Stderr, "offline-router: %v: stopped; every command read was answered\n", sig)
+			os.Exit(exitCodeFor(sig))
+		}
+	}()
+	st, err := wire.Serve(os.Stdin, os.Stdout, eng, wire.ServeOptions{MaxLineBytes: o.maxLineBytes, FailFast: o.failFast, Stopper: stopper})
 	if o.verbose {
 		info := log.Level(zerolog.InfoLevel)
 		info.Info().Int("commands", st.Commands).Int("errors", st.Errors).Msg("served")
+	}
+	if errors.Is(err, wire.ErrStopped) {
+		sig, _ := caught.Load().(os.Signal)
+		return &exitError{exitCodeFor(sig), fmt.Errorf("%v: stopped after %d commands, all answered", sig, st.Commands)}
 	}
 	if errors.Is(err, wire.ErrFailFast) {
 		return &exitError{1, err}
@@ -149,4 +174,12 @@ func runServe(cmd *cobra.Command, o *serveOptions, log *zerolog.Logger) error {
 		return &exitError{1, err}
 	}
 	return nil
+}
+
+// exitCodeFor is the conventional status of a process ended by sig.
+func exitCodeFor(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return 1
 }

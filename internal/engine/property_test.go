@@ -135,7 +135,9 @@ func TestAdmissionInvariants(t *testing.T) {
 				}
 				continue
 			}
-			checkInvariants(t, e, c, &resp)
+			if err := invariants(e, c, &resp); err != nil {
+				t.Fatalf("step %d: %s: %v", i, c.Op, err)
+			}
 			acted := len(resp.Placements)+len(resp.Rejected) > 0
 			if c.Op == wire.OpAdvanceClock && hadWakeup && *c.NowMS == wakeup && !acted {
 				t.Fatalf("step %d: advancing to next_wakeup_ms %v released and rejected nothing", i, wakeup)
@@ -148,7 +150,11 @@ func TestAdmissionInvariants(t *testing.T) {
 	})
 }
 
-func checkInvariants(t *rapid.T, e *Engine, c *wire.Command, resp *wire.Response) {
+// invariants checks the engine after a successful command: pending_count
+// counts the waiting requests, next_wakeup_ms is in the future, nothing
+// admissible waits, placements went to ready workers, no booking went
+// negative, and bindings agree with the requests that hold them.
+func invariants(e *Engine, c *wire.Command, resp *wire.Response) error {
 	waiting := 0
 	for _, req := range e.requests {
 		if req.waiting() {
@@ -156,15 +162,15 @@ func checkInvariants(t *rapid.T, e *Engine, c *wire.Command, resp *wire.Response
 		}
 	}
 	if resp.PendingCount != waiting || e.queue.count+e.held != waiting {
-		t.Fatalf("pending_count %d, queued %d + held %d, waiting requests %d", resp.PendingCount, e.queue.count, e.held, waiting)
+		return fmt.Errorf("pending_count %d, queued %d + held %d, waiting requests %d", resp.PendingCount, e.queue.count, e.held, waiting)
 	}
 	if resp.NextWakeupMS != nil && float64(*resp.NextWakeupMS) <= e.now {
-		t.Fatalf("next_wakeup_ms %v is not after now %v", *resp.NextWakeupMS, e.now)
+		return fmt.Errorf("next_wakeup_ms %v is not after now %v", *resp.NextWakeupMS, e.now)
 	}
 	for _, role := range roleOrder {
 		if head := e.queue.head(role); head != nil {
 			if _, ok := e.admissible(head.d, e.now); ok {
-				t.Fatalf("request %s is admissible but left waiting", head.d.id)
+				return fmt.Errorf("request %s is admissible but left waiting", head.d.id)
 			}
 		}
 	}
@@ -175,21 +181,21 @@ func checkInvariants(t *rapid.T, e *Engine, c *wire.Command, resp *wire.Response
 			continue
 		}
 		if w, ok := e.fleet.byID[p.WorkerID]; !ok || w.status != statusReady {
-			t.Fatalf("placement of %s on worker %d, which is not ready", p.RequestID, p.WorkerID)
+			return fmt.Errorf("placement of %s on worker %d, which is not ready", p.RequestID, p.WorkerID)
 		}
 	}
-	checkBindings(t, e, resp)
 	for _, r := range e.fleet.slots {
 		if r != nil && (r.activeRequests > 1<<20 || r.privateBlocks > 1<<30 || r.distinctBlocks > 1<<30 || r.prefill.at(e.now) < 0) {
-			t.Fatalf("%d/%d: a booking went negative: %+v", r.w.id, r.dp, r)
+			return fmt.Errorf("%d/%d: a booking went negative: %+v", r.w.id, r.dp, r)
 		}
 	}
+	return bindingInvariants(e, resp)
 }
 
-// checkBindings: no binding points at a worker that is not ready; in hard
-// mode a placement under a bound binding is on its rank; lease and waiter
-// counts match the requests that hold them.
-func checkBindings(t *rapid.T, e *Engine, resp *wire.Response) {
+// bindingInvariants: no binding points at a worker that is not ready; in
+// hard mode a placement under a bound binding is on its rank; lease and
+// waiter counts match the requests that hold them.
+func bindingInvariants(e *Engine, resp *wire.Response) error {
 	leases := map[*binding]int{}
 	waiters := map[*binding][]string{}
 	for _, req := range e.requests {
@@ -203,21 +209,21 @@ func checkBindings(t *rapid.T, e *Engine, resp *wire.Response) {
 	held := 0
 	for _, b := range e.bindings.Sorted() {
 		if b.HasTarget && (e.fleet.byID[b.Target.w.id] != b.Target.w || b.Target.w.status != statusReady) {
-			t.Fatalf("%s points at worker %d, which is not ready", b.Key, b.Target.w.id)
+			return fmt.Errorf("%s points at worker %d, which is not ready", b.Key, b.Target.w.id)
 		}
 		if b.Leases != leases[b] {
-			t.Fatalf("%s has %d leases, %d requests hold one", b.Key, b.Leases, leases[b])
+			return fmt.Errorf("%s has %d leases, %d requests hold one", b.Key, b.Leases, leases[b])
 		}
 		slices.Sort(waiters[b])
 		got := slices.Clone(b.Waiters)
 		slices.Sort(got)
 		if !slices.Equal(got, waiters[b]) {
-			t.Fatalf("%s waiters %v, requests waiting on it %v", b.Key, b.Waiters, waiters[b])
+			return fmt.Errorf("%s waiters %v, requests waiting on it %v", b.Key, b.Waiters, waiters[b])
 		}
 		held += len(b.Waiters)
 	}
 	if held != e.held {
-		t.Fatalf("held count %d, waiters %d", e.held, held)
+		return fmt.Errorf("held count %d, waiters %d", e.held, held)
 	}
 	for _, p := range resp.Placements {
 		req := e.requests[p.RequestID]
@@ -225,9 +231,10 @@ func checkBindings(t *rapid.T, e *Engine, resp *wire.Response) {
 			continue
 		}
 		if target := req.binding.Target; target.w.id != p.WorkerID || target.dp != p.DPRank {
-			t.Fatalf("hard: %s placed on %d/%d, bound to %d/%d", p.RequestID, p.WorkerID, p.DPRank, target.w.id, target.dp)
+			return fmt.Errorf("hard: %s placed on %d/%d, bound to %d/%d", p.RequestID, p.WorkerID, p.DPRank, target.w.id, target.dp)
 		}
 	}
+	return nil
 }
 
 // endEverything ends every request and checks that every rank's load is

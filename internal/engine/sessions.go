@@ -146,7 +146,9 @@ func (e *Engine) committed(req *request) {
 			e.release(w)
 		}
 	case bindLeaseholder:
-		if !e.hardAffinity() && b.Target != req.rank {
+		// Soft: follow the request, unless its worker drained or went away
+		// since it was placed (a binding never points at such a worker).
+		if !e.hardAffinity() && b.Target != req.rank && !req.orphaned && req.rank.w.status == statusReady {
 			e.bindings.Move(b, req.rank)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 )
 
 // Stepper is what Serve drives: an engine that applies commands and reports
@@ -17,8 +18,35 @@ type Stepper interface {
 
 // ServeOptions are the framing options of §1.
 type ServeOptions struct {
-	MaxLineBytes int  // longer lines get line_too_long and are discarded
-	FailFast     bool // stop at the first error response
+	MaxLineBytes int      // longer lines get line_too_long and are discarded
+	FailFast     bool     // stop at the first error response
+	Stopper      *Stopper // if set, lets a signal handler stop Serve
+}
+
+// Stopper lets another goroutine (a signal handler) stop Serve between
+// commands, so that everything answered is flushed and no response is cut.
+type Stopper struct {
+	stop, idle atomic.Bool
+}
+
+// Stop asks Serve to stop after the command it is on. It reports whether
+// Serve is blocked waiting for input, with every response flushed: then the
+// caller may exit at once.
+func (s *Stopper) Stop() (idle bool) {
+	s.stop.Store(true)
+	return s.idle.Load()
+}
+
+func (s *Stopper) stopped() bool { return s != nil && s.stop.Load() }
+
+// setIdle records that Serve is about to block on input (all flushed) and
+// reports whether it should stop instead.
+func (s *Stopper) setIdle(idle bool) (stop bool) {
+	if s == nil {
+		return false
+	}
+	s.idle.Store(idle)
+	return idle && s.stop.Load()
 }
 
 // DefaultMaxLineBytes is the default --max-line-bytes: 64 MiB.
@@ -26,6 +54,9 @@ const DefaultMaxLineBytes = 64 << 20
 
 // ErrFailFast is returned by Serve when FailFast stopped it.
 var ErrFailFast = errors.New("stopped at the first error response (--fail-fast)")
+
+// ErrStopped is returned by Serve when its Stopper stopped it.
+var ErrStopped = errors.New("stopped by a signal")
 
 // Stats counts what Serve did.
 type Stats struct {
@@ -46,12 +77,19 @@ func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, e
 	var d Decoded
 	var buf []byte
 	for {
+		if opt.Stopper.stopped() {
+			return st, errors.Join(ErrStopped, w.Flush())
+		}
 		if lr.r.Buffered() == 0 {
 			if err := w.Flush(); err != nil {
 				return st, fmt.Errorf("writing responses: %w", err)
 			}
+			if opt.Stopper.setIdle(true) {
+				return st, ErrStopped
+			}
 		}
 		line, tooLong, err := lr.next()
+		opt.Stopper.setIdle(false)
 		if err == io.EOF && line == nil && !tooLong {
 			return st, w.Flush()
 		}
