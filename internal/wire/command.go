@@ -328,24 +328,16 @@ func trimSpace(b []byte) []byte {
 
 // validID consumes an id value: a string or a number, echoed verbatim.
 func validID(s *scanner) bool {
-	switch c := s.peek(); {
-	case c == '"':
-		_, err := s.rawString()
-		return err == nil
-	case c == '-' || (c >= '0' && c <= '9'):
-		_, _, err := s.number("a number")
-		return err == nil
-	}
-	return false
+	c := s.peek()
+	return (c == '"' || c == '-' || (c >= '0' && c <= '9')) && s.skipScalar()
 }
 
 func decodeField(s *scanner, c *Command, f field) *fieldError {
 	var err *fieldError
 	switch f {
 	case fID:
-		start := s.i
 		s.peek()
-		start = s.i
+		start := s.i
 		if !validID(s) {
 			s.i = start
 			return s.expected("a string or a number")
