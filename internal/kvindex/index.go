@@ -1,9 +1,6 @@
 package kvindex
 
-import (
-	"math/bits"
-	"slices"
-)
+import "math/bits"
 
 // RankID names one (worker, dp_rank) cache inside the index. The engine hands
 // out dense IDs so that per-rank results fit in a plain slice.
@@ -15,27 +12,9 @@ type Block struct {
 	TokensHash uint64 // local hash: how the tree is keyed under the parent
 }
 
-const (
-	rootNode = 0
-	// maskRanks ranks are kept in a node's bit mask; higher ones (more than
-	// 64 ranks in all) in a side table.
-	maskRanks = 64
-)
-
-// edge is a child's exact key: its parent node and its local hash.
-type edge struct {
-	parent uint32
-	local  uint64
-}
-
-// node is one cached prefix. It holds no pointers, so that a tree of
-// millions of nodes costs the garbage collector nothing to scan.
-type node struct {
-	parent    uint32
-	nchildren uint32
-	local     uint64
-	mask      uint64 // ranks below maskRanks that cache this prefix
-}
+// maskRanks ranks are kept in a node's bit mask; higher ones (more than 64
+// ranks in all) in a side table.
+const maskRanks = 64
 
 type rankCache struct {
 	live    bool
@@ -47,12 +26,10 @@ type rankCache struct {
 // Index is a radix tree of cached prefixes shared by every rank: a node is a
 // prefix, and records the ranks that hold it. Not safe for concurrent use.
 type Index struct {
-	nodes []node
-	free  []uint32
-	// children finds a node by a mix of its parent and local hash; a key
-	// that two edges share (rare) sends the later one to overflow.
-	children map[uint64]uint32
-	overflow map[edge]uint32
+	// tree's payload is the mask of ranks below maskRanks caching the
+	// prefix: no pointers, so millions of nodes cost the garbage collector
+	// nothing to scan.
+	tree *Tree[uint64]
 	// wide holds the ranks from maskRanks up that cache each node.
 	wide map[uint32][]RankID
 	// extra counts a low rank's additional block hashes on one node (a rank
@@ -70,12 +47,7 @@ type rankNode struct {
 
 // New returns an empty index.
 func New() *Index {
-	return &Index{nodes: make([]node, 1), children: map[uint64]uint32{}, overflow: map[edge]uint32{},
-		wide: map[uint32][]RankID{}, extra: map[rankNode]int{}}
-}
-
-func mix(parent uint32, local uint64) uint64 {
-	return local ^ (uint64(parent)+1)*0x9e3779b97f4a7c15
+	return &Index{tree: NewTree[uint64](), wide: map[uint32][]RankID{}, extra: map[rankNode]int{}}
 }
 
 // AddRank starts an empty cache for id, dropping anything an earlier user of
@@ -151,12 +123,12 @@ func (x *Index) Store(id RankID, parent *uint64, blocks []Block) bool {
 		return false
 	}
 	r := &x.ranks[id]
-	cur := uint32(rootNode)
+	cur := Root
 	if parent != nil {
 		cur = r.blocks[*parent]
 	}
 	for _, b := range blocks {
-		child := x.child(cur, b.TokensHash)
+		child := x.tree.Child(cur, b.TokensHash)
 		if old, ok := r.blocks[b.BlockHash]; ok {
 			if old == child {
 				cur = child
@@ -201,7 +173,7 @@ func (x *Index) Clear(id RankID) int {
 func (x *Index) Blocks(id RankID) int { return len(x.ranks[id].blocks) }
 
 // Nodes returns how many prefixes the tree holds, the root excluded.
-func (x *Index) Nodes() int { return len(x.nodes) - 1 - len(x.free) }
+func (x *Index) Nodes() int { return x.tree.Len() }
 
 // FindMatches writes into overlap[r] the number of leading blocks of local
 // that rank r caches as one contiguous prefix, for every rank r below
@@ -212,13 +184,13 @@ func (x *Index) FindMatches(local []uint64, overlap []uint32) {
 	alive := x.live
 	wideMatching := len(x.wide) > 0
 	depth := uint32(0)
-	cur := uint32(rootNode)
+	cur := Root
 	for _, h := range local {
-		child, ok := x.lookup(cur, h)
+		child, ok := x.tree.Lookup(cur, h)
 		if !ok {
 			break
 		}
-		still := alive & x.nodes[child].mask
+		still := alive & *x.tree.At(child)
 		alive = still
 		if wideMatching {
 			wideMatching = false
@@ -243,65 +215,20 @@ func (x *Index) FindMatches(local []uint64, overlap []uint32) {
 	}
 }
 
-func (x *Index) lookup(parent uint32, local uint64) (uint32, bool) {
-	c, ok := x.children[mix(parent, local)]
-	if ok && x.nodes[c].parent == parent && x.nodes[c].local == local {
-		return c, true
-	}
-	if len(x.overflow) > 0 {
-		c, ok := x.overflow[edge{parent, local}]
-		return c, ok
-	}
-	return 0, false
-}
-
-// child finds or makes the node for local under parent.
-func (x *Index) child(parent uint32, local uint64) uint32 {
-	key := mix(parent, local)
-	c, taken := x.children[key]
-	if taken && x.nodes[c].parent == parent && x.nodes[c].local == local {
-		return c
-	}
-	if len(x.overflow) > 0 {
-		if c, ok := x.overflow[edge{parent, local}]; ok {
-			return c
-		}
-	}
-	if n := len(x.free); n > 0 {
-		c, x.free = x.free[n-1], x.free[:n-1]
-		x.nodes[c] = node{parent: parent, local: local}
-	} else {
-		if len(x.nodes) == cap(x.nodes) {
-			// Double: append's gentler growth for large slices copies a
-			// fast-growing tree several times over.
-			x.nodes = slices.Grow(x.nodes, len(x.nodes))
-		}
-		c = uint32(len(x.nodes))
-		x.nodes = append(x.nodes, node{parent: parent, local: local})
-	}
-	if taken {
-		x.overflow[edge{parent, local}] = c
-	} else {
-		x.children[key] = c
-	}
-	x.nodes[parent].nchildren++
-	return c
-}
-
 func (x *Index) attach(nd uint32, id RankID) {
 	if id >= maskRanks {
 		x.wide[nd] = append(x.wide[nd], id)
 		return
 	}
-	if x.nodes[nd].mask&(1<<id) != 0 {
+	if mask := x.tree.At(nd); *mask&(1<<id) != 0 {
 		x.extra[rankNode{id, nd}]++
-		return
+	} else {
+		*mask |= 1 << id
 	}
-	x.nodes[nd].mask |= 1 << id
 }
 
 // detach removes id from node nd and prunes nodes left with neither ranks
-// nor children, walking up toward the root.
+// nor children.
 func (x *Index) detach(nd uint32, id RankID) {
 	switch {
 	case id >= maskRanks:
@@ -324,18 +251,7 @@ func (x *Index) detach(nd uint32, id RankID) {
 		}
 		return
 	default:
-		x.nodes[nd].mask &^= 1 << id
+		*x.tree.At(nd) &^= 1 << id
 	}
-	for nd != rootNode && x.nodes[nd].mask == 0 && x.nodes[nd].nchildren == 0 && len(x.wide[nd]) == 0 {
-		n := x.nodes[nd]
-		if c, ok := x.children[mix(n.parent, n.local)]; ok && c == nd {
-			delete(x.children, mix(n.parent, n.local))
-		} else {
-			delete(x.overflow, edge{n.parent, n.local})
-		}
-		x.nodes[n.parent].nchildren--
-		x.nodes[nd] = node{}
-		x.free = append(x.free, nd)
-		nd = n.parent
-	}
+	x.tree.Prune(nd, func(n uint32, mask *uint64) bool { return *mask == 0 && len(x.wide[n]) == 0 })
 }
