@@ -19,7 +19,7 @@ type Engine struct {
 	fleet      fleet
 	index      *kvindex.Index
 	approx     *approxIndex
-	active     activeBlocks
+	active     *activeTree
 	requests   map[string]*request
 	queue      policyQueue
 	bindings   *affinity.Table[*rank]
@@ -31,7 +31,7 @@ type Engine struct {
 	// Scratch slices indexed by rank slot, reused by every placement.
 	overlap []uint32
 	hits    []uint32
-	found   []*holders // what countHits found, per block of the prompt being placed
+	path    []uint32 // the active-tree nodes countActive passed, for booking
 }
 
 // output collects what one command did, in the order it happened.
@@ -52,7 +52,7 @@ func New(cfg wire.Config) (*Engine, error) {
 		fleet:    newFleet(),
 		index:    kvindex.New(),
 		approx:   newApproxIndex(),
-		active:   activeBlocks{},
+		active:   kvindex.NewTree[holders](),
 		requests: map[string]*request{},
 		queue:    newPolicyQueue(),
 		bindings: affinity.NewTable[*rank](cfg.Affinity.TTLMS),

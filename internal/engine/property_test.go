@@ -254,8 +254,8 @@ func endEverything(t *rapid.T, e *Engine) {
 			t.Fatalf("ending %s: %v", id, resp.Error)
 		}
 	}
-	if len(e.requests) != 0 || e.queue.count != 0 || e.held != 0 || len(e.active) != 0 {
-		t.Fatalf("left: %d requests, %d waiting, %d held, %d active hashes", len(e.requests), e.queue.count, e.held, len(e.active))
+	if len(e.requests) != 0 || e.queue.count != 0 || e.held != 0 || e.active.Len() != 0 {
+		t.Fatalf("left: %d requests, %d waiting, %d held, %d active prefixes", len(e.requests), e.queue.count, e.held, e.active.Len())
 	}
 	for _, b := range e.bindings.Sorted() {
 		if b.Leases != 0 || len(b.Waiters) != 0 {

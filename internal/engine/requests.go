@@ -8,6 +8,7 @@ type request struct {
 	d         *demand
 	rank      *rank
 	prefill   *prefillEntry // booked prefill; done once completed or decayed
+	path      []uint32      // its prompt's nodes in the active tree, once booked
 	committed bool
 	orphaned  bool // its worker was removed, and with it the booking
 	binding   *binding
@@ -27,7 +28,7 @@ func (r *request) waiting() bool { return r.queueIndex >= 0 || r.bindRole == bin
 func (e *Engine) book(req *request, r *rank, prefillTokens uint64) {
 	req.rank = r
 	req.prefill = r.prefill.add(e.now, prefillTokens)
-	e.active.book(req.d, r, e.found)
+	e.bookBlocks(req, r)
 	r.activeRequests++
 	r.privateBlocks += req.d.privateBlocks
 }
@@ -39,7 +40,7 @@ func (e *Engine) unbook(req *request) {
 	}
 	r := req.rank
 	r.prefill.remove(e.now, req.prefill)
-	e.active.release(req.d, r)
+	e.releaseBlocks(req, r)
 	r.activeRequests--
 	r.privateBlocks -= req.d.privateBlocks
 }
@@ -71,7 +72,7 @@ func (e *Engine) prefillCompleted(req *request) {
 }
 
 func (req *request) state() wire.RequestState {
-	st := wire.RequestState{RequestID: req.d.id, Blocks: len(req.d.seq) + int(req.d.privateBlocks)}
+	st := wire.RequestState{RequestID: req.d.id, Blocks: len(req.d.local) + int(req.d.privateBlocks)}
 	switch {
 	case req.bindRole == bindWaiter:
 		st.Status = "held" // waiting for its session's staged binding

@@ -16,8 +16,8 @@ type demand struct {
 	role          wire.Role
 	isl           uint64
 	islBlocks     uint64
-	local         []uint64 // local block hashes: the index walk
-	seq           []uint64 // sequence hashes: the active-block accounting
+	local         []uint64 // local block hashes: the index and active-block walks
+	seq           []uint64 // sequence hashes, as block addresses in approximate mode
 	privateBlocks uint64   // blocks without a hash, never shared
 	allowed       []uint64
 	pin           *uint64
@@ -74,12 +74,13 @@ func (e *Engine) newDemand(c *wire.Command, t float64) (*demand, *wire.Error) {
 		}
 		d.local = c.BlockHashes
 	}
-	if c.SequenceHashes != nil {
+	switch {
+	case c.SequenceHashes != nil:
 		d.seq = c.SequenceHashes
-	} else {
+	case !e.cfg.KVEvents:
 		d.seq = kvindex.SequenceHashes(d.local)
 	}
-	d.privateBlocks = d.islBlocks - uint64(len(d.seq))
+	d.privateBlocks = d.islBlocks - uint64(len(d.local))
 	return d, nil
 }
 
@@ -221,8 +222,7 @@ type score struct {
 func (e *Engine) place(req *request, cs candidateSet) wire.Placement {
 	d := req.d
 	e.index.FindMatches(d.local, e.overlap)
-	clear(e.hits)
-	e.found = e.active.countHits(d.seq, e.hits, e.found)
+	e.countActive(d.local)
 
 	best := uint64(0)
 	for _, w := range e.fleet.ready {
@@ -235,7 +235,7 @@ func (e *Engine) place(req *request, cs candidateSet) wire.Placement {
 	scores := make([]score, len(cs.ranks))
 	for i, r := range cs.ranks {
 		s := score{r: r, overlap: uint64(e.overlap[r.slot])}
-		newBlocks := uint64(len(d.seq)) - uint64(e.hits[r.slot]) + d.privateBlocks
+		newBlocks := uint64(len(d.local)) - uint64(e.hits[r.slot]) + d.privateBlocks
 		s.prefill, s.decode, s.cost = e.cost(r.prefill.at(e.now), d.isl, s.overlap, r.activeDecodeBlocks()+newBlocks)
 		scores[i] = s
 	}
