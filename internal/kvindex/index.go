@@ -18,7 +18,7 @@ const maskRanks = 64
 
 type rankCache struct {
 	live    bool
-	blocks  map[uint64]uint32 // block_hash -> node
+	blocks  edgeTable // block_hash (as the local hash, under parent 0) -> node
 	lastID  uint64
 	seenAny bool
 }
@@ -57,7 +57,7 @@ func (x *Index) AddRank(id RankID) {
 		x.ranks = append(x.ranks, rankCache{})
 	}
 	x.DropRank(id)
-	x.ranks[id] = rankCache{live: true, blocks: make(map[uint64]uint32)}
+	x.ranks[id] = rankCache{live: true}
 	if id < maskRanks {
 		x.live |= 1 << id
 	}
@@ -102,7 +102,7 @@ func (x *Index) LastEventID(id RankID) (uint64, bool) {
 
 // HasBlock reports whether id caches the block addressed by blockHash.
 func (x *Index) HasBlock(id RankID, blockHash uint64) bool {
-	_, ok := x.ranks[id].blocks[blockHash]
+	_, ok := x.ranks[id].blocks.find(0, blockHash)
 	return ok
 }
 
@@ -112,7 +112,7 @@ func (x *Index) CanStore(id RankID, parent *uint64) bool {
 	if parent == nil {
 		return true
 	}
-	_, ok := x.ranks[id].blocks[*parent]
+	_, ok := x.ranks[id].blocks.find(0, *parent)
 	return ok
 }
 
@@ -125,19 +125,21 @@ func (x *Index) Store(id RankID, parent *uint64, blocks []Block) bool {
 	r := &x.ranks[id]
 	cur := Root
 	if parent != nil {
-		cur = r.blocks[*parent]
+		cur, _ = r.blocks.find(0, *parent)
 	}
 	for _, b := range blocks {
 		child := x.tree.Child(cur, b.TokensHash)
-		if old, ok := r.blocks[b.BlockHash]; ok {
-			if old == child {
-				cur = child
-				continue
-			}
+		old, added := r.blocks.findOrAdd(0, b.BlockHash, func() uint32 { return child })
+		switch {
+		case added:
+			x.attach(child, id)
+		case old != child:
+			// The hash moves to another prefix. Attach first: detaching
+			// could otherwise prune child if it is an ancestor of old.
+			x.attach(child, id)
+			r.blocks.set(0, b.BlockHash, child)
 			x.detach(old, id)
 		}
-		x.attach(child, id)
-		r.blocks[b.BlockHash] = child
 		cur = child
 	}
 	return true
@@ -149,8 +151,8 @@ func (x *Index) Remove(id RankID, hashes []uint64) int {
 	r := &x.ranks[id]
 	n := 0
 	for _, h := range hashes {
-		if nd, ok := r.blocks[h]; ok {
-			delete(r.blocks, h)
+		if nd, ok := r.blocks.find(0, h); ok {
+			r.blocks.remove(0, h)
 			x.detach(nd, id)
 			n++
 		}
@@ -161,16 +163,14 @@ func (x *Index) Remove(id RankID, hashes []uint64) int {
 // Clear drops every block of id and returns how many there were.
 func (x *Index) Clear(id RankID) int {
 	r := &x.ranks[id]
-	n := len(r.blocks)
-	for _, nd := range r.blocks {
-		x.detach(nd, id)
-	}
-	clear(r.blocks)
+	n := r.blocks.used
+	r.blocks.each(func(nd uint32) { x.detach(nd, id) })
+	r.blocks = edgeTable{}
 	return n
 }
 
 // Blocks returns how many blocks id caches.
-func (x *Index) Blocks(id RankID) int { return len(x.ranks[id].blocks) }
+func (x *Index) Blocks(id RankID) int { return x.ranks[id].blocks.used }
 
 // Nodes returns how many prefixes the tree holds, the root excluded.
 func (x *Index) Nodes() int { return x.tree.Len() }

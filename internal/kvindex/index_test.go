@@ -82,8 +82,8 @@ func TestDropRankPrunesTheTree(t *testing.T) {
 		t.Fatalf("nodes = %d, want 2 after dropping rank 0", x.Nodes())
 	}
 	x.DropRank(1)
-	if x.Nodes() != 0 || len(x.tree.children) != 0 {
-		t.Fatalf("tree not empty: %d nodes, %d edges", x.Nodes(), len(x.tree.children))
+	if x.Nodes() != 0 || x.tree.children.used != 0 {
+		t.Fatalf("tree not empty: %d nodes, %d edges", x.Nodes(), x.tree.children.used)
 	}
 }
 

@@ -1,0 +1,133 @@
+package kvindex
+
+// edgeTable maps a tree edge (parent node, local hash) to the child node:
+// open addressing with linear probing over 16-byte slots that hold the edge
+// itself, so a lookup compares exact keys (no collision handling beyond
+// probing) and finding or adding a child is one probe sequence, usually
+// within one cache line. Deleted slots become tombstones until the next
+// rehash.
+type edgeTable struct {
+	slots []edgeSlot // length a power of two, or nil
+	used  int        // live edges
+	dead  int        // tombstones
+}
+
+type edgeSlot struct {
+	local  uint64
+	parent uint32
+	node   uint32 // 0: empty (the root is nobody's child); tomb: deleted
+}
+
+const tomb = ^uint32(0)
+
+func hashEdge(parent uint32, local uint64) uint64 {
+	// A strong finaliser: hosts may send small, regular local hashes.
+	x := local ^ (uint64(parent)+1)*0x9e3779b97f4a7c15
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	return x
+}
+
+// find returns the child of parent for local.
+func (t *edgeTable) find(parent uint32, local uint64) (uint32, bool) {
+	if t.slots == nil {
+		return 0, false
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := hashEdge(parent, local) & mask; ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.node == 0 {
+			return 0, false
+		}
+		if s.node != tomb && s.local == local && s.parent == parent {
+			return s.node, true
+		}
+	}
+}
+
+// findOrAdd returns the child of parent for local, or stores next() as that
+// child and returns it (added true).
+func (t *edgeTable) findOrAdd(parent uint32, local uint64, next func() uint32) (node uint32, added bool) {
+	if (t.used+t.dead+1)*4 > len(t.slots)*3 {
+		t.rehash()
+	}
+	mask := uint64(len(t.slots) - 1)
+	free := -1
+	for i := hashEdge(parent, local) & mask; ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.node == tomb {
+			if free < 0 {
+				free = int(i)
+			}
+			continue
+		}
+		if s.node == 0 {
+			if free < 0 {
+				free = int(i)
+			} else {
+				t.dead--
+			}
+			t.slots[free] = edgeSlot{local: local, parent: parent, node: next()}
+			t.used++
+			return t.slots[free].node, true
+		}
+		if s.local == local && s.parent == parent {
+			return s.node, false
+		}
+	}
+}
+
+// set points the edge of parent for local, which must exist, at node.
+func (t *edgeTable) set(parent uint32, local uint64, node uint32) {
+	t.slots[t.slot(parent, local)].node = node
+}
+
+// slot is the index of the edge of parent for local, which must exist.
+func (t *edgeTable) slot(parent uint32, local uint64) uint64 {
+	mask := uint64(len(t.slots) - 1)
+	for i := hashEdge(parent, local) & mask; ; i = (i + 1) & mask {
+		if s := &t.slots[i]; s.node != tomb && s.local == local && s.parent == parent {
+			return i
+		}
+	}
+}
+
+// each calls f with every edge's node.
+func (t *edgeTable) each(f func(node uint32)) {
+	for _, s := range t.slots {
+		if s.node != 0 && s.node != tomb {
+			f(s.node)
+		}
+	}
+}
+
+// remove deletes the edge of parent for local, which must exist.
+func (t *edgeTable) remove(parent uint32, local uint64) {
+	t.slots[t.slot(parent, local)].node = tomb
+	t.used--
+	t.dead++
+}
+
+// rehash moves the live edges into a table with room to grow, dropping the
+// tombstones.
+func (t *edgeTable) rehash() {
+	size := 16
+	for size*3 < (t.used+1)*4*2 {
+		size *= 2
+	}
+	old := t.slots
+	t.slots, t.used, t.dead = make([]edgeSlot, size), 0, 0
+	mask := uint64(size - 1)
+	for _, s := range old {
+		if s.node == 0 || s.node == tomb {
+			continue
+		}
+		i := hashEdge(s.parent, s.local) & mask
+		for t.slots[i].node != 0 {
+			i = (i + 1) & mask
+		}
+		t.slots[i] = s
+		t.used++
+	}
+}
