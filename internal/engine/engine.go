@@ -32,6 +32,7 @@ type Engine struct {
 	overlap []uint32
 	hits    []uint32
 	path    []uint32 // the active-tree nodes countActive passed, for booking
+	scores  []score  // the costs of one placement
 }
 
 // output collects what one command did, in the order it happened.

@@ -132,6 +132,7 @@ func (e *Engine) candidates(d *demand, t float64) (candidateSet, *wire.Error) {
 		return cs, err
 	}
 	full := e.cfg.Evidence == wire.EvidenceFull
+	cs.ranks = make([]*rank, 0, len(e.fleet.slots))
 	drop := func(r *rank, reason string) {
 		switch reason {
 		case wire.FilterAffinity:
@@ -232,7 +233,9 @@ func (e *Engine) place(req *request, cs candidateSet) wire.Placement {
 			}
 		}
 	}
-	scores := make([]score, len(cs.ranks))
+	// Scratch reused by every placement: the evidence copies what it keeps.
+	scores := slices.Grow(e.scores[:0], len(cs.ranks))[:len(cs.ranks)]
+	e.scores = scores
 	for i, r := range cs.ranks {
 		s := score{r: r, overlap: uint64(e.overlap[r.slot])}
 		newBlocks := uint64(len(d.local)) - uint64(e.hits[r.slot]) + d.privateBlocks
