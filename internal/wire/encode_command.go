@@ -7,7 +7,7 @@ import "strconv"
 // stream Decode reads back into the same command.
 func AppendCommand(b []byte, c *Command) []byte {
 	b = append(b, `{"op":`...)
-	b = strconv.AppendQuote(b, string(c.Op))
+	b = appendString(b, string(c.Op))
 	if c.ID != nil {
 		b = append(append(b, `,"id":`...), c.ID...)
 	}
@@ -15,11 +15,11 @@ func AppendCommand(b []byte, c *Command) []byte {
 		b = AppendNum(append(b, `,"now_ms":`...), *c.NowMS)
 	}
 	if c.RequestID != "" {
-		b = strconv.AppendQuote(append(b, `,"request_id":`...), c.RequestID)
+		b = appendString(append(b, `,"request_id":`...), c.RequestID)
 	}
 	b = appendU64(b, "worker_id", c.WorkerID)
 	if c.Role != "" {
-		b = strconv.AppendQuote(append(b, `,"role":`...), string(c.Role))
+		b = appendString(append(b, `,"role":`...), string(c.Role))
 	}
 	b = appendU32(b, "dp_size", c.DPSize)
 	b = appendU32(b, "dp_start", c.DPStart)
@@ -43,10 +43,10 @@ func AppendCommand(b []byte, c *Command) []byte {
 	b = appendU64s(b, "sequence_hashes", c.SequenceHashes)
 	b = appendU64s(b, "allowed_workers", c.AllowedWorkers)
 	if c.SessionID != nil {
-		b = strconv.AppendQuote(append(b, `,"session_id":`...), *c.SessionID)
+		b = appendString(append(b, `,"session_id":`...), *c.SessionID)
 	}
 	if c.ParentSessionID != nil {
-		b = strconv.AppendQuote(append(b, `,"parent_session_id":`...), *c.ParentSessionID)
+		b = appendString(append(b, `,"parent_session_id":`...), *c.ParentSessionID)
 	}
 	if c.Priority != nil {
 		b = AppendNum(append(b, `,"priority":`...), *c.Priority)
@@ -70,7 +70,7 @@ func AppendCommand(b []byte, c *Command) []byte {
 func appendEvent(b []byte, ev *RouterEvent) []byte {
 	b = strconv.AppendUint(append(b, `{"worker_id":`...), ev.WorkerID, 10)
 	if ev.StorageTier != "" {
-		b = strconv.AppendQuote(append(b, `,"storage_tier":`...), ev.StorageTier)
+		b = appendString(append(b, `,"storage_tier":`...), ev.StorageTier)
 	}
 	b = strconv.AppendUint(append(b, `,"event":{"event_id":`...), ev.EventID, 10)
 	b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(ev.DPRank), 10)
@@ -100,6 +100,25 @@ func appendEvent(b []byte, ev *RouterEvent) []byte {
 		b = append(b, `"cleared"`...)
 	}
 	return append(b, "}}"...)
+}
+
+// appendString appends s as a JSON string, escaping only what JSON
+// requires (strconv.Quote's Go escapes such as \x7f are not JSON). s is
+// valid UTF-8: the decoder refuses anything else.
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
 }
 
 func appendU64(b []byte, key string, v *uint64) []byte {

@@ -31,6 +31,8 @@ func TestAppendCommandRoundTrips(t *testing.T) {
 		}},
 		{Op: OpAdvanceClock, NowMS: f(12.5)},
 		{Op: OpRequestTerminal, RequestID: "r"},
+		// Characters Go's strconv.Quote would write as non-JSON escapes.
+		{Op: OpPlace, RequestID: "del\x7f ctl\x01 ls\u2028 \U0001F600 back\\slash", SessionID: s("\x1f")},
 	}
 	for _, c := range cmds {
 		line := AppendCommand(nil, &c)
