@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"testing"
 
 	"github.com/offline-router/offline-router/internal/wire"
@@ -69,5 +70,24 @@ func TestPickTieBreakIsUniformAndSeeded(t *testing.T) {
 		if n < 850 || n > 1150 {
 			t.Errorf("tie %d chosen %d times of 3000: not uniform", i, n)
 		}
+	}
+}
+
+// TestPortableExp: within an ulp or two of math.Exp over the softmax's
+// range and beyond, and exact at the edges.
+func TestPortableExp(t *testing.T) {
+	for x := -60.0; x <= 5; x += 0.0137 {
+		got, want := portableExp(x), math.Exp(x)
+		if rel := math.Abs(got-want) / want; rel > 4e-16 {
+			t.Fatalf("portableExp(%v) = %v, math.Exp %v (relative error %g)", x, got, want, rel)
+		}
+	}
+	for x, want := range map[float64]float64{0: 1, math.Inf(-1): 0, -800: 0, 800: math.Inf(1)} {
+		if got := portableExp(x); got != want {
+			t.Errorf("portableExp(%v) = %v, want %v", x, got, want)
+		}
+	}
+	if !math.IsNaN(portableExp(math.NaN())) {
+		t.Error("portableExp(NaN) is not NaN")
 	}
 }

@@ -27,7 +27,7 @@ type prefillEntry struct {
 func (p *prefillLoad) at(t float64) float64 {
 	v := float64(p.pending) - p.consumed
 	if p.rate > 0 && t > p.last {
-		v -= p.rate * (t - p.last)
+		v -= float64(p.rate * (t - p.last)) // rounded alone: no fused multiply-add (exp.go)
 	}
 	return math.Max(v, 0)
 }
@@ -47,7 +47,7 @@ func (p *prefillLoad) reachTime(level float64) float64 {
 // decayTo brings the FIFO to time t, retiring entries that decayed fully.
 func (p *prefillLoad) decayTo(t float64) {
 	if p.rate > 0 && t > p.last {
-		budget := p.rate * (t - p.last)
+		budget := float64(p.rate * (t - p.last)) // no fused multiply-add, even across statements (exp.go)
 		for budget > 0 && p.head < len(p.fifo) {
 			e := p.fifo[p.head]
 			if e.done {

@@ -265,8 +265,9 @@ func (e *Engine) place(req *request, cs candidateSet) wire.Placement {
 // once the request's new blocks join them.
 func (e *Engine) cost(activePrefill float64, isl, overlap, decodeBlocks uint64) (prefillBlocks float64, decode uint64, cost float64) {
 	bs := float64(e.cfg.BlockSize)
-	prefillBlocks = math.Max((activePrefill+float64(isl))/bs-e.cfg.OverlapScoreCredit*float64(overlap), 0)
-	return prefillBlocks, decodeBlocks, e.cfg.PrefillLoadScale*prefillBlocks + float64(decodeBlocks)
+	// float64() rounds each product on its own: no fused multiply-add (exp.go).
+	prefillBlocks = math.Max((activePrefill+float64(isl))/bs-float64(e.cfg.OverlapScoreCredit*float64(overlap)), 0)
+	return prefillBlocks, decodeBlocks, float64(e.cfg.PrefillLoadScale*prefillBlocks) + float64(decodeBlocks)
 }
 
 // preferred is the index of the rank a soft-affinity request should go to
@@ -334,7 +335,7 @@ func (e *Engine) pick(scores []score, preferred int) (int, int, float64) {
 	}
 	total := 0.0
 	for i := range scores {
-		scores[i].prob = math.Exp(-(scores[i].cost - lo) / ((hi - lo) * t))
+		scores[i].prob = portableExp(-(scores[i].cost - lo) / ((hi - lo) * t))
 		total += scores[i].prob
 	}
 	u := e.rng.unit() * total

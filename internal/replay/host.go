@@ -264,7 +264,9 @@ func (h *host) prefillDone(t float64, r *simRequest) {
 		h.send(&wire.Command{Op: wire.OpObserve, NowMS: ptr(t), Events: []wire.RouterEvent{*ev}})
 	}
 	h.send(&wire.Command{Op: wire.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
-	h.schedule(t+float64(r.OutputTokens)*h.opt.Cluster.DecodeMSPerToken, evDecodeDone, r)
+	// The product is rounded alone (no fused multiply-add), so that every
+	// platform replays to the same numbers.
+	h.schedule(t+float64(float64(r.OutputTokens)*h.opt.Cluster.DecodeMSPerToken), evDecodeDone, r)
 }
 
 func (h *host) decodeDone(t float64, r *simRequest) {

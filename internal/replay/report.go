@@ -110,7 +110,7 @@ func shares(counts []int) ([]float64, float64) {
 	var ss float64
 	for i, c := range counts {
 		out[i] = float64(c) / float64(total)
-		ss += (float64(c) - mean) * (float64(c) - mean)
+		ss += float64((float64(c) - mean) * (float64(c) - mean)) // rounded alone: the same on every platform
 	}
 	return out, math.Sqrt(ss/float64(len(counts))) / mean
 }
