@@ -1,6 +1,6 @@
 module github.com/offline-router/offline-router
 
-go 1.26.8
+go 1.26
 
 require (
 	github.com/goccy/go-json v0.10.5
