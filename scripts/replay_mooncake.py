@@ -67,6 +67,7 @@ class Worker:
         self.blocks = {}  # address -> {"local", "refs", "stored"}
         self.idle = OrderedDict()  # unreferenced blocks, least recently used first
         self.running = 0
+        self.backlog = 0  # uncached tokens admitted and not yet prefilled
         self.prefill_free_at = 0.0
         self.waiting = []
         self.event_id = 0
@@ -80,11 +81,16 @@ class Worker:
     def admit(self, r, c):
         if self.running >= c.max_num_seqs:
             return None, False
+        hit = self.cached_prefix(r["seq"])
+        uncached = r["input"] - min(hit * c.block_size, r["input"])
+        if self.backlog > 0 and self.backlog + uncached > c.max_num_batched_tokens:
+            return None, False
         missing = sum(1 for h in r["seq"] if h not in self.blocks)
         free = c.kv_blocks - len(self.blocks) + len(self.idle)
         if missing > free and self.running > 0:
             return None, False
-        r["hit"] = self.cached_prefix(r["seq"])
+        r["hit"], r["uncached"] = hit, uncached
+        self.backlog += uncached
         for h in r["seq"]:
             if h in self.blocks:
                 b = self.blocks[h]
@@ -208,9 +214,8 @@ class Host:
             w.waiting.pop(0)
             if evicted:
                 self.send({"op": "observe", "now_ms": t, "events": [w.removed(evicted)]})
-            uncached = r["input"] - min(r["hit"] * self.c.block_size, r["input"])
             r["prefill_start"] = max(t, w.prefill_free_at)
-            w.prefill_free_at = r["prefill_start"] + uncached / self.c.prefill_tokens_per_ms
+            w.prefill_free_at = r["prefill_start"] + r["uncached"] / self.c.prefill_tokens_per_ms
             self.schedule(w.prefill_free_at, "prefill_done", r)
 
     def arrival(self, t, r):
@@ -225,11 +230,13 @@ class Host:
 
     def prefill_done(self, t, r):
         r["first_token"] = t
+        r["worker"].backlog -= r["uncached"]
         ev = r["worker"].store(r)
         if ev is not None:
             self.send({"op": "observe", "now_ms": t, "events": [ev]})
         self.send({"op": "prefill_completed", "now_ms": t, "request_id": r["id"]})
         self.schedule(t + r["output"] * self.c.decode_ms_per_token, "decode_done", r)
+        self.admit_waiting(t, r["worker"])  # the backlog shrank: waiting requests may fit now
 
     def decode_done(self, t, r):
         r["done"] = t

@@ -97,7 +97,8 @@ func TestPythonReplayMatchesGo(t *testing.T) {
 	if err := os.WriteFile(trace, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cluster := []string{"--workers", "4", "--worker-kv-blocks", "40", "--worker-max-num-seqs", "6"}
+	// Small caches (evictions) and a small batch budget (the backlog limit binds).
+	cluster := []string{"--workers", "4", "--worker-kv-blocks", "40", "--worker-max-num-seqs", "6", "--worker-max-num-batched-tokens", "2048"}
 	goReport, pyReport := filepath.Join(dir, "go.json"), filepath.Join(dir, "py.json")
 	if _, stderr, code := run(t, "", append([]string{"replay", trace, "-q", "--report", goReport}, cluster...)...); code != 0 {
 		t.Fatalf("go replay: %s", stderr)

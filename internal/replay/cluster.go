@@ -13,7 +13,7 @@ type ClusterConfig struct {
 	BlockSize           uint64
 	TotalKVBlocks       int     // cache capacity per worker, in blocks
 	MaxNumSeqs          int     // requests running at once per worker
-	MaxNumBatchedTokens uint64  // reported to the router for its busy and queue thresholds
+	MaxNumBatchedTokens uint64  // prefill backlog a worker takes on; also reported to the router
 	PrefillTokensPerMS  float64 // prefill speed of uncached tokens
 	DecodeMSPerToken    float64 // decode time per output token
 }
@@ -38,6 +38,7 @@ type simWorker struct {
 	blocks        map[uint64]*cacheBlock
 	idle          *list.List // unreferenced blocks, least recently used first
 	running       int
+	backlog       uint64 // uncached tokens admitted and not yet prefilled
 	prefillFreeAt float64
 	waiting       []*simRequest // placed here, not admitted yet (FIFO)
 	eventID       uint64
@@ -60,13 +61,19 @@ func (w *simWorker) cachedPrefix(seq []uint64) int {
 	return n
 }
 
-// admit tries to start r on the worker: a free sequence slot and room in the
-// cache for the blocks it lacks (evicting unreferenced blocks, least recently
-// used first). It returns the evicted hashes, and false if r must wait. A
-// request alone on its worker is always admitted; blocks that do not fit are
-// then simply not cached.
+// admit tries to start r on the worker: a free sequence slot, a prefill
+// backlog that stays within max_num_batched_tokens (or none at all, so that
+// a long prompt still runs), and room in the cache for the blocks it lacks
+// (evicting unreferenced blocks, least recently used first). It returns the
+// evicted hashes, and false if r must wait. A request alone on its worker is
+// always admitted; blocks that do not fit are then simply not cached.
 func (w *simWorker) admit(r *simRequest, cfg *ClusterConfig) ([]uint64, bool) {
 	if w.running >= cfg.MaxNumSeqs {
+		return nil, false
+	}
+	hit := w.cachedPrefix(r.seq)
+	uncached := r.InputTokens - min(uint64(hit)*cfg.BlockSize, r.InputTokens)
+	if w.backlog > 0 && w.backlog+uncached > cfg.MaxNumBatchedTokens {
 		return nil, false
 	}
 	missing := 0
@@ -79,7 +86,8 @@ func (w *simWorker) admit(r *simRequest, cfg *ClusterConfig) ([]uint64, bool) {
 	if missing > free && w.running > 0 {
 		return nil, false
 	}
-	r.hitBlocks = w.cachedPrefix(r.seq)
+	r.hitBlocks, r.uncached = hit, uncached
+	w.backlog += uncached
 	var evicted []uint64
 	for _, h := range r.seq {
 		if b := w.blocks[h]; b != nil {

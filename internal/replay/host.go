@@ -38,6 +38,7 @@ type simRequest struct {
 	worker     *simWorker
 	owned      []*cacheBlock
 	hitBlocks  int
+	uncached   uint64 // input tokens its worker had to prefill
 
 	placedAt, prefillStart, firstToken, doneAt float64
 	overlap, best, islBlocks                   uint64
@@ -249,17 +250,19 @@ func (h *host) admitWaiting(t float64, w *simWorker) {
 		if len(evicted) > 0 {
 			h.send(&wire.Command{Op: wire.OpObserve, NowMS: ptr(t), Events: []wire.RouterEvent{*w.removedEvent(evicted)}})
 		}
-		uncached := r.InputTokens - min(uint64(r.hitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens)
-		h.hitTokens += float64(r.InputTokens - uncached)
+		h.hitTokens += float64(r.InputTokens - r.uncached)
 		h.admittedTokens += float64(r.InputTokens)
 		r.prefillStart = math.Max(t, w.prefillFreeAt)
-		w.prefillFreeAt = r.prefillStart + float64(uncached)/h.opt.Cluster.PrefillTokensPerMS
+		w.prefillFreeAt = r.prefillStart + float64(r.uncached)/h.opt.Cluster.PrefillTokensPerMS
 		h.schedule(w.prefillFreeAt, evPrefillDone, r)
 	}
 }
 
 func (h *host) prefillDone(t float64, r *simRequest) {
 	r.firstToken = t
+	r.worker.backlog -= r.uncached
+	// The backlog shrank: waiting requests may fit now.
+	defer h.admitWaiting(t, r.worker)
 	if ev := r.worker.store(r); ev != nil {
 		h.send(&wire.Command{Op: wire.OpObserve, NowMS: ptr(t), Events: []wire.RouterEvent{*ev}})
 	}
