@@ -57,8 +57,10 @@ With no subcommand it serves: it reads one JSON command per line on stdin and
 writes exactly one JSON response per command line on stdout, in order. Lines
 that are blank or start with # are comments. Logs go to stderr only.
 
-Exit status: 0 at end of input; 1 with --fail-fast at the first error response
-or when stdout is closed; 2 for bad flags or config.
+Exit status: 0 at end of input; 1 with --fail-fast after answering the first
+error, or when stdout is closed by its reader; 2 for bad flags or config
+(before anything is read); 130 or 143 when SIGINT or SIGTERM stopped it
+between commands, with every response written whole.
 
 The wire protocol is in docs/PROTOCOL.md; a worked session is in the README.`,
 		SilenceUsage:  true,

@@ -15,7 +15,7 @@ import (
 )
 
 type replayOptions struct {
-	serve        serveOptions // the router's config file and flags
+	serve        serveOptions // the router's config file and flags (bindConfig only)
 	cluster      replay.ClusterConfig
 	sessions     int
 	compare      bool
@@ -42,8 +42,10 @@ few system prompts (seeded by --seed, sized by --sessions).
 The simulated workers each have a prefix KV cache of --worker-kv-blocks blocks
 with LRU eviction of unreferenced blocks, one FIFO prefill server at
 --worker-prefill-tokens-per-ms for uncached tokens, decode time of
---worker-decode-ms-per-token per output token, and at most
---worker-max-num-seqs requests running. They talk to the router with the same
+--worker-decode-ms-per-token per output token, at most
+--worker-max-num-seqs requests running, and a prefill backlog of at most
+--worker-max-num-batched-tokens uncached tokens (a worker with none takes any
+request). They talk to the router with the same
 wire commands a host would send (worker_ready, place, dispatch_committed,
 observe stored/removed, prefill_completed, request_terminal, advance_clock at
 next_wakeup_ms); --emit-commands writes that stream, and piping it into
@@ -56,7 +58,7 @@ defaults to 512 here, as in Mooncake traces.`,
 			return runReplay(cmd, o, args)
 		},
 	}
-	o.serve.bind(cmd)
+	o.serve.bindConfig(cmd)
 	f := cmd.Flags()
 	f.IntVar(&o.cluster.Workers, "workers", o.cluster.Workers, "simulated workers")
 	f.IntVar(&o.cluster.TotalKVBlocks, "worker-kv-blocks", o.cluster.TotalKVBlocks, "KV cache capacity of each worker, in blocks")

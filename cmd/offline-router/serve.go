@@ -64,13 +64,20 @@ func flagName(key string) string {
 	return string(b)
 }
 
+// bind adds the serving flags and the router config flags.
 func (o *serveOptions) bind(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&o.configFile, "config", "", "JSON config file (keys of docs/PROTOCOL.md §2; unknown keys are an error)")
 	f.IntVar(&o.maxLineBytes, "max-line-bytes", wire.DefaultMaxLineBytes, "longer command lines get line_too_long and are discarded")
 	f.BoolVar(&o.failFast, "fail-fast", false, "exit 1 at the first error response")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log a summary to stderr at the end")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the run to this file")
+	o.bindConfig(cmd)
+}
+
+// bindConfig adds --config and one flag per scalar config key.
+func (o *serveOptions) bindConfig(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.configFile, "config", "", "JSON config file (keys of docs/PROTOCOL.md §2; unknown keys are an error)")
 	for _, cf := range configFlags {
 		usage := "config " + cf.key + ": " + cf.usage
 		switch d := cf.def.(type) {
