@@ -39,15 +39,9 @@ func (r *router) send(c *wire.Command) *wire.Response {
 		r.cmds.Write(r.line)
 		r.cmds.WriteByte('\n')
 	}
-	wire.Decode(r.line, &r.d)
 	r.commands++
-	resp := &wire.Response{Seq: uint64(r.commands), Op: r.d.Op, ID: r.d.ID}
-	if r.d.Err != nil {
-		resp.Error = r.d.Err
-		r.eng.Status(resp)
-	} else {
-		r.eng.Apply(&r.d.Cmd, resp)
-	}
+	resp := &wire.Response{Seq: uint64(r.commands)}
+	wire.Answer(r.line, &r.d, r.eng, resp)
 	if r.resp != nil {
 		r.out, _ = wire.Encode(r.out[:0], resp)
 		r.resp.Write(r.out)

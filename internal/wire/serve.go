@@ -105,14 +105,7 @@ func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, e
 			resp.Error = Errorf(CodeLineTooLong, "line is %d bytes, over --max-line-bytes %d; it was discarded", lr.discarded, opt.MaxLineBytes)
 			eng.Status(&resp)
 		} else {
-			Decode(line, &d)
-			resp.Op, resp.ID = d.Op, d.ID
-			if d.Err != nil {
-				resp.Error = d.Err
-				eng.Status(&resp)
-			} else {
-				eng.Apply(&d.Cmd, &resp)
-			}
+			Answer(line, &d, eng, &resp)
 		}
 		if buf, err = Encode(buf[:0], &resp); err != nil {
 			return st, fmt.Errorf("encoding response %d: %w", resp.Seq, err)
@@ -130,6 +123,21 @@ func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, e
 			}
 		}
 	}
+}
+
+// Answer decodes one command line into d and fills resp (whose Seq the
+// caller set): an unreadable or invalid line gets its error and the engine's
+// status, a valid one is applied. Serve and any in-process host use it, so
+// that a stream they write answers the same way wherever it is read.
+func Answer(line []byte, d *Decoded, eng Stepper, resp *Response) {
+	Decode(line, d)
+	resp.Op, resp.ID = d.Op, d.ID
+	if d.Err != nil {
+		resp.Error = d.Err
+		eng.Status(resp)
+		return
+	}
+	eng.Apply(&d.Cmd, resp)
 }
 
 // IsComment reports whether a line is blank or a # comment: no response.
