@@ -92,13 +92,8 @@ func (s *scanner) null() bool {
 // object reads an object, calling field for each key; field consumes the
 // value. Repeated keys are an error: the protocol has no "last one wins".
 func (s *scanner) object(field func(key string) *fieldError) *fieldError {
-	if s.peek() != '{' {
-		return s.expected("an object")
-	}
-	s.i++
-	if s.peek() == '}' {
-		s.i++
-		return nil
+	if empty, err := s.enter('{', '}', "an object"); empty || err != nil {
+		return err
 	}
 	var seen []string
 	for {
@@ -134,15 +129,24 @@ func (s *scanner) object(field func(key string) *fieldError) *fieldError {
 	}
 }
 
-// array reads an array, calling elem for each element with its index.
-func (s *scanner) array(elem func(i int) *fieldError) *fieldError {
-	if s.peek() != '[' {
-		return s.expected("an array")
+// enter consumes the opening of a container (what names it in the error if
+// something else is there), and the closing too if it is empty.
+func (s *scanner) enter(open, close byte, what string) (empty bool, err *fieldError) {
+	if s.peek() != open {
+		return false, s.expected(what)
 	}
 	s.i++
-	if s.peek() == ']' {
+	if s.peek() == close {
 		s.i++
-		return nil
+		return true, nil
+	}
+	return false, nil
+}
+
+// array reads an array, calling elem for each element with its index.
+func (s *scanner) array(elem func(i int) *fieldError) *fieldError {
+	if empty, err := s.enter('[', ']', "an array"); empty || err != nil {
+		return err
 	}
 	for n := 0; ; n++ {
 		if err := elem(n); err != nil {
