@@ -45,6 +45,15 @@ func traceHashIDs(b *testing.B) [][]uint64 {
 	return out
 }
 
+// withRanks returns an index with live ranks 0..n-1.
+func withRanks(n int) *Index {
+	x := New()
+	for r := range RankID(n) {
+		x.AddRank(r)
+	}
+	return x
+}
+
 // indexWorkload spreads the trace's prompts over ranks as stored events.
 type indexWorkload struct {
 	local, seq [][]uint64
@@ -77,10 +86,7 @@ func (w indexWorkload) store(x *Index, i int) {
 func BenchmarkIndexOps(b *testing.B) {
 	const ranks = 16
 	w := newIndexWorkload(b, ranks)
-	x := New()
-	for r := range RankID(ranks) {
-		x.AddRank(r)
-	}
+	x := withRanks(ranks)
 	overlap := make([]uint32, ranks)
 	n := len(w.local)
 	b.ResetTimer()
@@ -99,10 +105,7 @@ func BenchmarkIndexOps(b *testing.B) {
 func BenchmarkFindMatches(b *testing.B) {
 	const ranks = 16
 	w := newIndexWorkload(b, ranks)
-	x := New()
-	for r := range RankID(ranks) {
-		x.AddRank(r)
-	}
+	x := withRanks(ranks)
 	for i := range w.local {
 		w.store(x, i)
 	}
@@ -122,10 +125,7 @@ func BenchmarkIndexMemory(b *testing.B) {
 	for b.Loop() {
 		var before, after runtimeMem
 		before.read()
-		x := New()
-		for r := range RankID(ranks) {
-			x.AddRank(r)
-		}
+		x := withRanks(ranks)
 		entries := 0
 		for i := range w.local {
 			w.store(x, i)
@@ -146,10 +146,7 @@ func BenchmarkFindMatchesIndexSize(b *testing.B) {
 	for _, entries := range []int{10_000, 100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("entries=%d", entries), func(b *testing.B) {
 			rng := rand.New(rand.NewPCG(3, 4))
-			x := New()
-			for r := range RankID(64) {
-				x.AddRank(r)
-			}
+			x := withRanks(64)
 			prefixes := make([][]uint64, 32)
 			for i := range prefixes {
 				for range 32 {
