@@ -206,19 +206,13 @@ func validNumber(t string) bool {
 		i++
 	}
 	start := i
-	for i < len(t) && t[i] >= '0' && t[i] <= '9' {
-		i++
-	}
-	if i == start || (t[start] == '0' && i-start > 1) {
+	if i = digits(t, i); i == start || (t[start] == '0' && i-start > 1) {
 		return false
 	}
 	if i < len(t) && t[i] == '.' {
-		i++
-		f := i
-		for i < len(t) && t[i] >= '0' && t[i] <= '9' {
-			i++
-		}
-		if i == f {
+		if j := digits(t, i+1); j > i+1 {
+			i = j
+		} else {
 			return false
 		}
 	}
@@ -227,15 +221,21 @@ func validNumber(t string) bool {
 		if i < len(t) && (t[i] == '+' || t[i] == '-') {
 			i++
 		}
-		f := i
-		for i < len(t) && t[i] >= '0' && t[i] <= '9' {
-			i++
-		}
-		if i == f {
+		if j := digits(t, i); j > i {
+			i = j
+		} else {
 			return false
 		}
 	}
 	return i == len(t)
+}
+
+// digits returns the index after the run of decimal digits at t[i:].
+func digits(t string, i int) int {
+	for i < len(t) && t[i] >= '0' && t[i] <= '9' {
+		i++
+	}
+	return i
 }
 
 // uint reads a non-negative integer no larger than max. Fractions and
