@@ -4,21 +4,19 @@ package kvindex
 // open addressing with linear probing over 16-byte slots that hold the edge
 // itself, so a lookup compares exact keys (no collision handling beyond
 // probing) and finding or adding a child is one probe sequence, usually
-// within one cache line. Deleted slots become tombstones until the next
-// rehash.
+// within one cache line. Removal shifts the rest of the probe run back
+// instead of leaving a tombstone, so a table that churns (the active tree
+// adds and drops a prompt per request) never needs rehashing to stay short.
 type edgeTable struct {
 	slots []edgeSlot // length a power of two, or nil
 	used  int        // live edges
-	dead  int        // tombstones
 }
 
 type edgeSlot struct {
 	local  uint64
 	parent uint32
-	node   uint32 // 0: empty (the root is nobody's child); tomb: deleted
+	node   uint32 // 0: empty (the root is nobody's child)
 }
-
-const tomb = ^uint32(0)
 
 func hashEdge(parent uint32, local uint64) uint64 {
 	// A strong finaliser: hosts may send small, regular local hashes.
@@ -40,7 +38,7 @@ func (t *edgeTable) find(parent uint32, local uint64) (uint32, bool) {
 		if s.node == 0 {
 			return 0, false
 		}
-		if s.node != tomb && s.local == local && s.parent == parent {
+		if s.local == local && s.parent == parent {
 			return s.node, true
 		}
 	}
@@ -49,28 +47,16 @@ func (t *edgeTable) find(parent uint32, local uint64) (uint32, bool) {
 // findOrAdd returns the child of parent for local, or stores next() as that
 // child and returns it (added true).
 func (t *edgeTable) findOrAdd(parent uint32, local uint64, next func() uint32) (node uint32, added bool) {
-	if (t.used+t.dead+1)*4 > len(t.slots)*3 {
+	if (t.used+1)*4 > len(t.slots)*3 {
 		t.rehash()
 	}
 	mask := uint64(len(t.slots) - 1)
-	free := -1
 	for i := hashEdge(parent, local) & mask; ; i = (i + 1) & mask {
 		s := &t.slots[i]
-		if s.node == tomb {
-			if free < 0 {
-				free = int(i)
-			}
-			continue
-		}
 		if s.node == 0 {
-			if free < 0 {
-				free = int(i)
-			} else {
-				t.dead--
-			}
-			t.slots[free] = edgeSlot{local: local, parent: parent, node: next()}
+			*s = edgeSlot{local: local, parent: parent, node: next()}
 			t.used++
-			return t.slots[free].node, true
+			return s.node, true
 		}
 		if s.local == local && s.parent == parent {
 			return s.node, false
@@ -87,7 +73,7 @@ func (t *edgeTable) set(parent uint32, local uint64, node uint32) {
 func (t *edgeTable) slot(parent uint32, local uint64) uint64 {
 	mask := uint64(len(t.slots) - 1)
 	for i := hashEdge(parent, local) & mask; ; i = (i + 1) & mask {
-		if s := &t.slots[i]; s.node != tomb && s.local == local && s.parent == parent {
+		if s := &t.slots[i]; s.local == local && s.parent == parent {
 			return i
 		}
 	}
@@ -96,31 +82,42 @@ func (t *edgeTable) slot(parent uint32, local uint64) uint64 {
 // each calls f with every edge's node.
 func (t *edgeTable) each(f func(node uint32)) {
 	for _, s := range t.slots {
-		if s.node != 0 && s.node != tomb {
+		if s.node != 0 {
 			f(s.node)
 		}
 	}
 }
 
-// remove deletes the edge of parent for local, which must exist.
+// remove deletes the edge of parent for local, which must exist. Every later
+// slot of the probe run whose home is not between the hole and itself moves
+// back into the hole, so that no lookup meets an empty slot before its key.
 func (t *edgeTable) remove(parent uint32, local uint64) {
-	t.slots[t.slot(parent, local)].node = tomb
+	mask := uint64(len(t.slots) - 1)
+	hole := t.slot(parent, local)
+	for j := (hole + 1) & mask; t.slots[j].node != 0; j = (j + 1) & mask {
+		home := hashEdge(t.slots[j].parent, t.slots[j].local) & mask
+		// Distances along the probe order: j may fill the hole unless its
+		// home lies after the hole.
+		if (j-home)&mask >= (j-hole)&mask {
+			t.slots[hole] = t.slots[j]
+			hole = j
+		}
+	}
+	t.slots[hole] = edgeSlot{}
 	t.used--
-	t.dead++
 }
 
-// rehash moves the live edges into a table with room to grow, dropping the
-// tombstones.
+// rehash moves the edges into a table with room to grow.
 func (t *edgeTable) rehash() {
 	size := 16
 	for size*3 < (t.used+1)*4*2 {
 		size *= 2
 	}
 	old := t.slots
-	t.slots, t.used, t.dead = make([]edgeSlot, size), 0, 0
+	t.slots = make([]edgeSlot, size)
 	mask := uint64(size - 1)
 	for _, s := range old {
-		if s.node == 0 || s.node == tomb {
+		if s.node == 0 {
 			continue
 		}
 		i := hashEdge(s.parent, s.local) & mask
@@ -128,6 +125,5 @@ func (t *edgeTable) rehash() {
 			i = (i + 1) & mask
 		}
 		t.slots[i] = s
-		t.used++
 	}
 }

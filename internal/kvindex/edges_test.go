@@ -7,7 +7,7 @@ import (
 )
 
 // TestEdgeTableMatchesAMap: random adds and removes, with tiny key spaces
-// so that probe chains, tombstones and rehashes all happen.
+// so that probe runs wrap, removals shift them back and rehashes happen.
 func TestEdgeTableMatchesAMap(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var tab edgeTable

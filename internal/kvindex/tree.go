@@ -6,6 +6,11 @@ import "slices"
 // prefix, found from its parent by the local hash of its last block, and
 // carries a payload P. Both the cache index and the engine's active-block
 // accounting are such trees. Node ids stay valid until the node is pruned.
+//
+// Most nodes of a prompt tree have one child, so each node keeps its first
+// child itself and only further children go to the shared edge table: a walk
+// down a chain reads one node per block instead of probing the table too,
+// and a stored chain that extends a leaf adds no edge at all.
 type Tree[P any] struct {
 	nodes    []treeNode[P]
 	free     []uint32
@@ -18,6 +23,7 @@ const Root uint32 = 0
 type treeNode[P any] struct {
 	parent    uint32
 	nchildren uint32
+	first     uint32 // a child kept here rather than in the edge table; 0: none
 	local     uint64
 	payload   P
 }
@@ -29,16 +35,39 @@ func NewTree[P any]() *Tree[P] {
 
 // Lookup finds the child of parent for local.
 func (t *Tree[P]) Lookup(parent uint32, local uint64) (uint32, bool) {
+	p := &t.nodes[parent]
+	if p.first != 0 && t.nodes[p.first].local == local {
+		return p.first, true
+	}
+	if !p.inTable() {
+		return 0, false
+	}
 	return t.children.find(parent, local)
+}
+
+// inTable reports whether some of the node's children are in the edge table.
+func (n *treeNode[P]) inTable() bool {
+	return n.nchildren > 1 || (n.nchildren == 1 && n.first == 0)
 }
 
 // Child finds or makes the child of parent for local.
 func (t *Tree[P]) Child(parent uint32, local uint64) uint32 {
-	c, added := t.children.findOrAdd(parent, local, t.alloc)
-	if added {
-		t.nodes[c] = treeNode[P]{parent: parent, local: local}
-		t.nodes[parent].nchildren++
+	p := &t.nodes[parent]
+	if p.first != 0 && t.nodes[p.first].local == local {
+		return p.first
 	}
+	var c uint32
+	if p.first == 0 && p.nchildren == 0 {
+		c = t.alloc()
+		t.nodes[parent].first = c
+	} else {
+		var added bool
+		if c, added = t.children.findOrAdd(parent, local, t.alloc); !added {
+			return c
+		}
+	}
+	t.nodes[c] = treeNode[P]{parent: parent, local: local}
+	t.nodes[parent].nchildren++
 	return c
 }
 
@@ -66,7 +95,11 @@ func (t *Tree[P]) At(n uint32) *P { return &t.nodes[n].payload }
 func (t *Tree[P]) Prune(n uint32, empty func(n uint32, p *P) bool) {
 	for n != Root && t.nodes[n].nchildren == 0 && empty(n, &t.nodes[n].payload) {
 		nd := t.nodes[n]
-		t.children.remove(nd.parent, nd.local)
+		if p := &t.nodes[nd.parent]; p.first == n {
+			p.first = 0
+		} else {
+			t.children.remove(nd.parent, nd.local)
+		}
 		t.nodes[nd.parent].nchildren--
 		var zero treeNode[P]
 		t.nodes[n] = zero
