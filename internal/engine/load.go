@@ -32,19 +32,17 @@ type activeTree = kvindex.Tree[holders]
 func (e *Engine) countActive(local []uint64) {
 	clear(e.hits)
 	e.path = e.path[:0]
-	cur := kvindex.Root
+	w := e.active.Walk()
 	for _, h := range local {
-		n, ok := e.active.Lookup(cur, h)
-		if !ok {
+		if !w.Down(h) {
 			return
 		}
-		hs := e.active.At(n)
+		hs := w.Payload()
 		e.hits[hs.first.slot]++
 		for _, ref := range hs.more {
 			e.hits[ref.slot]++
 		}
-		e.path = append(e.path, n)
-		cur = n
+		e.path = append(e.path, w.Node())
 	}
 }
 

@@ -184,17 +184,16 @@ func (x *Index) FindMatches(local []uint64, overlap []uint32) {
 	alive := x.live
 	wideMatching := len(x.wide) > 0
 	depth := uint32(0)
-	cur := Root
+	w := x.tree.Walk()
 	for _, h := range local {
-		child, ok := x.tree.Lookup(cur, h)
-		if !ok {
+		if !w.Down(h) {
 			break
 		}
-		still := alive & *x.tree.At(child)
+		still := alive & *w.Payload()
 		alive = still
 		if wideMatching {
 			wideMatching = false
-			for _, r := range x.wide[child] {
+			for _, r := range x.wide[w.Node()] {
 				if int(r) < len(overlap) && overlap[r] == depth {
 					overlap[r]++
 					wideMatching = true
@@ -211,7 +210,6 @@ func (x *Index) FindMatches(local []uint64, overlap []uint32) {
 				overlap[r] = depth
 			}
 		}
-		cur = child
 	}
 }
 
