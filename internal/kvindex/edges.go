@@ -48,7 +48,7 @@ func (t *edgeTable) find(parent uint32, local uint64) (uint32, bool) {
 // child and returns it (added true).
 func (t *edgeTable) findOrAdd(parent uint32, local uint64, next func() uint32) (node uint32, added bool) {
 	if (t.used+1)*4 > len(t.slots)*3 {
-		t.rehash()
+		t.grow(t.used + 1)
 	}
 	mask := uint64(len(t.slots) - 1)
 	for i := hashEdge(parent, local) & mask; ; i = (i + 1) & mask {
@@ -62,6 +62,20 @@ func (t *edgeTable) findOrAdd(parent uint32, local uint64, next func() uint32) (
 			return s.node, false
 		}
 	}
+}
+
+// reserve makes room for n more edges without a rehash.
+func (t *edgeTable) reserve(n int) {
+	if (t.used+n)*4 > len(t.slots)*3 {
+		t.grow(t.used + n)
+	}
+}
+
+// home reads the first slot a probe for the edge visits, so that a caller
+// about to probe for many edges can have their cache misses overlap instead
+// of taking them one after another.
+func (t *edgeTable) home(parent uint32, local uint64) uint64 {
+	return t.slots[hashEdge(parent, local)&uint64(len(t.slots)-1)].local
 }
 
 // set points the edge of parent for local, which must exist, at node.
@@ -107,10 +121,11 @@ func (t *edgeTable) remove(parent uint32, local uint64) {
 	t.used--
 }
 
-// rehash moves the edges into a table with room to grow.
-func (t *edgeTable) rehash() {
+// grow moves the edges into a table with room for n edges and as many
+// again.
+func (t *edgeTable) grow(n int) {
 	size := 16
-	for size*3 < (t.used+1)*4*2 {
+	for size*3 < n*4*2 {
 		size *= 2
 	}
 	old := t.slots

@@ -38,6 +38,7 @@ type Index struct {
 	extra map[rankNode]int
 	ranks []rankCache
 	live  uint64 // mask of the live ranks below maskRanks
+	warm  uint64 // sink for home
 }
 
 type rankNode struct {
@@ -126,6 +127,10 @@ func (x *Index) Store(id RankID, parent *uint64, blocks []Block) bool {
 	cur := Root
 	if parent != nil {
 		cur, _ = r.blocks.find(0, *parent)
+	}
+	r.blocks.reserve(len(blocks))
+	for _, b := range blocks {
+		x.warm ^= r.blocks.home(0, b.BlockHash)
 	}
 	for _, b := range blocks {
 		child := x.tree.Child(cur, b.TokensHash)
