@@ -3,8 +3,6 @@ package wire
 import (
 	"math"
 	"strconv"
-
-	"github.com/goccy/go-json"
 )
 
 // Num is a number printed the same way every time: shortest round-trip
@@ -234,17 +232,4 @@ type QueuedState struct {
 	Score      Num    `json:"score"`
 	ArrivalMS  Num    `json:"arrival_ms"`
 	DeadlineMS *Num   `json:"deadline_ms"`
-}
-
-// Encode appends the response as one JSON line.
-func Encode(b []byte, r *Response) ([]byte, error) {
-	if r.Placements == nil {
-		r.Placements = []Placement{}
-	}
-	out, err := json.MarshalWithOption(r, json.DisableHTMLEscape())
-	if err != nil {
-		return b, err
-	}
-	b = append(b, out...)
-	return append(b, '\n'), nil
 }

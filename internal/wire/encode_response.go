@@ -1,0 +1,239 @@
+package wire
+
+import (
+	"strconv"
+
+	"github.com/goccy/go-json"
+)
+
+// Every line gets a response, so the response and what most lines carry
+// (placements, their evidence, command evidence, errors) are written by
+// hand; goccy's reflection and its re-compacting of each number a Marshaler
+// returns were a tenth of a run. The rare or echoed parts (an id echoed as
+// raw JSON, which goccy compacts; inspect's state; strings that need
+// escaping) still go through goccy, so the bytes are the same as encoding
+// the whole response with it, which encode_response_test.go checks.
+
+// Encode appends the response as one JSON line.
+func Encode(b []byte, r *Response) ([]byte, error) {
+	var err error
+	b = strconv.AppendUint(append(b, `{"seq":`...), r.Seq, 10)
+	if len(r.ID) > 0 {
+		if b, err = appendGoccy(append(b, `,"id":`...), r.ID); err != nil {
+			return b, err
+		}
+	}
+	b = append(b, `,"op":`...)
+	if r.Op == nil {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, *r.Op)
+	}
+	b = strconv.AppendBool(append(b, `,"ok":`...), r.OK)
+	b = AppendNum(append(b, `,"now_ms":`...), float64(r.NowMS))
+	b = append(b, `,"placements":[`...)
+	for i := range r.Placements {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendPlacement(b, &r.Placements[i])
+	}
+	b = append(b, ']')
+	if r.Cancelled != nil {
+		b = strconv.AppendBool(append(b, `,"cancelled":`...), *r.Cancelled)
+	}
+	if len(r.Queued) > 0 {
+		b = appendStrings(append(b, `,"queued":`...), r.Queued)
+	}
+	if len(r.Rejected) > 0 {
+		b = append(b, `,"rejected":[`...)
+		for i, rj := range r.Rejected {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(append(b, `{"request_id":`...), rj.RequestID)
+			b = appendJSONString(append(b, `,"code":`...), string(rj.Code))
+			b = append(appendJSONString(append(b, `,"message":`...), rj.Message), '}')
+		}
+		b = append(b, ']')
+	}
+	if r.Evidence != nil {
+		b = appendCommandEvidence(append(b, `,"evidence":`...), r.Evidence)
+	}
+	if r.State != nil {
+		if b, err = appendGoccy(append(b, `,"state":`...), r.State); err != nil {
+			return b, err
+		}
+	}
+	if r.Error != nil {
+		b = appendJSONString(append(b, `,"error":{"code":`...), string(r.Error.Code))
+		b = append(appendJSONString(append(b, `,"message":`...), r.Error.Message), '}')
+	}
+	b = strconv.AppendInt(append(b, `,"pending_count":`...), int64(r.PendingCount), 10)
+	b = append(b, `,"next_wakeup_ms":`...)
+	if r.NextWakeupMS == nil {
+		b = append(b, "null"...)
+	} else {
+		b = AppendNum(b, float64(*r.NextWakeupMS))
+	}
+	return append(b, "}\n"...), nil
+}
+
+func appendPlacement(b []byte, p *Placement) []byte {
+	b = appendJSONString(append(b, `{"request_id":`...), p.RequestID)
+	b = strconv.AppendUint(append(b, `,"worker_id":`...), p.WorkerID, 10)
+	b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(p.DPRank), 10)
+	b = appendJSONString(append(b, `,"role":`...), string(p.Role))
+	b = strconv.AppendUint(append(b, `,"overlap_blocks":`...), p.OverlapBlocks, 10)
+	b = strconv.AppendUint(append(b, `,"best_available_overlap_blocks":`...), p.BestAvailableOverlapBlocks, 10)
+	b = strconv.AppendUint(append(b, `,"isl_blocks":`...), p.ISLBlocks, 10)
+	b = strconv.AppendUint(append(b, `,"cached_tokens":`...), p.CachedTokens, 10)
+	b = strconv.AppendUint(append(b, `,"prefill_tokens":`...), p.PrefillTokens, 10)
+	b = AppendNum(append(b, `,"queued_ms":`...), float64(p.QueuedMS))
+	b = appendJSONString(append(b, `,"reason":`...), p.Reason)
+	b = appendJSONString(append(b, `,"binding":`...), p.Binding)
+	if ev := p.Evidence; ev != nil {
+		b = strconv.AppendInt(append(b, `,"evidence":{"candidates":`...), int64(ev.Candidates), 10)
+		b = strconv.AppendInt(append(b, `,"ties":`...), int64(ev.Ties), 10)
+		b = AppendNum(append(b, `,"selected_cost":`...), float64(ev.SelectedCost))
+		b = AppendNum(append(b, `,"best_cost":`...), float64(ev.BestCost))
+		if f := ev.Filtered; f != nil {
+			b = append(b, `,"filtered":{`...)
+			mark := len(b)
+			b = appendCount(b, mark, "affinity", f.Affinity)
+			b = appendCount(b, mark, "not_allowed", f.NotAllowed)
+			b = appendCount(b, mark, "not_pinned", f.NotPinned)
+			b = append(appendCount(b, mark, "busy", f.Busy), '}')
+		}
+		if len(ev.CandidateSet) > 0 {
+			b = append(b, `,"candidate_set":[`...)
+			for i, c := range ev.CandidateSet {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = strconv.AppendUint(append(b, `{"worker_id":`...), c.WorkerID, 10)
+				b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(c.DPRank), 10)
+				b = strconv.AppendUint(append(b, `,"overlap_blocks":`...), c.OverlapBlocks, 10)
+				b = AppendNum(append(b, `,"prefill_blocks":`...), float64(c.PrefillBlocks))
+				b = strconv.AppendUint(append(b, `,"decode_blocks":`...), c.DecodeBlocks, 10)
+				b = AppendNum(append(b, `,"cost":`...), float64(c.Cost))
+				b = append(AppendNum(append(b, `,"probability":`...), float64(c.Probability)), '}')
+			}
+			b = append(b, ']')
+		}
+		if len(ev.FilteredSet) > 0 {
+			b = append(b, `,"filtered_set":[`...)
+			for i, f := range ev.FilteredSet {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = strconv.AppendUint(append(b, `{"worker_id":`...), f.WorkerID, 10)
+				b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(f.DPRank), 10)
+				b = append(appendJSONString(append(b, `,"reason":`...), f.Reason), '}')
+			}
+			b = append(b, ']')
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+func appendCommandEvidence(b []byte, e *CommandEvidence) []byte {
+	b = append(b, '{')
+	mark := len(b)
+	if e.EventsApplied != nil {
+		b = strconv.AppendInt(append(b, `"events_applied":`...), int64(*e.EventsApplied), 10)
+	}
+	b = appendCount(b, mark, "events_ignored", e.EventsIgnored)
+	if len(e.EventsSkipped) > 0 {
+		b = append(memberStart(b, mark), `"events_skipped":[`...)
+		for i, s := range e.EventsSkipped {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(append(b, `{"index":`...), int64(s.Index), 10)
+			b = strconv.AppendUint(append(b, `,"worker_id":`...), s.WorkerID, 10)
+			b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(s.DPRank), 10)
+			b = strconv.AppendUint(append(b, `,"event_id":`...), s.EventID, 10)
+			b = append(appendJSONString(append(b, `,"reason":`...), s.Reason), '}')
+		}
+		b = append(b, ']')
+	}
+	b = appendCount(b, mark, "blocks_dropped", e.BlocksDropped)
+	b = appendCount(b, mark, "approx_blocks_added", e.ApproxBlocksAdded)
+	b = appendCount(b, mark, "approx_blocks_expired", e.ApproxExpired)
+	if len(e.RequestsOrphaned) > 0 {
+		b = appendStrings(append(memberStart(b, mark), `"requests_orphaned":`...), e.RequestsOrphaned)
+	}
+	b = appendBindingRefs(b, mark, "bindings_expired", e.BindingsExpired)
+	b = appendBindingRefs(b, mark, "bindings_invalidated", e.BindingsInvalidated)
+	return append(b, '}')
+}
+
+func appendBindingRefs(b []byte, mark int, key string, refs []BindingRef) []byte {
+	if len(refs) == 0 {
+		return b
+	}
+	b = append(append(append(memberStart(b, mark), '"'), key...), `":[`...)
+	for i, r := range refs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(append(b, `{"role":`...), string(r.Role))
+		b = append(appendJSONString(append(b, `,"key":`...), r.Key), '}')
+	}
+	return append(b, ']')
+}
+
+// appendCount writes an omitempty integer member of the object whose first
+// member would start at mark.
+func appendCount(b []byte, mark int, key string, v int) []byte {
+	if v == 0 {
+		return b
+	}
+	b = append(append(append(memberStart(b, mark), '"'), key...), `":`...)
+	return strconv.AppendInt(b, int64(v), 10)
+}
+
+// memberStart puts the comma before a member unless it is the object's first.
+func memberStart(b []byte, mark int) []byte {
+	if len(b) > mark {
+		return append(b, ',')
+	}
+	return b
+}
+
+func appendStrings(b []byte, ss []string) []byte {
+	b = append(b, '[')
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, s)
+	}
+	return append(b, ']')
+}
+
+// appendJSONString writes s as a JSON string, byte for byte as goccy does:
+// printable ASCII other than quote and backslash is the same in every
+// encoder; anything else goes through goccy.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			out, err := appendGoccy(b, s)
+			if err != nil {
+				panic(err) // a Go string always encodes
+			}
+			return out
+		}
+	}
+	return append(append(append(b, '"'), s...), '"')
+}
+
+func appendGoccy(b []byte, v any) ([]byte, error) {
+	out, err := json.MarshalWithOption(v, json.DisableHTMLEscape())
+	if err != nil {
+		return b, err
+	}
+	return append(b, out...), nil
+}
