@@ -107,7 +107,7 @@ func (e *Engine) queueScore(d *demand) float64 {
 			}
 		}
 		uncached := d.isl - min(best*e.cfg.BlockSize, d.isl)
-		return (1 + d.priority) / math.Max(float64(uncached), 1)
+		return (1 + d.priority) / max(float64(uncached), 1)
 	}
 	return d.priority - arrivalS
 }
@@ -187,7 +187,7 @@ func (e *Engine) nextWakeup() (float64, bool) {
 	}
 	for _, role := range roleOrder {
 		if req := e.queue.head(role); req != nil {
-			best = math.Min(best, e.admissibleAt(req.d))
+			best = min(best, e.admissibleAt(req.d))
 		}
 	}
 	return best, !math.IsInf(best, 1)
@@ -212,19 +212,19 @@ func (e *Engine) admissibleAt(d *demand) float64 {
 		workerFree := math.Inf(1)
 		for _, r := range w.ranks {
 			if ok, _ := d.staticallyAllowed(r); ok {
-				workerFree = math.Min(workerFree, e.unloadedAt(r))
+				workerFree = min(workerFree, e.unloadedAt(r))
 			}
 		}
 		for _, r := range w.ranks {
 			if ok, _ := d.staticallyAllowed(r); ok {
-				best = math.Min(best, math.Max(workerFree, e.queueFreeAt(r)))
+				best = min(best, max(workerFree, e.queueFreeAt(r)))
 			}
 		}
 	}
 	if math.IsInf(best, 1) {
 		return best
 	}
-	t := math.Max(best, math.Nextafter(e.now, math.Inf(1)))
+	t := max(best, math.Nextafter(e.now, math.Inf(1)))
 	for range 64 {
 		if _, ok := e.admissible(d, t); ok {
 			return t
@@ -243,10 +243,10 @@ func (e *Engine) unloadedAt(r *rank) float64 {
 		return math.Inf(1) // decode blocks do not decay
 	}
 	if v := cfg.ActivePrefillTokensThreshold; v != nil {
-		t = math.Max(t, r.prefill.reachTime(*v))
+		t = max(t, r.prefill.reachTime(*v))
 	}
 	if v := cfg.ActivePrefillTokensThresholdFrac; v != nil && r.w.maxNumBatchedTokens != nil {
-		t = math.Max(t, r.prefill.reachTime(*v*float64(*r.w.maxNumBatchedTokens)))
+		t = max(t, r.prefill.reachTime(*v*float64(*r.w.maxNumBatchedTokens)))
 	}
 	return t
 }
@@ -257,5 +257,5 @@ func (e *Engine) queueFreeAt(r *rank) float64 {
 	if q == nil || r.w.maxNumBatchedTokens == nil {
 		return e.now
 	}
-	return math.Max(e.now, r.prefill.reachTime(*q*float64(*r.w.maxNumBatchedTokens)))
+	return max(e.now, r.prefill.reachTime(*q*float64(*r.w.maxNumBatchedTokens)))
 }

@@ -64,6 +64,7 @@ func BenchmarkPlace64x100(b *testing.B) {
 	for b.Loop() {
 		c := prompts[i%len(prompts)]
 		c.RequestID = fmt.Sprint("r", i)
+		resp = wire.Response{} // fresh per command, as Serve's are
 		start := time.Now()
 		e.Apply(c, &resp)
 		durations = append(durations, time.Since(start))
@@ -72,6 +73,7 @@ func BenchmarkPlace64x100(b *testing.B) {
 		}
 		inflight = append(inflight, c.RequestID)
 		if len(inflight) > 256 {
+			resp = wire.Response{}
 			e.Apply(&wire.Command{Op: wire.OpRequestTerminal, RequestID: inflight[0]}, &resp)
 			inflight = inflight[1:]
 		}
@@ -92,7 +94,9 @@ func BenchmarkPlaceScaling(b *testing.B) {
 				for b.Loop() {
 					c := prompts[i%len(prompts)]
 					c.RequestID = fmt.Sprint("r", i)
+					resp = wire.Response{}
 					e.Apply(c, &resp)
+					resp = wire.Response{}
 					e.Apply(&wire.Command{Op: wire.OpRequestTerminal, RequestID: c.RequestID}, &resp)
 					i++
 				}

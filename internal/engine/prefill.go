@@ -29,7 +29,7 @@ func (p *prefillLoad) at(t float64) float64 {
 	if p.rate > 0 && t > p.last {
 		v -= float64(p.rate * (t - p.last)) // rounded alone: no fused multiply-add (exp.go)
 	}
-	return math.Max(v, 0)
+	return max(v, 0)
 }
 
 // reachTime returns the earliest time at which the load is at most level

@@ -266,7 +266,7 @@ func (e *Engine) place(req *request, cs candidateSet) wire.Placement {
 func (e *Engine) cost(activePrefill float64, isl, overlap, decodeBlocks uint64) (prefillBlocks float64, decode uint64, cost float64) {
 	bs := float64(e.cfg.BlockSize)
 	// float64() rounds each product on its own: no fused multiply-add (exp.go).
-	prefillBlocks = math.Max((activePrefill+float64(isl))/bs-float64(e.cfg.OverlapScoreCredit*float64(overlap)), 0)
+	prefillBlocks = max((activePrefill+float64(isl))/bs-float64(e.cfg.OverlapScoreCredit*float64(overlap)), 0)
 	return prefillBlocks, decodeBlocks, float64(e.cfg.PrefillLoadScale*prefillBlocks) + float64(decodeBlocks)
 }
 
@@ -293,7 +293,7 @@ func (e *Engine) preferred(d *demand, scores []score) int {
 func (e *Engine) pick(scores []score, preferred int) (int, int, float64) {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, s := range scores {
-		lo, hi = math.Min(lo, s.cost), math.Max(hi, s.cost)
+		lo, hi = min(lo, s.cost), max(hi, s.cost)
 	}
 	ties := 0
 	for _, s := range scores {
