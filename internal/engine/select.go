@@ -194,11 +194,14 @@ func (e *Engine) candidates(d *demand, t float64) (candidateSet, *wire.Error) {
 // overloaded applies the busy thresholds that are set to r at time t.
 func (e *Engine) overloaded(r *rank, t float64) bool {
 	cfg := &e.cfg
-	prefill := r.prefill.at(t)
 	if v := cfg.ActiveDecodeBlocksThreshold; v != nil && r.w.totalKVBlocks != nil &&
 		float64(r.activeDecodeBlocks()) > *v*float64(*r.w.totalKVBlocks) {
 		return true
 	}
+	if cfg.ActivePrefillTokensThreshold == nil && cfg.ActivePrefillTokensThresholdFrac == nil {
+		return false // the load below is the costly part, for every rank of every placement
+	}
+	prefill := r.prefill.at(t)
 	if v := cfg.ActivePrefillTokensThreshold; v != nil && prefill > *v {
 		return true
 	}
