@@ -28,11 +28,13 @@ type Engine struct {
 	roundRobin uint64 // the round_robin policy's counter
 	out        output // what the current command did
 
-	// Scratch slices indexed by rank slot, reused by every placement.
+	// Scratch reused from command to command; overlap and hits are
+	// indexed by rank slot.
 	overlap []uint32
 	hits    []uint32
-	path    []uint32 // the active-tree nodes countActive passed, for booking
-	scores  []score  // the costs of one placement
+	path    []uint32        // the active-tree nodes countActive passed, for booking
+	scores  []score         // the costs of one placement
+	blocks  []kvindex.Block // one stored event's blocks, as the index takes them
 }
 
 // output collects what one command did, in the order it happened.

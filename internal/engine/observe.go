@@ -49,11 +49,11 @@ func (e *Engine) applyEvent(x *wire.RouterEvent) string {
 		if !e.index.CanStore(id, x.ParentHash) {
 			return wire.SkipUnknownParent
 		}
-		blocks := make([]kvindex.Block, len(x.Blocks))
-		for i, b := range x.Blocks {
-			blocks[i] = kvindex.Block{BlockHash: b.BlockHash, TokensHash: b.TokensHash}
+		e.blocks = e.blocks[:0]
+		for _, b := range x.Blocks {
+			e.blocks = append(e.blocks, kvindex.Block{BlockHash: b.BlockHash, TokensHash: b.TokensHash})
 		}
-		e.index.Store(id, x.ParentHash, blocks)
+		e.index.Store(id, x.ParentHash, e.blocks)
 	case wire.EventRemoved:
 		e.index.Remove(id, x.Removed)
 	case wire.EventCleared:

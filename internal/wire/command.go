@@ -264,6 +264,16 @@ func (e *fieldError) orNil(key string) *fieldError {
 	return e.within(key)
 }
 
+// protocolKeys are every key a command line may hold: the command's fields,
+// and those of its KV events (events.go).
+var protocolKeys = func() map[string]string {
+	m := map[string]string{"op": "op"}
+	for _, k := range append(fieldNames[:], eventKeys...) {
+		m[k] = k
+	}
+	return m
+}()
+
 var fieldIndex = func() map[string]field {
 	m := make(map[string]field, numFields)
 	for f, name := range fieldNames {

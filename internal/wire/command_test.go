@@ -132,3 +132,23 @@ func TestNumFormatting(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeKeysAllocateNothing: decoding allocates for values that are
+// kept, never for the protocol's keys. Each added event below carries every
+// event key (13 of them) and 5 values that must be allocated (its blocks,
+// parent hash, removed hashes, storage tier and the removal's tier); a key
+// that is not interned would add one allocation per event.
+func TestDecodeKeysAllocateNothing(t *testing.T) {
+	event := `{"worker_id":1,"storage_tier":"device","event":{"event_id":5,"dp_rank":2,"data":{"stored":{"parent_hash":7,"blocks":[{"block_hash":11,"tokens_hash":1}]}}}},` +
+		`{"worker_id":1,"storage_tier":"device","event":{"event_id":6,"data":{"removed":{"block_hashes":[11]}}}}`
+	allocs := func(events int) float64 {
+		line := []byte(`{"op":"observe","events":[` + strings.Repeat(event+",", events-1) + event + `]}`)
+		var d Decoded
+		return testing.AllocsPerRun(20, func() { Decode(line, &d) })
+	}
+	const events = 64
+	perEvent := (allocs(events+1) - allocs(1)) / events
+	if perEvent > 5.2 {
+		t.Fatalf("%.1f allocations per added event pair; want at most 5 (its values), keys must not allocate", perEvent)
+	}
+}

@@ -7,6 +7,10 @@ import "fmt"
 // where data is {"stored": {"parent_hash", "blocks": [{"block_hash",
 // "tokens_hash"}]}}, {"removed": {"block_hashes"}} or "cleared".
 
+// eventKeys are the keys of a RouterEvent and everything inside it.
+var eventKeys = []string{"worker_id", "storage_tier", "event", "event_id", "dp_rank", "data",
+	"stored", "removed", "block_hashes", "parent_hash", "blocks", "block_hash", "tokens_hash"}
+
 func decodeEvent(s *scanner, ev *RouterEvent) *fieldError {
 	var hasWorker, hasEvent bool
 	err := s.object(func(key string) *fieldError {

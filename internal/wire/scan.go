@@ -95,12 +95,13 @@ func (s *scanner) object(field func(key string) *fieldError) *fieldError {
 	if empty, err := s.enter('{', '}', "an object"); empty || err != nil {
 		return err
 	}
-	var seen []string
+	var room [16]string // on the stack: objects of the protocol have fewer keys
+	seen := room[:0]
 	for {
 		if s.peek() != '"' {
 			return s.syntax("expected a quoted key")
 		}
-		key, err := s.rawString()
+		key, err := s.key()
 		if err != nil {
 			return err
 		}
@@ -321,6 +322,25 @@ func (s *scanner) float() (float64, *fieldError) {
 func (s *scanner) str() (string, *fieldError) {
 	if s.peek() != '"' {
 		return "", s.expected("a string")
+	}
+	return s.rawString()
+}
+
+// key reads the object key at the cursor. A key the protocol defines comes
+// back as that constant rather than a new string: a stored event repeats two
+// keys per block, and a string per key was most of what decoding allocated.
+func (s *scanner) key() (string, *fieldError) {
+	start := s.i + 1
+	for j := start; j < len(s.b); j++ {
+		if s.b[j] == '"' {
+			// The map lookup does not allocate; no protocol key holds an
+			// escape, so a raw match is the key itself.
+			if k, ok := protocolKeys[string(s.b[start:j])]; ok {
+				s.i = j + 1
+				return k, nil
+			}
+			break
+		}
 	}
 	return s.rawString()
 }
