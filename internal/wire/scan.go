@@ -333,9 +333,18 @@ func (s *scanner) key() (string, *fieldError) {
 	start := s.i + 1
 	for j := start; j < len(s.b); j++ {
 		if s.b[j] == '"' {
-			// The map lookup does not allocate; no protocol key holds an
-			// escape, so a raw match is the key itself.
-			if k, ok := protocolKeys[string(s.b[start:j])]; ok {
+			// Neither the switch nor the map lookup allocates; no protocol
+			// key holds an escape, so a raw match is the key itself.
+			k, ok := "", true
+			switch raw := s.b[start:j]; string(raw) {
+			case "block_hash": // the two keys of every stored block: skip the map
+				k = "block_hash"
+			case "tokens_hash":
+				k = "tokens_hash"
+			default:
+				k, ok = protocolKeys[string(raw)]
+			}
+			if ok {
 				s.i = j + 1
 				return k, nil
 			}
