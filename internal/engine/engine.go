@@ -32,7 +32,7 @@ type Engine struct {
 	// indexed by rank slot.
 	overlap []uint32
 	hits    []uint32
-	path    []uint32        // the active-tree nodes countActive passed, for booking
+	walk    walkEnd         // where countActive stopped, for booking
 	scores  []score         // the costs of one placement
 	blocks  []kvindex.Block // one stored event's blocks, as the index takes them
 }
@@ -55,7 +55,7 @@ func New(cfg wire.Config) (*Engine, error) {
 		fleet:    newFleet(),
 		index:    kvindex.New(),
 		approx:   newApproxIndex(),
-		active:   kvindex.NewTree[holders](),
+		active:   newActiveTree(),
 		requests: map[string]*request{},
 		queue:    newPolicyQueue(),
 		bindings: affinity.NewTable[*rank](cfg.Affinity.TTLMS),

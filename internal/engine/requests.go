@@ -8,7 +8,7 @@ type request struct {
 	d         *demand
 	rank      *rank
 	prefill   *prefillEntry // booked prefill; done once completed or decayed
-	path      []uint32      // its prompt's nodes in the active tree, once booked
+	end       uint32        // the active-tree segment its prompt ends at, once booked
 	committed bool
 	orphaned  bool // its worker was removed, and with it the booking
 	binding   *binding
