@@ -195,7 +195,6 @@ func (x *Index) FindMatches(local []uint64, overlap []uint32) {
 			break
 		}
 		still := alive & *w.Payload()
-		alive = still
 		if wideMatching {
 			wideMatching = false
 			for _, r := range x.wide[w.Node()] {
@@ -208,12 +207,20 @@ func (x *Index) FindMatches(local []uint64, overlap []uint32) {
 		if still == 0 && !wideMatching {
 			break
 		}
+		// A low rank's overlap is the depth at which its bit drops out:
+		// written once per rank, not once per rank per block.
+		setDepth(alive&^still, depth, overlap)
+		alive = still
 		depth++
-		// A low rank's overlap is the depth at which its bit last survived.
-		for m := still; m != 0; m &= m - 1 {
-			if r := bits.TrailingZeros64(m); r < len(overlap) {
-				overlap[r] = depth
-			}
+	}
+	setDepth(alive, depth, overlap)
+}
+
+// setDepth writes depth as the overlap of every low rank in mask.
+func setDepth(mask uint64, depth uint32, overlap []uint32) {
+	for m := mask; m != 0; m &= m - 1 {
+		if r := bits.TrailingZeros64(m); r < len(overlap) {
+			overlap[r] = depth
 		}
 	}
 }
