@@ -26,10 +26,7 @@ type rankCache struct {
 // Index is a radix tree of cached prefixes shared by every rank: a node is a
 // prefix, and records the ranks that hold it. Not safe for concurrent use.
 type Index struct {
-	// tree's payload is the mask of ranks below maskRanks caching the
-	// prefix: no pointers, so millions of nodes cost the garbage collector
-	// nothing to scan.
-	tree *Tree[uint64]
+	tree *tree
 	// wide holds the ranks from maskRanks up that cache each node.
 	wide map[uint32][]RankID
 	// extra counts a low rank's additional block hashes on one node (a rank
@@ -48,7 +45,7 @@ type rankNode struct {
 
 // New returns an empty index.
 func New() *Index {
-	return &Index{tree: NewTree[uint64](), wide: map[uint32][]RankID{}, extra: map[rankNode]int{}}
+	return &Index{tree: newTree(), wide: map[uint32][]RankID{}, extra: map[rankNode]int{}}
 }
 
 // AddRank starts an empty cache for id, dropping anything an earlier user of
@@ -124,7 +121,7 @@ func (x *Index) Store(id RankID, parent *uint64, blocks []Block) bool {
 		return false
 	}
 	r := &x.ranks[id]
-	cur := Root
+	cur := root
 	if parent != nil {
 		cur, _ = r.blocks.find(0, *parent)
 	}
@@ -133,7 +130,7 @@ func (x *Index) Store(id RankID, parent *uint64, blocks []Block) bool {
 		x.warm ^= r.blocks.home(0, b.BlockHash)
 	}
 	for _, b := range blocks {
-		child := x.tree.Child(cur, b.TokensHash)
+		child := x.tree.child(cur, b.TokensHash)
 		old, added := r.blocks.findOrAdd(0, b.BlockHash, func() uint32 { return child })
 		switch {
 		case added:
@@ -178,7 +175,7 @@ func (x *Index) Clear(id RankID) int {
 func (x *Index) Blocks(id RankID) int { return x.ranks[id].blocks.used }
 
 // Nodes returns how many prefixes the tree holds, the root excluded.
-func (x *Index) Nodes() int { return x.tree.Len() }
+func (x *Index) Nodes() int { return x.tree.nodes() }
 
 // FindMatches writes into overlap[r] the number of leading blocks of local
 // that rank r caches as one contiguous prefix, for every rank r below
@@ -189,15 +186,15 @@ func (x *Index) FindMatches(local []uint64, overlap []uint32) {
 	alive := x.live
 	wideMatching := len(x.wide) > 0
 	depth := uint32(0)
-	w := x.tree.Walk()
+	w := walk{t: x.tree, id: root, n: x.tree.node(root)}
 	for _, h := range local {
-		if !w.Down(h) {
+		if !w.down(h) {
 			break
 		}
-		still := alive & *w.Payload()
+		still := alive & w.n.mask
 		if wideMatching {
 			wideMatching = false
-			for _, r := range x.wide[w.Node()] {
+			for _, r := range x.wide[w.id] {
 				if int(r) < len(overlap) && overlap[r] == depth {
 					overlap[r]++
 					wideMatching = true
@@ -230,7 +227,7 @@ func (x *Index) attach(nd uint32, id RankID) {
 		x.wide[nd] = append(x.wide[nd], id)
 		return
 	}
-	if mask := x.tree.At(nd); *mask&(1<<id) != 0 {
+	if mask := &x.tree.node(nd).mask; *mask&(1<<id) != 0 {
 		x.extra[rankNode{id, nd}]++
 	} else {
 		*mask |= 1 << id
@@ -261,7 +258,7 @@ func (x *Index) detach(nd uint32, id RankID) {
 		}
 		return
 	default:
-		*x.tree.At(nd) &^= 1 << id
+		x.tree.node(nd).mask &^= 1 << id
 	}
-	x.tree.Prune(nd, func(n uint32, mask *uint64) bool { return *mask == 0 && len(x.wide[n]) == 0 })
+	x.tree.prune(nd, func(n uint32) bool { return x.tree.node(n).mask == 0 && len(x.wide[n]) == 0 })
 }

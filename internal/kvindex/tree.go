@@ -1,9 +1,9 @@
 package kvindex
 
-// Tree is a radix tree of prompts keyed by local block hashes: a node is a
-// prefix, found from its parent by the local hash of its last block, and
-// carries a payload P. Both the cache index and the engine's active-block
-// accounting are such trees. Node ids stay valid until the node is pruned.
+// tree is the index's radix tree of cached prefixes, keyed by local block
+// hashes: a node is a prefix, found from its parent by the local hash of its
+// last block, and carries the mask of ranks below maskRanks caching it. Node
+// ids stay valid until the node is pruned.
 //
 // Most nodes of a prompt tree have one child, so each node keeps its first
 // child itself and only further children go to the shared edge table: a walk
@@ -13,9 +13,9 @@ package kvindex
 // Nodes live in fixed-size pages: a tree of millions of nodes grows by one
 // page at a time, never copying what it holds (a doubling slice copied and
 // cleared hundreds of megabytes, and its copies held up the garbage
-// collector's stops).
-type Tree[P any] struct {
-	pages    []*[pageSize]treeNode[P]
+// collector's stops). Nodes hold no pointers, so the collector skips them.
+type tree struct {
+	pages    []*[pageSize]treeNode
 	size     uint32 // node ids in use or freed: the next new id
 	free     []uint32
 	children edgeTable
@@ -26,81 +26,64 @@ const (
 	pageSize = 1 << pageBits
 )
 
-// Root is the empty prefix, the parent of every first block.
-const Root uint32 = 0
+// root is the empty prefix, the parent of every first block.
+const root uint32 = 0
 
-type treeNode[P any] struct {
+type treeNode struct {
 	parent    uint32
 	nchildren uint32
 	first     uint32 // a child kept here rather than in the edge table; 0: none
 	local     uint64
-	payload   P
+	mask      uint64
 }
 
-// NewTree returns a tree holding only the root.
-func NewTree[P any]() *Tree[P] {
-	t := &Tree[P]{}
+// newTree returns a tree holding only the root.
+func newTree() *tree {
+	t := &tree{}
 	t.alloc()
 	return t
 }
 
 // node returns node n; the pointer stays valid until n is pruned.
-func (t *Tree[P]) node(n uint32) *treeNode[P] {
+func (t *tree) node(n uint32) *treeNode {
 	return &t.pages[n>>pageBits][n&(pageSize-1)]
 }
 
-// step finds the child of node id (whose node is p) for local: its id and
-// node, or nil.
-func (t *Tree[P]) step(id uint32, p *treeNode[P], local uint64) (uint32, *treeNode[P]) {
+// walk is a position in the tree for following a prompt down from the
+// root, one block at a time, without looking up the current node again.
+type walk struct {
+	t  *tree
+	id uint32
+	n  *treeNode
+}
+
+// down moves to the child for local and reports whether there is one; if
+// not, the walk stays where it is.
+func (w *walk) down(local uint64) bool {
+	p := w.n
 	if p.first != 0 {
-		if c := t.node(p.first); c.local == local {
-			return p.first, c
+		if c := w.t.node(p.first); c.local == local {
+			w.id, w.n = p.first, c
+			return true
 		}
 	}
 	if !p.inTable() {
-		return 0, nil
-	}
-	if c, ok := t.children.find(id, local); ok {
-		return c, t.node(c)
-	}
-	return 0, nil
-}
-
-// Walk is a position in the tree for following a prompt down from the
-// root, one block at a time, without looking up the current node again.
-type Walk[P any] struct {
-	t  *Tree[P]
-	id uint32
-	n  *treeNode[P]
-}
-
-// Walk starts a walk at the root.
-func (t *Tree[P]) Walk() Walk[P] { return Walk[P]{t: t, id: Root, n: t.node(Root)} }
-
-// Down moves to the child for local and reports whether there is one; if
-// not, the walk stays where it is.
-func (w *Walk[P]) Down(local uint64) bool {
-	c, n := w.t.step(w.id, w.n, local)
-	if n == nil {
 		return false
 	}
-	w.id, w.n = c, n
-	return true
+	c, ok := w.t.children.find(w.id, local)
+	if ok {
+		w.id, w.n = c, w.t.node(c)
+	}
+	return ok
 }
 
-// Node is the walk's current node.
-func (w *Walk[P]) Node() uint32 { return w.id }
-
-// Payload is the current node's payload.
-func (w *Walk[P]) Payload() *P { return &w.n.payload }
-
 // inTable reports whether some of the node's children are in the edge table.
-func (n *treeNode[P]) inTable() bool {
+func (n *treeNode) inTable() bool {
 	return n.nchildren > 1 || (n.nchildren == 1 && n.first == 0)
 }
 
-// Child finds or makes the child of parent for local.
-func (t *Tree[P]) Child(parent uint32, local uint64) uint32 {
+// child finds or makes the child of parent for local.
+func (t *tree) child(parent uint32, local uint64) uint32 {
 	p := t.node(parent)
 	if p.first != 0 && t.node(p.first).local == local {
 		return p.first
@@ -115,32 +98,29 @@ func (t *Tree[P]) Child(parent uint32, local uint64) uint32 {
 			return c
 		}
 	}
-	*t.node(c) = treeNode[P]{parent: parent, local: local}
+	*t.node(c) = treeNode{parent: parent, local: local}
 	p.nchildren++
 	return c
 }
 
-// alloc takes a free node id, growing the node slice if there is none.
-func (t *Tree[P]) alloc() uint32 {
+// alloc takes a free node id, adding a page if there is none.
+func (t *tree) alloc() uint32 {
 	if n := len(t.free); n > 0 {
 		c := t.free[n-1]
 		t.free = t.free[:n-1]
 		return c
 	}
 	if t.size&(pageSize-1) == 0 {
-		t.pages = append(t.pages, new([pageSize]treeNode[P]))
+		t.pages = append(t.pages, new([pageSize]treeNode))
 	}
 	t.size++
 	return t.size - 1
 }
 
-// At returns node n's payload; the pointer stays valid until n is pruned.
-func (t *Tree[P]) At(n uint32) *P { return &t.node(n).payload }
-
-// Prune frees n if it has no children and its payload is empty, then its
+// prune frees n if it has no children and empty(n) holds, then its
 // ancestors likewise, walking up toward the root.
-func (t *Tree[P]) Prune(n uint32, empty func(n uint32, p *P) bool) {
-	for n != Root && t.node(n).nchildren == 0 && empty(n, &t.node(n).payload) {
+func (t *tree) prune(n uint32, empty func(n uint32) bool) {
+	for n != root && t.node(n).nchildren == 0 && empty(n) {
 		nd := t.node(n)
 		p := t.node(nd.parent)
 		if p.first == n {
@@ -150,11 +130,11 @@ func (t *Tree[P]) Prune(n uint32, empty func(n uint32, p *P) bool) {
 		}
 		p.nchildren--
 		parent := nd.parent
-		*nd = treeNode[P]{}
+		*nd = treeNode{}
 		t.free = append(t.free, n)
 		n = parent
 	}
 }
 
-// Len returns how many prefixes the tree holds, the root excluded.
-func (t *Tree[P]) Len() int { return int(t.size) - 1 - len(t.free) }
+// nodes returns how many prefixes the tree holds, the root excluded.
+func (t *tree) nodes() int { return int(t.size) - 1 - len(t.free) }
