@@ -64,17 +64,14 @@ func (t *edgeTable) findOrAdd(parent uint32, local uint64, next func() uint32) (
 	}
 }
 
-// reserve makes room for n more edges without a rehash.
-func (t *edgeTable) reserve(n int) {
-	if (t.used+n)*4 > len(t.slots)*3 {
-		t.grow(t.used + n)
-	}
-}
-
 // home reads the first slot a probe for the edge visits, so that a caller
 // about to probe for many edges can have their cache misses overlap instead
-// of taking them one after another.
+// of taking them one after another. (A rehash between the two only wastes
+// the reads that came before it.)
 func (t *edgeTable) home(parent uint32, local uint64) uint64 {
+	if t.slots == nil {
+		return 0
+	}
 	return t.slots[hashEdge(parent, local)&uint64(len(t.slots)-1)].local
 }
 

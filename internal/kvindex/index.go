@@ -125,7 +125,6 @@ func (x *Index) Store(id RankID, parent *uint64, blocks []Block) bool {
 	if parent != nil {
 		cur, _ = r.blocks.find(0, *parent)
 	}
-	r.blocks.reserve(len(blocks))
 	for _, b := range blocks {
 		x.warm ^= r.blocks.home(0, b.BlockHash)
 	}
