@@ -55,14 +55,7 @@ func AppendCommand(b []byte, c *Command) []byte {
 		b = strconv.AppendInt(append(b, `,"strict_priority":`...), *c.StrictPriority, 10)
 	}
 	if c.Events != nil {
-		b = append(b, `,"events":[`...)
-		for i := range c.Events {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendEvent(b, &c.Events[i])
-		}
-		b = append(b, ']')
+		b = appendArray(append(b, `,"events":`...), c.Events, appendEvent)
 	}
 	return append(b, '}')
 }
@@ -83,16 +76,11 @@ func appendEvent(b []byte, ev *RouterEvent) []byte {
 		} else {
 			b = strconv.AppendUint(b, *ev.ParentHash, 10)
 		}
-		b = append(b, `,"blocks":[`...)
-		for i, blk := range ev.Blocks {
-			if i > 0 {
-				b = append(b, ',')
-			}
+		b = appendArray(append(b, `,"blocks":`...), ev.Blocks, func(b []byte, blk *StoredBlock) []byte {
 			b = strconv.AppendUint(append(b, `{"block_hash":`...), blk.BlockHash, 10)
-			b = strconv.AppendUint(append(b, `,"tokens_hash":`...), blk.TokensHash, 10)
-			b = append(b, '}')
-		}
-		b = append(b, "]}}"...)
+			return append(strconv.AppendUint(append(b, `,"tokens_hash":`...), blk.TokensHash, 10), '}')
+		})
+		b = append(b, "}}"...)
 	case EventRemoved:
 		b = appendU64s(append(b, `{"removed":{`...), "block_hashes", ev.Removed)
 		b = append(b, "}}"...)
@@ -144,12 +132,6 @@ func appendU64s(b []byte, key string, vs []uint64) []byte {
 	if b[len(b)-1] != '{' {
 		b = append(b, ',')
 	}
-	b = append(append(append(b, '"'), key...), `":[`...)
-	for i, v := range vs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendUint(b, v, 10)
-	}
-	return append(b, ']')
+	b = append(append(append(b, '"'), key...), `":`...)
+	return appendArray(b, vs, func(b []byte, v *uint64) []byte { return strconv.AppendUint(b, *v, 10) })
 }

@@ -31,31 +31,19 @@ func Encode(b []byte, r *Response) ([]byte, error) {
 	}
 	b = strconv.AppendBool(append(b, `,"ok":`...), r.OK)
 	b = AppendNum(append(b, `,"now_ms":`...), float64(r.NowMS))
-	b = append(b, `,"placements":[`...)
-	for i := range r.Placements {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendPlacement(b, &r.Placements[i])
-	}
-	b = append(b, ']')
+	b = appendArray(append(b, `,"placements":`...), r.Placements, appendPlacement)
 	if r.Cancelled != nil {
 		b = strconv.AppendBool(append(b, `,"cancelled":`...), *r.Cancelled)
 	}
 	if len(r.Queued) > 0 {
-		b = appendStrings(append(b, `,"queued":`...), r.Queued)
+		b = appendArray(append(b, `,"queued":`...), r.Queued, appendStringAt)
 	}
 	if len(r.Rejected) > 0 {
-		b = append(b, `,"rejected":[`...)
-		for i, rj := range r.Rejected {
-			if i > 0 {
-				b = append(b, ',')
-			}
+		b = appendArray(append(b, `,"rejected":`...), r.Rejected, func(b []byte, rj *Rejection) []byte {
 			b = appendJSONString(append(b, `{"request_id":`...), rj.RequestID)
 			b = appendJSONString(append(b, `,"code":`...), string(rj.Code))
-			b = append(appendJSONString(append(b, `,"message":`...), rj.Message), '}')
-		}
-		b = append(b, ']')
+			return append(appendJSONString(append(b, `,"message":`...), rj.Message), '}')
+		})
 	}
 	if r.Evidence != nil {
 		b = appendCommandEvidence(append(b, `,"evidence":`...), r.Evidence)
@@ -106,32 +94,22 @@ func appendPlacement(b []byte, p *Placement) []byte {
 			b = append(appendCount(b, mark, "busy", f.Busy), '}')
 		}
 		if len(ev.CandidateSet) > 0 {
-			b = append(b, `,"candidate_set":[`...)
-			for i, c := range ev.CandidateSet {
-				if i > 0 {
-					b = append(b, ',')
-				}
+			b = appendArray(append(b, `,"candidate_set":`...), ev.CandidateSet, func(b []byte, c *CandidateScore) []byte {
 				b = strconv.AppendUint(append(b, `{"worker_id":`...), c.WorkerID, 10)
 				b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(c.DPRank), 10)
 				b = strconv.AppendUint(append(b, `,"overlap_blocks":`...), c.OverlapBlocks, 10)
 				b = AppendNum(append(b, `,"prefill_blocks":`...), float64(c.PrefillBlocks))
 				b = strconv.AppendUint(append(b, `,"decode_blocks":`...), c.DecodeBlocks, 10)
 				b = AppendNum(append(b, `,"cost":`...), float64(c.Cost))
-				b = append(AppendNum(append(b, `,"probability":`...), float64(c.Probability)), '}')
-			}
-			b = append(b, ']')
+				return append(AppendNum(append(b, `,"probability":`...), float64(c.Probability)), '}')
+			})
 		}
 		if len(ev.FilteredSet) > 0 {
-			b = append(b, `,"filtered_set":[`...)
-			for i, f := range ev.FilteredSet {
-				if i > 0 {
-					b = append(b, ',')
-				}
+			b = appendArray(append(b, `,"filtered_set":`...), ev.FilteredSet, func(b []byte, f *FilteredRank) []byte {
 				b = strconv.AppendUint(append(b, `{"worker_id":`...), f.WorkerID, 10)
 				b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(f.DPRank), 10)
-				b = append(appendJSONString(append(b, `,"reason":`...), f.Reason), '}')
-			}
-			b = append(b, ']')
+				return append(appendJSONString(append(b, `,"reason":`...), f.Reason), '}')
+			})
 		}
 		b = append(b, '}')
 	}
@@ -146,24 +124,19 @@ func appendCommandEvidence(b []byte, e *CommandEvidence) []byte {
 	}
 	b = appendCount(b, mark, "events_ignored", e.EventsIgnored)
 	if len(e.EventsSkipped) > 0 {
-		b = append(memberStart(b, mark), `"events_skipped":[`...)
-		for i, s := range e.EventsSkipped {
-			if i > 0 {
-				b = append(b, ',')
-			}
+		b = appendArray(append(memberStart(b, mark), `"events_skipped":`...), e.EventsSkipped, func(b []byte, s *SkippedEvent) []byte {
 			b = strconv.AppendInt(append(b, `{"index":`...), int64(s.Index), 10)
 			b = strconv.AppendUint(append(b, `,"worker_id":`...), s.WorkerID, 10)
 			b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(s.DPRank), 10)
 			b = strconv.AppendUint(append(b, `,"event_id":`...), s.EventID, 10)
-			b = append(appendJSONString(append(b, `,"reason":`...), s.Reason), '}')
-		}
-		b = append(b, ']')
+			return append(appendJSONString(append(b, `,"reason":`...), s.Reason), '}')
+		})
 	}
 	b = appendCount(b, mark, "blocks_dropped", e.BlocksDropped)
 	b = appendCount(b, mark, "approx_blocks_added", e.ApproxBlocksAdded)
 	b = appendCount(b, mark, "approx_blocks_expired", e.ApproxExpired)
 	if len(e.RequestsOrphaned) > 0 {
-		b = appendStrings(append(memberStart(b, mark), `"requests_orphaned":`...), e.RequestsOrphaned)
+		b = appendArray(append(memberStart(b, mark), `"requests_orphaned":`...), e.RequestsOrphaned, appendStringAt)
 	}
 	b = appendBindingRefs(b, mark, "bindings_expired", e.BindingsExpired)
 	b = appendBindingRefs(b, mark, "bindings_invalidated", e.BindingsInvalidated)
@@ -174,15 +147,11 @@ func appendBindingRefs(b []byte, mark int, key string, refs []BindingRef) []byte
 	if len(refs) == 0 {
 		return b
 	}
-	b = append(append(append(memberStart(b, mark), '"'), key...), `":[`...)
-	for i, r := range refs {
-		if i > 0 {
-			b = append(b, ',')
-		}
+	b = append(append(append(memberStart(b, mark), '"'), key...), `":`...)
+	return appendArray(b, refs, func(b []byte, r *BindingRef) []byte {
 		b = appendJSONString(append(b, `{"role":`...), string(r.Role))
-		b = append(appendJSONString(append(b, `,"key":`...), r.Key), '}')
-	}
-	return append(b, ']')
+		return append(appendJSONString(append(b, `,"key":`...), r.Key), '}')
+	})
 }
 
 // appendCount writes an omitempty integer member of the object whose first
@@ -203,16 +172,19 @@ func memberStart(b []byte, mark int) []byte {
 	return b
 }
 
-func appendStrings(b []byte, ss []string) []byte {
+// appendArray writes items as a JSON array, each by one.
+func appendArray[T any](b []byte, items []T, one func([]byte, *T) []byte) []byte {
 	b = append(b, '[')
-	for i, s := range ss {
+	for i := range items {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, s)
+		b = one(b, &items[i])
 	}
 	return append(b, ']')
 }
+
+func appendStringAt(b []byte, s *string) []byte { return appendJSONString(b, *s) }
 
 // appendJSONString writes s as a JSON string, byte for byte as goccy does:
 // printable ASCII other than quote and backslash is the same in every
