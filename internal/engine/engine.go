@@ -65,6 +65,8 @@ func New(cfg wire.Config) (*Engine, error) {
 
 // Apply steps the engine with one decoded command and fills resp. A command
 // is all-or-nothing: when resp.Error is set, the engine is exactly as before.
+// The engine keeps the command's slices (a place's block hashes outlive it
+// in the active-block tree): the caller must not change them afterwards.
 func (e *Engine) Apply(c *wire.Command, resp *wire.Response) {
 	if err := e.apply(c, resp); err != nil {
 		*resp = wire.Response{Seq: resp.Seq, ID: resp.ID, Op: resp.Op, Error: err}
