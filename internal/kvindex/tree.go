@@ -19,6 +19,10 @@ type tree struct {
 	size     uint32 // node ids in use or freed: the next new id
 	free     []uint32
 	children edgeTable
+	// tabled counts each node's children in the edge table, for the few
+	// nodes that have any (they carry the inTable flag), so that nodes
+	// need no child count of their own.
+	tabled map[uint32]uint32
 }
 
 const (
@@ -30,16 +34,24 @@ const (
 const root uint32 = 0
 
 type treeNode struct {
-	parent    uint32
-	nchildren uint32
-	first     uint32 // a child kept here rather than in the edge table; 0: none
-	local     uint64
-	mask      uint64
+	up    uint32 // the parent's id, and the inTable flag
+	first uint32 // a child kept here rather than in the edge table; 0: none
+	local uint64
+	mask  uint64
 }
+
+// inTable marks a node some of whose children are in the edge table. Node
+// ids stay below it.
+const inTable = 1 << 31
+
+func (n *treeNode) parent() uint32 { return n.up &^ inTable }
+
+// leaf reports whether the node has no children.
+func (n *treeNode) leaf() bool { return n.first == 0 && n.up&inTable == 0 }
 
 // newTree returns a tree holding only the root.
 func newTree() *tree {
-	t := &tree{}
+	t := &tree{tabled: map[uint32]uint32{}}
 	t.alloc()
 	return t
 }
@@ -67,7 +79,7 @@ func (w *walk) down(local uint64) bool {
 			return true
 		}
 	}
-	if !p.inTable() {
+	if p.up&inTable == 0 {
 		return false
 	}
 	c, ok := w.t.children.find(w.id, local)
@@ -77,11 +89,6 @@ func (w *walk) down(local uint64) bool {
 	return ok
 }
 
-// inTable reports whether some of the node's children are in the edge table.
-func (n *treeNode) inTable() bool {
-	return n.nchildren > 1 || (n.nchildren == 1 && n.first == 0)
-}
-
 // child finds or makes the child of parent for local.
 func (t *tree) child(parent uint32, local uint64) uint32 {
 	p := t.node(parent)
@@ -89,7 +96,7 @@ func (t *tree) child(parent uint32, local uint64) uint32 {
 		return p.first
 	}
 	var c uint32
-	if p.first == 0 && p.nchildren == 0 {
+	if p.leaf() {
 		c = t.alloc()
 		p.first = c
 	} else {
@@ -97,9 +104,10 @@ func (t *tree) child(parent uint32, local uint64) uint32 {
 		if c, added = t.children.findOrAdd(parent, local, t.alloc); !added {
 			return c
 		}
+		t.tabled[parent]++
+		p.up |= inTable
 	}
-	*t.node(c) = treeNode{parent: parent, local: local}
-	p.nchildren++
+	*t.node(c) = treeNode{up: parent, local: local}
 	return c
 }
 
@@ -111,6 +119,9 @@ func (t *tree) alloc() uint32 {
 		return c
 	}
 	if t.size&(pageSize-1) == 0 {
+		if t.size == inTable {
+			panic("kvindex: 2^31 tree nodes (48 GiB of them): node ids would collide with the inTable flag")
+		}
 		t.pages = append(t.pages, new([pageSize]treeNode))
 	}
 	t.size++
@@ -120,16 +131,19 @@ func (t *tree) alloc() uint32 {
 // prune frees n if it has no children and empty(n) holds, then its
 // ancestors likewise, walking up toward the root.
 func (t *tree) prune(n uint32, empty func(n uint32) bool) {
-	for n != root && t.node(n).nchildren == 0 && empty(n) {
+	for n != root && t.node(n).leaf() && empty(n) {
 		nd := t.node(n)
-		p := t.node(nd.parent)
+		parent := nd.parent()
+		p := t.node(parent)
 		if p.first == n {
 			p.first = 0
 		} else {
-			t.children.remove(nd.parent, nd.local)
+			t.children.remove(parent, nd.local)
+			if t.tabled[parent]--; t.tabled[parent] == 0 {
+				delete(t.tabled, parent)
+				p.up &^= inTable
+			}
 		}
-		p.nchildren--
-		parent := nd.parent
 		*nd = treeNode{}
 		t.free = append(t.free, n)
 		n = parent
