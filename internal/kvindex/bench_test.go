@@ -178,3 +178,52 @@ func BenchmarkFindMatchesIndexSize(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkIndexChurn is the index as a replay drives it: for each request
+// of the trace, in order, find_matches of its whole prompt, then a stored
+// event of the blocks its rank lacked (under the last block it had), and,
+// once the rank holds more than its capacity, a removed event of the
+// oldest stored run (16 ranks of 2,000 blocks). One op is one of those
+// three events.
+func BenchmarkIndexChurn(b *testing.B) {
+	const ranks, capacity = 16, 2000
+	w := newIndexWorkload(b, ranks)
+	x := withRanks(ranks)
+	overlap := make([]uint32, ranks)
+	type run struct{ hashes []uint64 }
+	fifo := make([][]run, ranks)
+	held := make([]int, ranks)
+	var blocks []Block
+	ops := 0
+	i := 0
+	for b.Loop() {
+		p := i % len(w.local)
+		r := w.rank[p]
+		local, seq := w.local[p], w.seq[p]
+		x.FindMatches(local, overlap)
+		ops++
+		have := int(overlap[r])
+		if have < len(local) {
+			var parent *uint64
+			if have > 0 {
+				parent = &seq[have-1]
+			}
+			blocks = blocks[:0]
+			for j := have; j < len(local); j++ {
+				blocks = append(blocks, Block{BlockHash: seq[j], TokensHash: local[j]})
+			}
+			x.Store(r, parent, blocks)
+			ops++
+			fifo[r] = append(fifo[r], run{seq[have:]})
+			held[r] += len(local) - have
+		}
+		for held[r] > capacity {
+			old := fifo[r][0]
+			fifo[r] = fifo[r][1:]
+			held[r] -= x.Remove(r, old.hashes)
+			ops++
+		}
+		i++
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(ops), "ns/event")
+}

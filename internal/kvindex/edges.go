@@ -99,12 +99,26 @@ func (t *edgeTable) each(f func(node uint32)) {
 	}
 }
 
-// remove deletes the edge of parent for local, which must exist. Every later
-// slot of the probe run whose home is not between the hole and itself moves
-// back into the hole, so that no lookup meets an empty slot before its key.
-func (t *edgeTable) remove(parent uint32, local uint64) {
+// take removes the edge of parent for local and returns its node, if there
+// is one. Every later slot of the probe run whose home is not between the
+// hole and itself moves back into the hole, so that no lookup meets an
+// empty slot before its key.
+func (t *edgeTable) take(parent uint32, local uint64) (uint32, bool) {
+	if t.slots == nil {
+		return 0, false
+	}
 	mask := uint64(len(t.slots) - 1)
-	hole := t.slot(parent, local)
+	hole := hashEdge(parent, local) & mask
+	for ; ; hole = (hole + 1) & mask {
+		s := &t.slots[hole]
+		if s.node == 0 {
+			return 0, false
+		}
+		if s.local == local && s.parent == parent {
+			break
+		}
+	}
+	node := t.slots[hole].node
 	for j := (hole + 1) & mask; t.slots[j].node != 0; j = (j + 1) & mask {
 		home := hashEdge(t.slots[j].parent, t.slots[j].local) & mask
 		// Distances along the probe order: j may fill the hole unless its
@@ -116,6 +130,7 @@ func (t *edgeTable) remove(parent uint32, local uint64) {
 	}
 	t.slots[hole] = edgeSlot{}
 	t.used--
+	return node, true
 }
 
 // grow moves the edges into a table with room for n edges and as many

@@ -16,7 +16,9 @@ func TestEdgeTableMatchesAMap(t *testing.T) {
 		for range rapid.IntRange(1, 400).Draw(t, "steps") {
 			e := edge{parent: rapid.Uint32Range(0, 5).Draw(t, "parent"), local: rapid.Uint64Range(0, 40).Draw(t, "local")}
 			if _, ok := model[e]; ok && rapid.Bool().Draw(t, "remove") {
-				tab.remove(e.parent, e.local)
+				if node, ok := tab.take(e.parent, e.local); !ok || node != model[e] {
+					t.Fatalf("take(%v) = %d, %v; model has %d", e, node, ok, model[e])
+				}
 				delete(model, e)
 			} else {
 				node, added := tab.findOrAdd(e.parent, e.local, func() uint32 { next++; return next })

@@ -150,10 +150,14 @@ func (x *Index) Store(id RankID, parent *uint64, blocks []Block) bool {
 // ignored (their store may have been skipped). It returns how many it dropped.
 func (x *Index) Remove(id RankID, hashes []uint64) int {
 	r := &x.ranks[id]
+	warm := uint64(0)
+	for _, h := range hashes { // as in Store: let the misses overlap
+		warm ^= r.blocks.home(0, h)
+	}
+	x.warm = warm
 	n := 0
 	for _, h := range hashes {
-		if nd, ok := r.blocks.find(0, h); ok {
-			r.blocks.remove(0, h)
+		if nd, ok := r.blocks.take(0, h); ok {
 			x.detach(nd, id)
 			n++
 		}
@@ -251,7 +255,7 @@ func (x *Index) detach(nd uint32, id RankID) {
 		} else {
 			x.wide[nd] = rs
 		}
-	case x.extra[rankNode{id, nd}] > 0:
+	case len(x.extra) > 0 && x.extra[rankNode{id, nd}] > 0:
 		if x.extra[rankNode{id, nd}]--; x.extra[rankNode{id, nd}] == 0 {
 			delete(x.extra, rankNode{id, nd})
 		}

@@ -138,7 +138,7 @@ func (t *tree) prune(n uint32, empty func(n uint32) bool) {
 		if p.first == n {
 			p.first = 0
 		} else {
-			t.children.remove(parent, nd.local)
+			t.children.take(parent, nd.local)
 			if t.tabled[parent]--; t.tabled[parent] == 0 {
 				delete(t.tabled, parent)
 				p.up &^= inTable
