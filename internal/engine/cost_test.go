@@ -42,7 +42,7 @@ func TestPickSoftmaxProbabilities(t *testing.T) {
 	cfg.Temperature = 1
 	e, _ := New(cfg)
 	scores := []score{{cost: 10}, {cost: 20}, {cost: 10}}
-	e.pick(scores, -1)
+	e.pick(scores, nil, -1) // policy kv: ranks only matter to least_loaded
 	// Normalised costs 0, 1, 0 at T=1: weights 1, e^-1, 1.
 	w := 1 / (2 + 0.36787944117144233)
 	for i, want := range []float64{w, 0.36787944117144233 * w, w} {
@@ -60,7 +60,7 @@ func TestPickTieBreakIsUniformAndSeeded(t *testing.T) {
 	e, _ := New(wire.DefaultConfig())
 	for range 3000 {
 		scores := []score{{cost: 1}, {cost: 1}, {cost: 1}, {cost: 2}}
-		i, ties, _ := e.pick(scores, -1)
+		i, ties, _ := e.pick(scores, nil, -1)
 		if ties != 3 || i == 3 {
 			t.Fatalf("pick %d of %d ties", i, ties)
 		}

@@ -212,9 +212,10 @@ func (e *Engine) overloaded(r *rank, t float64) bool {
 	return false
 }
 
-// score is one candidate's cost.
+// score is one candidate's cost: scores[i] costs cs.ranks[i]. It holds no
+// pointer, so filling a score per candidate needs no write barrier while the
+// garbage collector runs (on a large heap, much of the time).
 type score struct {
-	r       *rank
 	overlap uint64
 	prefill float64 // blocks of prefill work, after the overlap credit
 	decode  uint64  // active blocks after placement
@@ -240,26 +241,26 @@ func (e *Engine) place(req *request, cs candidateSet) wire.Placement {
 	scores := slices.Grow(e.scores[:0], len(cs.ranks))[:len(cs.ranks)]
 	e.scores = scores
 	for i, r := range cs.ranks {
-		s := score{r: r, overlap: uint64(e.overlap[r.slot])}
+		s := score{overlap: uint64(e.overlap[r.slot])}
 		newBlocks := uint64(len(d.local)) - uint64(e.hits[r.slot]) + d.privateBlocks
 		s.prefill, s.decode, s.cost = e.cost(r.prefill.at(e.now), d.isl, s.overlap, r.activeDecodeBlocks()+newBlocks)
 		scores[i] = s
 	}
-	pick, ties, minCost := e.pick(scores, e.preferred(d, scores))
-	chosen := scores[pick]
+	pick, ties, minCost := e.pick(scores, cs.ranks, e.preferred(d, cs.ranks))
+	chosen, chosenRank := scores[pick], cs.ranks[pick]
 
 	cached := min(chosen.overlap*e.cfg.BlockSize, d.isl)
-	e.book(req, chosen.r, d.isl-cached)
+	e.book(req, chosenRank, d.isl-cached)
 	p := wire.Placement{
-		RequestID: d.id, WorkerID: chosen.r.w.id, DPRank: chosen.r.dp, Role: d.role,
+		RequestID: d.id, WorkerID: chosenRank.w.id, DPRank: chosenRank.dp, Role: d.role,
 		OverlapBlocks: chosen.overlap, BestAvailableOverlapBlocks: best, ISLBlocks: d.islBlocks,
 		CachedTokens: cached, PrefillTokens: d.isl - cached, QueuedMS: wire.Num(e.now - d.arrival),
-		Reason: e.reason(d, chosen.r, len(scores)), Binding: e.placedUnder(req),
+		Reason: e.reason(d, chosenRank, len(scores)), Binding: e.placedUnder(req),
 	}
 	if e.cfg.Evidence != wire.EvidenceNone {
 		p.Evidence = e.evidence(cs, scores, ties, chosen.cost, minCost)
 	}
-	e.approxRecord(d, chosen.r)
+	e.approxRecord(d, chosenRank)
 	return p
 }
 
@@ -275,17 +276,12 @@ func (e *Engine) cost(activePrefill float64, isl, overlap, decodeBlocks uint64) 
 
 // preferred is the index of the rank a soft-affinity request should go to
 // while that rank passes the filters and is not queue-busy, or -1.
-func (e *Engine) preferred(d *demand, scores []score) int {
+func (e *Engine) preferred(d *demand, ranks []*rank) int {
 	target := d.boundTarget()
 	if target == nil || e.queueBusy(target, e.now) {
 		return -1
 	}
-	for i, s := range scores {
-		if s.r == target {
-			return i
-		}
-	}
-	return -1
+	return slices.Index(ranks, target)
 }
 
 // pick chooses among scores: the preferred index when there is one (>= 0),
@@ -293,7 +289,7 @@ func (e *Engine) preferred(d *demand, scores []score) int {
 // a softmax draw over range-normalised costs. It fills every score's
 // probability and returns the chosen index, the number of candidates at the
 // minimum cost, and that cost.
-func (e *Engine) pick(scores []score, preferred int) (int, int, float64) {
+func (e *Engine) pick(scores []score, ranks []*rank, preferred int) (int, int, float64) {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, s := range scores {
 		lo, hi = min(lo, s.cost), max(hi, s.cost)
@@ -315,7 +311,7 @@ func (e *Engine) pick(scores []score, preferred int) (int, int, float64) {
 		return preferred, ties, lo
 	}
 	if e.cfg.Policy != wire.PolicyKV {
-		return e.pickBaseline(scores), ties, lo
+		return e.pickBaseline(scores, ranks), ties, lo
 	}
 	t := e.cfg.Temperature
 	if t == 0 || hi == lo {
@@ -362,7 +358,7 @@ func (e *Engine) pick(scores []score, preferred int) (int, int, float64) {
 // still computed, for the evidence): round_robin takes the candidates in turn
 // from one counter, random draws uniformly, least_loaded takes the fewest
 // active requests with ties drawn uniformly.
-func (e *Engine) pickBaseline(scores []score) int {
+func (e *Engine) pickBaseline(scores []score, ranks []*rank) int {
 	for i := range scores {
 		scores[i].prob = 0
 	}
@@ -380,13 +376,13 @@ func (e *Engine) pickBaseline(scores []score) int {
 		}
 		return pick
 	}
-	least := scores[0].r.activeRequests
-	for _, s := range scores {
-		least = min(least, s.r.activeRequests)
+	least := ranks[0].activeRequests
+	for _, r := range ranks {
+		least = min(least, r.activeRequests)
 	}
 	var tied []int
-	for i, s := range scores {
-		if s.r.activeRequests == least {
+	for i, r := range ranks {
+		if r.activeRequests == least {
 			tied = append(tied, i)
 		}
 	}
@@ -423,8 +419,9 @@ func (e *Engine) evidence(cs candidateSet, scores []score, ties int, selected, b
 	if e.cfg.Evidence == wire.EvidenceFull {
 		ev.CandidateSet = make([]wire.CandidateScore, len(scores))
 		for i, s := range scores {
+			r := cs.ranks[i]
 			ev.CandidateSet[i] = wire.CandidateScore{
-				WorkerID: s.r.w.id, DPRank: s.r.dp, OverlapBlocks: s.overlap,
+				WorkerID: r.w.id, DPRank: r.dp, OverlapBlocks: s.overlap,
 				PrefillBlocks: wire.Num(s.prefill), DecodeBlocks: s.decode,
 				Cost: wire.Num(s.cost), Probability: wire.Num(s.prob),
 			}
