@@ -134,6 +134,9 @@ func (e *Engine) expireQueue() {
 // drain places queue heads, role by role, for as long as the head is
 // admissible.
 func (e *Engine) drain() {
+	if e.queue.count == 0 {
+		return // the usual case; the roles' queues are a map away
+	}
 	for _, role := range roleOrder {
 		rq := e.queue.byRole[role]
 		for rq.Len() > 0 {

@@ -42,6 +42,9 @@ func (q *policyQueue) remove(req *request) {
 }
 
 func (q *policyQueue) head(role wire.Role) *request {
+	if q.count == 0 {
+		return nil
+	}
 	if rq := q.byRole[role]; rq.Len() > 0 {
 		return (*rq)[0]
 	}
