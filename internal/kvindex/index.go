@@ -263,5 +263,17 @@ func (x *Index) detach(nd uint32, id RankID) {
 	default:
 		x.tree.node(nd).mask &^= 1 << id
 	}
-	x.tree.prune(nd, func(n uint32) bool { return x.tree.node(n).mask == 0 && len(x.wide[n]) == 0 })
+	x.prune(nd)
+}
+
+// prune frees node n if it has no children and no rank holds it, then its
+// ancestors likewise, walking up toward the root.
+func (x *Index) prune(n uint32) {
+	for n != root {
+		nd := x.tree.node(n)
+		if !nd.leaf() || nd.mask != 0 || (len(x.wide) > 0 && len(x.wide[n]) > 0) {
+			return
+		}
+		n = x.tree.unlink(n)
+	}
 }

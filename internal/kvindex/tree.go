@@ -128,26 +128,23 @@ func (t *tree) alloc() uint32 {
 	return t.size - 1
 }
 
-// prune frees n if it has no children and empty(n) holds, then its
-// ancestors likewise, walking up toward the root.
-func (t *tree) prune(n uint32, empty func(n uint32) bool) {
-	for n != root && t.node(n).leaf() && empty(n) {
-		nd := t.node(n)
-		parent := nd.parent()
-		p := t.node(parent)
-		if p.first == n {
-			p.first = 0
-		} else {
-			t.children.take(parent, nd.local)
-			if t.tabled[parent]--; t.tabled[parent] == 0 {
-				delete(t.tabled, parent)
-				p.up &^= inTable
-			}
+// unlink removes leaf n from the tree, frees its id and returns its parent.
+func (t *tree) unlink(n uint32) uint32 {
+	nd := t.node(n)
+	parent := nd.parent()
+	p := t.node(parent)
+	if p.first == n {
+		p.first = 0
+	} else {
+		t.children.take(parent, nd.local)
+		if t.tabled[parent]--; t.tabled[parent] == 0 {
+			delete(t.tabled, parent)
+			p.up &^= inTable
 		}
-		*nd = treeNode{}
-		t.free = append(t.free, n)
-		n = parent
 	}
+	*nd = treeNode{}
+	t.free = append(t.free, n)
+	return parent
 }
 
 // nodes returns how many prefixes the tree holds, the root excluded.
