@@ -46,14 +46,13 @@ func (e *Engine) applyEvent(x *wire.RouterEvent) string {
 	}
 	switch x.Kind {
 	case wire.EventStored:
-		if !e.index.CanStore(id, x.ParentHash) {
-			return wire.SkipUnknownParent
-		}
 		e.blocks = e.blocks[:0]
 		for _, b := range x.Blocks {
 			e.blocks = append(e.blocks, kvindex.Block{BlockHash: b.BlockHash, TokensHash: b.TokensHash})
 		}
-		e.index.Store(id, x.ParentHash, e.blocks)
+		if !e.index.Store(id, x.ParentHash, e.blocks) {
+			return wire.SkipUnknownParent
+		}
 	case wire.EventRemoved:
 		e.index.Remove(id, x.Removed)
 	case wire.EventCleared:

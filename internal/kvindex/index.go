@@ -35,7 +35,7 @@ type Index struct {
 	extra map[rankNode]int
 	ranks []rankCache
 	live  uint64 // mask of the live ranks below maskRanks
-	warm  uint64 // sink for home
+	warm  uint64 // where Store and Remove leave the slots they warm, so the loads stay
 }
 
 type rankNode struct {
@@ -104,30 +104,22 @@ func (x *Index) HasBlock(id RankID, blockHash uint64) bool {
 	return ok
 }
 
-// CanStore reports whether a store under parent would apply on id: the parent
-// must be nil (the root) or a block id already caches.
-func (x *Index) CanStore(id RankID, parent *uint64) bool {
-	if parent == nil {
-		return true
-	}
-	_, ok := x.ranks[id].blocks.find(0, *parent)
-	return ok
-}
-
-// Store adds blocks as a chain under parent (nil = root) for id. The caller
-// checks CanStore first; Store reports false and changes nothing otherwise.
+// Store adds blocks as a chain under parent (nil = root) for id. It reports
+// false and changes nothing when id does not cache parent.
 func (x *Index) Store(id RankID, parent *uint64, blocks []Block) bool {
-	if !x.CanStore(id, parent) {
-		return false
-	}
 	r := &x.ranks[id]
 	cur := root
 	if parent != nil {
-		cur, _ = r.blocks.find(0, *parent)
+		var ok bool
+		if cur, ok = r.blocks.find(0, *parent); !ok {
+			return false
+		}
 	}
+	warm := uint64(0)
 	for _, b := range blocks {
-		x.warm ^= r.blocks.home(0, b.BlockHash)
+		warm ^= r.blocks.home(0, b.BlockHash)
 	}
+	x.warm = warm
 	for _, b := range blocks {
 		child := x.tree.child(cur, b.TokensHash)
 		old, added := r.blocks.findOrAdd(0, b.BlockHash, func() uint32 { return child })
