@@ -213,12 +213,13 @@ func (e *Engine) check(c *wire.Command) *wire.Error {
 			return wire.Errorf(wire.CodeUnknownRequest, "request %q is not in flight", c.RequestID)
 		}
 	case wire.OpDispatchCommitted, wire.OpPrefillCompleted:
-		if _, ok := e.requests[c.RequestID]; !ok {
+		req, ok := e.requests[c.RequestID]
+		if !ok {
 			return wire.Errorf(wire.CodeUnknownRequest, "request %q is not in flight", c.RequestID)
 		}
 		// A host sees a waiting request's placement only in a response, so
 		// it cannot have dispatched one that is waiting now.
-		if e.requests[c.RequestID].waiting() {
+		if req.waiting() {
 			return wire.Errorf(wire.CodeUnknownRequest, "request %q is waiting (in the queue or for its session's binding): it has no placement yet", c.RequestID)
 		}
 	}
