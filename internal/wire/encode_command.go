@@ -92,7 +92,8 @@ func appendEvent(b []byte, ev *RouterEvent) []byte {
 
 // appendString appends s as a JSON string, escaping only what JSON
 // requires (strconv.Quote's Go escapes such as \x7f are not JSON). s is
-// valid UTF-8: the decoder refuses anything else.
+// valid UTF-8: the decoder refuses anything else. Commands only: responses
+// use appendGoccyString, whose bytes must stay those goccy always wrote.
 func appendString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')

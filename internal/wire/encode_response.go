@@ -27,7 +27,7 @@ func Encode(b []byte, r *Response) ([]byte, error) {
 	if r.Op == nil {
 		b = append(b, "null"...)
 	} else {
-		b = appendJSONString(b, *r.Op)
+		b = appendGoccyString(b, *r.Op)
 	}
 	b = strconv.AppendBool(append(b, `,"ok":`...), r.OK)
 	b = AppendNum(append(b, `,"now_ms":`...), float64(r.NowMS))
@@ -40,9 +40,9 @@ func Encode(b []byte, r *Response) ([]byte, error) {
 	}
 	if len(r.Rejected) > 0 {
 		b = appendArray(append(b, `,"rejected":`...), r.Rejected, func(b []byte, rj *Rejection) []byte {
-			b = appendJSONString(append(b, `{"request_id":`...), rj.RequestID)
-			b = appendJSONString(append(b, `,"code":`...), string(rj.Code))
-			return append(appendJSONString(append(b, `,"message":`...), rj.Message), '}')
+			b = appendGoccyString(append(b, `{"request_id":`...), rj.RequestID)
+			b = appendGoccyString(append(b, `,"code":`...), string(rj.Code))
+			return append(appendGoccyString(append(b, `,"message":`...), rj.Message), '}')
 		})
 	}
 	if r.Evidence != nil {
@@ -54,8 +54,8 @@ func Encode(b []byte, r *Response) ([]byte, error) {
 		}
 	}
 	if r.Error != nil {
-		b = appendJSONString(append(b, `,"error":{"code":`...), string(r.Error.Code))
-		b = append(appendJSONString(append(b, `,"message":`...), r.Error.Message), '}')
+		b = appendGoccyString(append(b, `,"error":{"code":`...), string(r.Error.Code))
+		b = append(appendGoccyString(append(b, `,"message":`...), r.Error.Message), '}')
 	}
 	b = strconv.AppendInt(append(b, `,"pending_count":`...), int64(r.PendingCount), 10)
 	b = append(b, `,"next_wakeup_ms":`...)
@@ -68,18 +68,18 @@ func Encode(b []byte, r *Response) ([]byte, error) {
 }
 
 func appendPlacement(b []byte, p *Placement) []byte {
-	b = appendJSONString(append(b, `{"request_id":`...), p.RequestID)
+	b = appendGoccyString(append(b, `{"request_id":`...), p.RequestID)
 	b = strconv.AppendUint(append(b, `,"worker_id":`...), p.WorkerID, 10)
 	b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(p.DPRank), 10)
-	b = appendJSONString(append(b, `,"role":`...), string(p.Role))
+	b = appendGoccyString(append(b, `,"role":`...), string(p.Role))
 	b = strconv.AppendUint(append(b, `,"overlap_blocks":`...), p.OverlapBlocks, 10)
 	b = strconv.AppendUint(append(b, `,"best_available_overlap_blocks":`...), p.BestAvailableOverlapBlocks, 10)
 	b = strconv.AppendUint(append(b, `,"isl_blocks":`...), p.ISLBlocks, 10)
 	b = strconv.AppendUint(append(b, `,"cached_tokens":`...), p.CachedTokens, 10)
 	b = strconv.AppendUint(append(b, `,"prefill_tokens":`...), p.PrefillTokens, 10)
 	b = AppendNum(append(b, `,"queued_ms":`...), float64(p.QueuedMS))
-	b = appendJSONString(append(b, `,"reason":`...), p.Reason)
-	b = appendJSONString(append(b, `,"binding":`...), p.Binding)
+	b = appendGoccyString(append(b, `,"reason":`...), p.Reason)
+	b = appendGoccyString(append(b, `,"binding":`...), p.Binding)
 	if ev := p.Evidence; ev != nil {
 		b = strconv.AppendInt(append(b, `,"evidence":{"candidates":`...), int64(ev.Candidates), 10)
 		b = strconv.AppendInt(append(b, `,"ties":`...), int64(ev.Ties), 10)
@@ -108,7 +108,7 @@ func appendPlacement(b []byte, p *Placement) []byte {
 			b = appendArray(append(b, `,"filtered_set":`...), ev.FilteredSet, func(b []byte, f *FilteredRank) []byte {
 				b = strconv.AppendUint(append(b, `{"worker_id":`...), f.WorkerID, 10)
 				b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(f.DPRank), 10)
-				return append(appendJSONString(append(b, `,"reason":`...), f.Reason), '}')
+				return append(appendGoccyString(append(b, `,"reason":`...), f.Reason), '}')
 			})
 		}
 		b = append(b, '}')
@@ -129,7 +129,7 @@ func appendCommandEvidence(b []byte, e *CommandEvidence) []byte {
 			b = strconv.AppendUint(append(b, `,"worker_id":`...), s.WorkerID, 10)
 			b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(s.DPRank), 10)
 			b = strconv.AppendUint(append(b, `,"event_id":`...), s.EventID, 10)
-			return append(appendJSONString(append(b, `,"reason":`...), s.Reason), '}')
+			return append(appendGoccyString(append(b, `,"reason":`...), s.Reason), '}')
 		})
 	}
 	b = appendCount(b, mark, "blocks_dropped", e.BlocksDropped)
@@ -149,8 +149,8 @@ func appendBindingRefs(b []byte, mark int, key string, refs []BindingRef) []byte
 	}
 	b = append(append(append(memberStart(b, mark), '"'), key...), `":`...)
 	return appendArray(b, refs, func(b []byte, r *BindingRef) []byte {
-		b = appendJSONString(append(b, `{"role":`...), string(r.Role))
-		return append(appendJSONString(append(b, `,"key":`...), r.Key), '}')
+		b = appendGoccyString(append(b, `{"role":`...), string(r.Role))
+		return append(appendGoccyString(append(b, `,"key":`...), r.Key), '}')
 	})
 }
 
@@ -184,12 +184,12 @@ func appendArray[T any](b []byte, items []T, one func([]byte, *T) []byte) []byte
 	return append(b, ']')
 }
 
-func appendStringAt(b []byte, s *string) []byte { return appendJSONString(b, *s) }
+func appendStringAt(b []byte, s *string) []byte { return appendGoccyString(b, *s) }
 
-// appendJSONString writes s as a JSON string, byte for byte as goccy does:
+// appendGoccyString writes s as a JSON string, byte for byte as goccy does:
 // printable ASCII other than quote and backslash is the same in every
 // encoder; anything else goes through goccy.
-func appendJSONString(b []byte, s string) []byte {
+func appendGoccyString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
 			out, err := appendGoccy(b, s)
