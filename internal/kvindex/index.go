@@ -64,7 +64,7 @@ func (x *Index) AddRank(id RankID) {
 // DropRank removes every entry of id and forgets it; it returns how many
 // blocks were dropped.
 func (x *Index) DropRank(id RankID) int {
-	if !x.HasRank(id) {
+	if !x.hasRank(id) {
 		return 0
 	}
 	n := x.Clear(id)
@@ -75,8 +75,8 @@ func (x *Index) DropRank(id RankID) int {
 	return n
 }
 
-// HasRank reports whether id has a live cache.
-func (x *Index) HasRank(id RankID) bool {
+// hasRank reports whether id has a live cache.
+func (x *Index) hasRank(id RankID) bool {
 	return int(id) < len(x.ranks) && x.ranks[id].live
 }
 
