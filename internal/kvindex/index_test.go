@@ -1,6 +1,7 @@
 package kvindex
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
@@ -124,8 +125,29 @@ func (m model) overlap(id RankID, local []uint64) uint32 {
 	return n
 }
 
-// TestIndexMatchesModel drives random stores, removes, clears and drops and
-// checks FindMatches against the model after every step.
+// blockHashes draws the block hashes a host sends for local: the sequence
+// hashes, the same under another worker's hash seed (one prefix under two
+// hashes), or hashes from a tiny alphabet (one hash moving between
+// prefixes).
+func blockHashes(t *rapid.T, local []uint64) []uint64 {
+	seq := SequenceHashes(local)
+	switch rapid.IntRange(0, 2).Draw(t, "hashes") {
+	case 1:
+		for i := range seq {
+			seq[i] ^= 0x5eed
+		}
+	case 2:
+		for i := range seq {
+			seq[i] = rapid.Uint64Range(1, 4).Draw(t, "hash")
+		}
+	}
+	return seq
+}
+
+// TestIndexMatchesModel drives random stores (at the root or under a block
+// the rank holds or not), removes, clears and drops, and checks every
+// rank's matches, block count and blocks against the model after every
+// step, and that dropping every rank leaves nothing behind.
 func TestIndexMatchesModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		// Rank 70 is above the 64 kept in node masks: the side table.
@@ -142,16 +164,31 @@ func TestIndexMatchesModel(t *testing.T) {
 			r := rapid.SampledFrom(ids).Draw(t, "rank")
 			switch rapid.IntRange(0, 9).Draw(t, "op") {
 			case 0, 1, 2, 3, 4, 5:
+				var parent *uint64
+				var prefix []uint64
+				if rapid.Bool().Draw(t, "under a parent") {
+					held := slices.Sorted(maps.Keys(m[r]))
+					p := rapid.Uint64Range(1, 4).Draw(t, "unknown parent")
+					if len(held) > 0 && rapid.Bool().Draw(t, "a held parent") {
+						p = rapid.SampledFrom(held).Draw(t, "parent")
+					}
+					parent, prefix = &p, m[r][p]
+				}
 				local := gen.Draw(t, "local")
-				seq := SequenceHashes(local)
+				seq := blockHashes(t, append(slices.Clone(prefix), local...))[len(prefix):]
 				blocks := make([]Block, len(local))
 				for i := range local {
 					blocks[i] = Block{seq[i], local[i]}
-					m[r][seq[i]] = slices.Clone(local[:i+1])
 				}
-				x.Store(r, nil, blocks)
+				if stored := x.Store(r, parent, blocks); stored != (parent == nil || prefix != nil) {
+					t.Fatalf("store under %v: %v", parent, stored)
+				} else if stored {
+					for i := range local {
+						m[r][seq[i]] = append(slices.Clone(prefix), local[:i+1]...)
+					}
+				}
 			case 6, 7:
-				seq := SequenceHashes(gen.Draw(t, "local"))
+				seq := blockHashes(t, gen.Draw(t, "local"))
 				h := seq[len(seq)-1]
 				want := 0
 				if _, ok := m[r][h]; ok {
@@ -162,7 +199,9 @@ func TestIndexMatchesModel(t *testing.T) {
 					t.Fatalf("remove returned %d, want %d", got, want)
 				}
 			case 8:
-				x.Clear(r)
+				if got := x.Clear(r); got != len(m[r]) {
+					t.Fatalf("clear dropped %d, model %d", got, len(m[r]))
+				}
 				m[r] = map[uint64][]uint64{}
 			case 9:
 				x.DropRank(r)
@@ -179,7 +218,18 @@ func TestIndexMatchesModel(t *testing.T) {
 				if x.Blocks(rr) != len(m[rr]) {
 					t.Fatalf("rank %d holds %d blocks, model %d", rr, x.Blocks(rr), len(m[rr]))
 				}
+				for _, h := range blockHashes(t, probe) {
+					if _, want := m[rr][h]; x.HasBlock(rr, h) != want {
+						t.Fatalf("rank %d block %d: held %v, model %v", rr, h, !want, want)
+					}
+				}
 			}
+		}
+		for _, r := range ids {
+			x.DropRank(r)
+		}
+		if x.Nodes() != 0 || x.tree.children.used != 0 {
+			t.Fatalf("every rank dropped, yet %d nodes and %d edges remain", x.Nodes(), x.tree.children.used)
 		}
 	})
 }
