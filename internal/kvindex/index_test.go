@@ -181,7 +181,7 @@ func TestIndexMatchesModel(t *testing.T) {
 					blocks[i] = Block{seq[i], local[i]}
 				}
 				if stored := x.Store(r, parent, blocks); stored != (parent == nil || prefix != nil) {
-					t.Fatalf("store under %v: %v", parent, stored)
+					t.Fatalf("store under parent %v (held prefix %v) returned %v", parent != nil, prefix, stored)
 				} else if stored {
 					for i := range local {
 						m[r][seq[i]] = append(slices.Clone(prefix), local[:i+1]...)
