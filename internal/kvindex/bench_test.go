@@ -198,7 +198,7 @@ func BenchmarkIndexChurn(b *testing.B) {
 	fifo := make([][]run, ranks)
 	held := make([]int, ranks)
 	var blocks []Block
-	ops := 0
+	ops, changes, moved := 0, 0, 0
 	i := 0
 	for b.Loop() {
 		p := i % len(w.local)
@@ -218,16 +218,24 @@ func BenchmarkIndexChurn(b *testing.B) {
 			}
 			x.Store(r, parent, blocks)
 			ops++
+			changes++
+			moved += len(blocks)
 			fifo[r] = append(fifo[r], run{seq[have:]})
 			held[r] += len(local) - have
 		}
 		for held[r] > capacity {
 			old := fifo[r][0]
 			fifo[r] = fifo[r][1:]
-			held[r] -= x.Remove(r, old.hashes)
+			dropped := x.Remove(r, old.hashes)
+			held[r] -= dropped
 			ops++
+			changes++
+			moved += dropped
 		}
 		i++
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(ops), "ns/event")
+	// What a stored or removed event carries: the per-block work that an
+	// events-per-second figure hides.
+	b.ReportMetric(float64(moved)/float64(max(changes, 1)), "blocks/change")
 }
