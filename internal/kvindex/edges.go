@@ -1,5 +1,7 @@
 package kvindex
 
+import "unsafe"
+
 // edgeTable maps a tree edge (parent node, local hash) to the child node:
 // open addressing with linear probing over 16-byte slots that hold the edge
 // itself, so a lookup compares exact keys (no collision handling beyond
@@ -144,6 +146,7 @@ func (t *edgeTable) grow(n int) {
 	}
 	old := t.slots
 	t.slots = make([]edgeSlot, size)
+	_ = prefault(unsafe.Pointer(&t.slots[0]), uintptr(size)*unsafe.Sizeof(edgeSlot{}))
 	mask := uint64(size - 1)
 	for _, s := range old {
 		if s.node == 0 {

@@ -1,5 +1,7 @@
 package kvindex
 
+import "unsafe"
+
 // tree is the index's radix tree of cached prefixes, keyed by local block
 // hashes: a node is a prefix, found from its parent by the local hash of its
 // last block, and carries the mask of ranks below maskRanks caching it. Node
@@ -122,7 +124,9 @@ func (t *tree) alloc() uint32 {
 		if t.size == inTable {
 			panic("kvindex: 2^31 tree nodes (48 GiB of them): node ids would collide with the inTable flag")
 		}
-		t.pages = append(t.pages, new([pageSize]treeNode))
+		page := new([pageSize]treeNode)
+		_ = prefault(unsafe.Pointer(page), unsafe.Sizeof(*page))
+		t.pages = append(t.pages, page)
 	}
 	t.size++
 	return t.size - 1
