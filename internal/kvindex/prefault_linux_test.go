@@ -18,9 +18,8 @@ func freshPages(t *testing.T, n int) []byte {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unix.Munmap(mem) })
-	if err := unix.Madvise(mem, unix.MADV_NOHUGEPAGE); err != nil {
-		t.Fatal(err)
-	}
+	// A kernel built without huge pages refuses this, and has small ones.
+	_ = unix.Madvise(mem, unix.MADV_NOHUGEPAGE)
 	probe, err := unix.Mmap(-1, 0, unix.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +62,7 @@ func TestPrefaultSparesTheFaults(t *testing.T) {
 }
 
 // TestPrefaultKeepsToWholePages: memory that does not start or end on a
-// page boundary (any Go allocation) gets the whole pages inside it
+// page boundary (a Go allocation need not) gets the whole pages inside it
 // prefaulted, and nothing outside it.
 func TestPrefaultKeepsToWholePages(t *testing.T) {
 	const pages = 64
