@@ -49,8 +49,6 @@ type fieldError struct {
 	msg  string
 }
 
-func (e *fieldError) Error() string { return e.path + ": " + e.msg }
-
 func (e *fieldError) within(prefix string) *fieldError {
 	if e.path == "" {
 		e.path = prefix
