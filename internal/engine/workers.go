@@ -44,7 +44,6 @@ type rank struct {
 	prefill        prefillLoad
 	privateBlocks  uint64 // blocks of requests without hashes: never shared
 	distinctBlocks uint64 // distinct active sequence hashes
-	gone           bool   // its worker was removed: releases no longer apply
 }
 
 func (r *rank) activeDecodeBlocks() uint64 { return r.distinctBlocks + r.privateBlocks }
@@ -150,7 +149,6 @@ func (e *Engine) workerRemoved(w *worker) {
 	for _, r := range w.ranks {
 		ev.BlocksDropped += e.index.DropRank(kvindex.RankID(r.slot))
 		e.approx.forget(r.slot)
-		r.gone = true
 		e.fleet.slots[r.slot] = nil
 		e.fleet.freeSlots = append(e.fleet.freeSlots, r.slot)
 	}
