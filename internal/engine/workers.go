@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/offline-router/offline-router/internal/kvindex"
@@ -99,7 +100,7 @@ func (e *Engine) workerReady(c *wire.Command) {
 	}
 	e.fleet.byID[id] = w
 	delete(e.fleet.removed, id)
-	i, _ := slices.BinarySearchFunc(e.fleet.ready, id, func(w *worker, id uint64) int { return cmpU64(w.id, id) })
+	i, _ := slices.BinarySearchFunc(e.fleet.ready, id, func(w *worker, id uint64) int { return cmp.Compare(w.id, id) })
 	e.fleet.ready = slices.Insert(e.fleet.ready, i, w)
 	e.growScratch()
 }
@@ -154,16 +155,6 @@ func (e *Engine) workerRemoved(w *worker) {
 	}
 	delete(e.fleet.byID, w.id)
 	e.fleet.removed[w.id] = true
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func first[T any](v, d *T, fallback T) T {
