@@ -82,12 +82,9 @@ func (p *prefillLoad) add(t float64, tokens uint64) *prefillEntry {
 
 // remove releases what is left of e at time t.
 func (p *prefillLoad) remove(t float64, e *prefillEntry) {
-	p.decayTo(t)
+	p.decayTo(t) // which leaves the head at the first entry not done
 	if e.done {
 		return
-	}
-	for p.head < len(p.fifo) && p.fifo[p.head].done {
-		p.head++
 	}
 	if p.head < len(p.fifo) && p.fifo[p.head] == e {
 		p.retireHead()
