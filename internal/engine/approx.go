@@ -38,10 +38,10 @@ func (e *Engine) approxRecord(d *demand, r *rank) {
 		return
 	}
 	id := kvindex.RankID(r.slot)
-	blocks := make([]kvindex.Block, len(d.local))
+	e.blocks = e.blocks[:0]
 	deadline := e.now + e.cfg.ApproxTTLMS
 	for i := range d.local {
-		blocks[i] = kvindex.Block{BlockHash: d.seq[i], TokensHash: d.local[i]}
+		e.blocks = append(e.blocks, kvindex.Block{BlockHash: d.seq[i], TokensHash: d.local[i]})
 		k := approxKey{r.slot, d.seq[i]}
 		if !e.index.HasBlock(id, d.seq[i]) {
 			e.out.ev.ApproxBlocksAdded++
@@ -49,7 +49,7 @@ func (e *Engine) approxRecord(d *demand, r *rank) {
 		e.approx.deadline[k] = deadline
 		heap.Push(&e.approx.queue, approxEntry{deadline, k})
 	}
-	e.index.Store(id, nil, blocks)
+	e.index.Store(id, nil, e.blocks)
 }
 
 // approxExpire drops every block whose deadline is at or before now.

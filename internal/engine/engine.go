@@ -34,7 +34,7 @@ type Engine struct {
 	hits    []uint32
 	walk    walkEnd         // where countActive stopped, for booking
 	scores  []score         // the costs of one placement
-	blocks  []kvindex.Block // one stored event's blocks, as the index takes them
+	blocks  []kvindex.Block // blocks to store (an event's, or an approximate placement's), as the index takes them
 }
 
 // output collects what one command did, in the order it happened.
