@@ -10,6 +10,7 @@ import (
 
 	"github.com/offline-router/offline-router/examples"
 	"github.com/offline-router/offline-router/internal/engine"
+	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
@@ -30,7 +31,7 @@ offline-router.`,
 				_, err := out.Write(examples.Session)
 				return err
 			}
-			eng, err := engine.New(wire.DefaultConfig())
+			eng, err := engine.New(protocol.DefaultConfig())
 			if err != nil {
 				return err
 			}

@@ -10,8 +10,8 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/replay"
-	"github.com/offline-router/offline-router/internal/wire"
 )
 
 type replayOptions struct {
@@ -98,9 +98,9 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	if err != nil {
 		return &exitError{2, err}
 	}
-	policies := []string{cfg.Policy}
+	policies := []protocol.Policy{cfg.Policy}
 	if o.compare {
-		policies = []string{wire.PolicyKV, wire.PolicyRoundRobin, wire.PolicyRandom, wire.PolicyLeastLoaded}
+		policies = []protocol.Policy{protocol.PolicyKV, protocol.PolicyRoundRobin, protocol.PolicyRandom, protocol.PolicyLeastLoaded}
 	}
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "replay of %s: %d requests on %d workers\n\n", source, len(trace), o.cluster.Workers)
@@ -134,7 +134,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 }
 
 // run replays one policy, with the outputs and the progress bar it asked for.
-func (o *replayOptions) run(trace []replay.Request, cfg wire.Config) (*replay.Report, error) {
+func (o *replayOptions) run(trace []replay.Request, cfg protocol.Config) (*replay.Report, error) {
 	opt := replay.Options{Cluster: o.cluster, Router: cfg}
 	// Each run gets its own copy: later turns' arrival times are filled in.
 	trace = append([]replay.Request(nil), trace...)
@@ -153,7 +153,7 @@ func (o *replayOptions) run(trace []replay.Request, cfg wire.Config) (*replay.Re
 	}
 	if !o.quiet && isatty.IsTerminal(os.Stderr.Fd()) {
 		bar := progressbar.NewOptions(len(trace), progressbar.OptionSetWriter(os.Stderr),
-			progressbar.OptionSetDescription("replay "+cfg.Policy), progressbar.OptionShowCount(),
+			progressbar.OptionSetDescription("replay "+string(cfg.Policy)), progressbar.OptionShowCount(),
 			progressbar.OptionThrottle(100e6), progressbar.OptionClearOnFinish())
 		opt.Progress = func(done, _ int) { bar.Set(done) }
 		defer bar.Finish()

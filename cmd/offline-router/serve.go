@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/offline-router/offline-router/internal/engine"
+	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
@@ -94,12 +95,12 @@ func (o *serveOptions) bindConfig(cmd *cobra.Command) {
 }
 
 // loadConfig reads the config file, then applies the flags that were set.
-func (o *serveOptions) loadConfig(flags *pflag.FlagSet) (wire.Config, error) {
+func (o *serveOptions) loadConfig(flags *pflag.FlagSet) (protocol.Config, error) {
 	var file []byte
 	if o.configFile != "" {
 		var err error
 		if file, err = os.ReadFile(o.configFile); err != nil {
-			return wire.Config{}, err
+			return protocol.Config{}, err
 		}
 	}
 	var overrides []wire.Override
@@ -121,7 +122,7 @@ func (o *serveOptions) loadConfig(flags *pflag.FlagSet) (wire.Config, error) {
 			v, err = flags.GetBool(fl.Name)
 		}
 		if err != nil {
-			return wire.Config{}, err
+			return protocol.Config{}, err
 		}
 		overrides = append(overrides, wire.Override{Key: cf.key, Value: v})
 	}

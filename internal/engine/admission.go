@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/offline-router/offline-router/internal/wire"
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // Admission decides when a request may be placed, and tells the host when
@@ -15,7 +15,7 @@ import (
 func (e *Engine) queueEnabled() bool { return e.cfg.QueueThreshold != nil }
 
 func (e *Engine) prefillRate() float64 {
-	if e.cfg.PrefillLoadModel == "linear" {
+	if e.cfg.PrefillLoadModel == protocol.PrefillLoadLinear {
 		return *e.cfg.PrefillTokensPerMS
 	}
 	return 0
@@ -47,7 +47,7 @@ func (e *Engine) queueBusy(r *rank, t float64) bool {
 // placeOrWait places a request now, or queues it when its role already has
 // waiting requests (no overtaking) or it is not admissible. Without a queue
 // it places among cs, which the caller found.
-func (e *Engine) placeOrWait(req *request, cs candidateSet) (wire.Placement, bool) {
+func (e *Engine) placeOrWait(req *request, cs candidateSet) (protocol.Placement, bool) {
 	if !e.queueEnabled() {
 		return e.place(req, cs), true
 	}
@@ -58,7 +58,7 @@ func (e *Engine) placeOrWait(req *request, cs candidateSet) (wire.Placement, boo
 	}
 	req.score = e.queueScore(req.d)
 	e.queue.push(req)
-	return wire.Placement{}, false
+	return protocol.Placement{}, false
 }
 
 // release places (or queues) a request that stopped waiting for its
@@ -67,7 +67,7 @@ func (e *Engine) placeOrWait(req *request, cs candidateSet) (wire.Placement, boo
 func (e *Engine) release(req *request) {
 	var cs candidateSet
 	if !e.queueEnabled() {
-		var err *wire.Error
+		var err *protocol.Error
 		if cs, err = e.candidates(req.d, e.now); err != nil {
 			e.reject(req, err.Code, err.Message)
 			return
@@ -91,9 +91,9 @@ func (e *Engine) trackDeadline(req *request) {
 func (e *Engine) queueScore(d *demand) float64 {
 	arrivalS := d.arrival / 1000
 	switch e.cfg.QueuePolicy {
-	case "lcfs":
+	case protocol.QueueLCFS:
 		return d.priority + arrivalS
-	case "wspt":
+	case protocol.QueueWSPT:
 		e.index.FindMatches(d.local, e.overlap)
 		best := uint64(0)
 		for _, w := range e.fleet.ready {
@@ -126,8 +126,8 @@ func (e *Engine) expireQueue() {
 		if req == nil || e.now < e.deadline(req) {
 			return
 		}
-		e.reject(req, wire.CodeQueueTimeout, fmt.Sprintf("waited %s ms (queue_timeout_ms %s)",
-			wire.AppendNum(nil, e.now-req.d.arrival), wire.AppendNum(nil, *e.cfg.QueueTimeoutMS)))
+		e.reject(req, protocol.CodeQueueTimeout, fmt.Sprintf("waited %s ms (queue_timeout_ms %s)",
+			protocol.AppendNum(nil, e.now-req.d.arrival), protocol.AppendNum(nil, *e.cfg.QueueTimeoutMS)))
 	}
 }
 

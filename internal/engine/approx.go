@@ -4,6 +4,7 @@ import (
 	"container/heap"
 
 	"github.com/offline-router/offline-router/internal/kvindex"
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // Approximate mode (kv_events: false): with no KV events to learn from, the
@@ -12,7 +13,7 @@ import (
 
 type approxKey struct {
 	slot uint32
-	hash uint64 // sequence hash
+	hash protocol.SequenceHash
 }
 
 type approxEntry struct {
@@ -60,7 +61,7 @@ func (e *Engine) approxExpire() int {
 		x := heap.Pop(q).(approxEntry)
 		if d, ok := e.approx.deadline[x.key]; ok && d == x.deadline {
 			delete(e.approx.deadline, x.key)
-			n += e.index.Remove(kvindex.RankID(x.key.slot), []uint64{x.key.hash})
+			n += e.index.Remove(kvindex.RankID(x.key.slot), []protocol.SequenceHash{x.key.hash})
 		}
 	}
 	return n

@@ -8,45 +8,46 @@ import (
 	"time"
 
 	"github.com/offline-router/offline-router/internal/kvindex"
-	"github.com/offline-router/offline-router/internal/wire"
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // placeBench is an engine with 64 workers whose caches hold shared
 // prefixes, and a pool of 100-block prompts over those prefixes.
-func placeBench(b *testing.B, workers, blocks int) (*Engine, []*wire.Command) {
+func placeBench(b *testing.B, workers, blocks int) (*Engine, []*protocol.Command) {
 	b.Helper()
-	cfg := wire.DefaultConfig()
+	cfg := protocol.DefaultConfig()
 	e, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var resp wire.Response
+	var resp protocol.Response
 	for w := 1; w <= workers; w++ {
-		e.Apply(&wire.Command{Op: wire.OpWorkerReady, WorkerID: ptrTo(uint64(w)), TotalKVBlocks: ptrTo(uint64(100000))}, &resp)
+		e.Apply(&protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(uint64(w)), TotalKVBlocks: ptrTo(uint64(100000))}, &resp)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	prefixes := make([][]uint64, 32)
+	prefixes := make([][]protocol.LocalBlockHash, 32)
 	for i := range prefixes {
 		for range blocks / 2 {
-			prefixes[i] = append(prefixes[i], rng.Uint64())
+			prefixes[i] = append(prefixes[i], protocol.LocalBlockHash(rng.Uint64()))
 		}
 	}
-	var prompts []*wire.Command
+	var prompts []*protocol.Command
 	for i := range 512 {
 		local := slices.Clone(prefixes[i%len(prefixes)])
 		for len(local) < blocks {
-			local = append(local, rng.Uint64())
+			local = append(local, protocol.LocalBlockHash(rng.Uint64()))
 		}
-		prompts = append(prompts, &wire.Command{Op: wire.OpPlace, InputTokens: ptrTo(uint64(blocks * 16)), BlockHashes: local})
+		prompts = append(prompts, &protocol.Command{Op: protocol.OpPlace, InputTokens: ptrTo(uint64(blocks * 16)), BlockHashes: local})
 		// Each prompt's prefix is cached on a few workers.
 		seq := kvindex.SequenceHashes(local)
 		for k := range 3 {
 			w := uint64(1 + (i*3+k)%workers)
-			ev := wire.RouterEvent{WorkerID: w, StorageTier: "device", EventID: uint64(i*3 + k + 1), Kind: wire.EventStored}
+			var stored protocol.Stored
 			for j := range blocks / 2 {
-				ev.Blocks = append(ev.Blocks, wire.StoredBlock{BlockHash: seq[j], TokensHash: local[j]})
+				stored.Blocks = append(stored.Blocks, protocol.StoredBlock{BlockHash: seq[j], TokensHash: local[j]})
 			}
-			e.Apply(&wire.Command{Op: wire.OpObserve, Events: []wire.RouterEvent{ev}}, &resp)
+			ev := protocol.KVEvent{WorkerID: w, StorageTier: "device", EventID: uint64(i*3 + k + 1), Data: stored}
+			e.Apply(&protocol.Command{Op: protocol.OpObserve, Events: []protocol.KVEvent{ev}}, &resp)
 		}
 	}
 	return e, prompts
@@ -57,14 +58,14 @@ func placeBench(b *testing.B, workers, blocks int) (*Engine, []*wire.Command) {
 // Reports the median of place alone.
 func BenchmarkPlace64x100(b *testing.B) {
 	e, prompts := placeBench(b, 64, 100)
-	var resp wire.Response
+	var resp protocol.Response
 	var durations []time.Duration
 	inflight := []string{}
 	i := 0
 	for b.Loop() {
 		c := prompts[i%len(prompts)]
 		c.RequestID = fmt.Sprint("r", i)
-		resp = wire.Response{} // fresh per command, as Serve's are
+		resp = protocol.Response{} // fresh per command, as Serve's are
 		start := time.Now()
 		e.Apply(c, &resp)
 		durations = append(durations, time.Since(start))
@@ -73,8 +74,8 @@ func BenchmarkPlace64x100(b *testing.B) {
 		}
 		inflight = append(inflight, c.RequestID)
 		if len(inflight) > 256 {
-			resp = wire.Response{}
-			e.Apply(&wire.Command{Op: wire.OpRequestTerminal, RequestID: inflight[0]}, &resp)
+			resp = protocol.Response{}
+			e.Apply(&protocol.Command{Op: protocol.OpRequestTerminal, RequestID: inflight[0]}, &resp)
 			inflight = inflight[1:]
 		}
 		i++
@@ -89,15 +90,15 @@ func BenchmarkPlaceScaling(b *testing.B) {
 		for _, blocks := range []int{25, 100, 400} {
 			b.Run(fmt.Sprintf("workers=%d/blocks=%d", workers, blocks), func(b *testing.B) {
 				e, prompts := placeBench(b, workers, blocks)
-				var resp wire.Response
+				var resp protocol.Response
 				i := 0
 				for b.Loop() {
 					c := prompts[i%len(prompts)]
 					c.RequestID = fmt.Sprint("r", i)
-					resp = wire.Response{}
+					resp = protocol.Response{}
 					e.Apply(c, &resp)
-					resp = wire.Response{}
-					e.Apply(&wire.Command{Op: wire.OpRequestTerminal, RequestID: c.RequestID}, &resp)
+					resp = protocol.Response{}
+					e.Apply(&protocol.Command{Op: protocol.OpRequestTerminal, RequestID: c.RequestID}, &resp)
 					i++
 				}
 			})

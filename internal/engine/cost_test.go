@@ -4,11 +4,11 @@ import (
 	"math"
 	"testing"
 
-	"github.com/offline-router/offline-router/internal/wire"
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 func TestCostFormula(t *testing.T) {
-	cfg := wire.DefaultConfig()
+	cfg := protocol.DefaultConfig()
 	cfg.OverlapScoreCredit, cfg.PrefillLoadScale = 0.5, 2
 	e, err := New(cfg)
 	if err != nil {
@@ -38,7 +38,7 @@ func TestCostFormula(t *testing.T) {
 }
 
 func TestPickSoftmaxProbabilities(t *testing.T) {
-	cfg := wire.DefaultConfig()
+	cfg := protocol.DefaultConfig()
 	cfg.Temperature = 1
 	e, _ := New(cfg)
 	scores := []score{{cost: 10}, {cost: 20}, {cost: 10}}
@@ -57,7 +57,7 @@ func TestPickSoftmaxProbabilities(t *testing.T) {
 
 func TestPickTieBreakIsUniformAndSeeded(t *testing.T) {
 	counts := make([]int, 3)
-	e, _ := New(wire.DefaultConfig())
+	e, _ := New(protocol.DefaultConfig())
 	for range 3000 {
 		scores := []score{{cost: 1}, {cost: 1}, {cost: 1}, {cost: 2}}
 		i, ties, _ := e.pick(scores, nil, -1)

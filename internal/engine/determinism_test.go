@@ -9,6 +9,7 @@ import (
 	"github.com/goccy/go-json"
 
 	"github.com/offline-router/offline-router/internal/engine"
+	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
 	"github.com/offline-router/offline-router/internal/workload"
 )
@@ -34,7 +35,7 @@ func mixedStream(t *testing.T, commands int) []byte {
 	return out.Bytes()
 }
 
-func serve(t *testing.T, cfg wire.Config, input []byte) []byte {
+func serve(t *testing.T, cfg protocol.Config, input []byte) []byte {
 	t.Helper()
 	eng, err := engine.New(cfg)
 	if err != nil {
@@ -54,8 +55,8 @@ func TestDeterminismOnLongMixedStream(t *testing.T) {
 	input := mixedStream(t, 20000)
 	for _, temp := range []float64{0, 0.7} {
 		t.Run(fmt.Sprintf("temperature=%v", temp), func(t *testing.T) {
-			cfg := wire.DefaultConfig()
-			cfg.Temperature, cfg.Seed, cfg.Evidence = temp, 3, wire.EvidenceFull
+			cfg := protocol.DefaultConfig()
+			cfg.Temperature, cfg.Seed, cfg.Evidence = temp, 3, protocol.EvidenceFull
 			first := serve(t, cfg, input)
 			if !bytes.Equal(first, serve(t, cfg, input)) {
 				t.Fatal("two runs of the same input differ")
@@ -77,7 +78,7 @@ func TestDeterminismOnLongMixedStream(t *testing.T) {
 			if want := (len(lines) - 1) / 98; failed != want {
 				t.Fatalf("%d errors, want the %d planted ones", failed, want)
 			}
-			var last struct{ State wire.State }
+			var last struct{ State protocol.State }
 			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
 				t.Fatal(err)
 			}

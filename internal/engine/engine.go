@@ -9,12 +9,12 @@ import (
 
 	"github.com/offline-router/offline-router/internal/affinity"
 	"github.com/offline-router/offline-router/internal/kvindex"
-	"github.com/offline-router/offline-router/internal/wire"
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // Engine routes requests to workers. Not safe for concurrent use.
 type Engine struct {
-	cfg        wire.Config
+	cfg        protocol.Config
 	now        float64
 	fleet      fleet
 	index      *kvindex.Index
@@ -39,14 +39,14 @@ type Engine struct {
 
 // output collects what one command did, in the order it happened.
 type output struct {
-	released []wire.Placement // placed from the queue
-	rejected []wire.Rejection
+	released []protocol.Placement // placed from the queue
+	rejected []protocol.Rejection
 	queued   []string
-	ev       wire.CommandEvidence
+	ev       protocol.CommandEvidence
 }
 
 // New returns an engine at time 0 with no workers.
-func New(cfg wire.Config) (*Engine, error) {
+func New(cfg protocol.Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -63,13 +63,14 @@ func New(cfg wire.Config) (*Engine, error) {
 	}, nil
 }
 
-// Apply steps the engine with one decoded command and fills resp. A command
+// Apply steps the engine with one command and fills resp. Any Command value
+// is safe: it is validated first, as the decoder validates a line. A command
 // is all-or-nothing: when resp.Error is set, the engine is exactly as before.
 // The engine keeps the command's slices (a place's block hashes outlive it
 // in the active-block tree): the caller must not change them afterwards.
-func (e *Engine) Apply(c *wire.Command, resp *wire.Response) {
+func (e *Engine) Apply(c *protocol.Command, resp *protocol.Response) {
 	if err := e.apply(c, resp); err != nil {
-		*resp = wire.Response{Seq: resp.Seq, ID: resp.ID, Op: resp.Op, Error: err}
+		*resp = protocol.Response{Seq: resp.Seq, ID: resp.ID, Op: resp.Op, Error: err}
 	} else {
 		resp.OK = true
 	}
@@ -77,22 +78,25 @@ func (e *Engine) Apply(c *wire.Command, resp *wire.Response) {
 }
 
 // Status fills the fields every response carries from the engine's state.
-func (e *Engine) Status(resp *wire.Response) {
-	resp.NowMS = wire.Num(e.now)
+func (e *Engine) Status(resp *protocol.Response) {
+	resp.NowMS = protocol.Num(e.now)
 	resp.PendingCount = e.queue.count + e.held
 	resp.NextWakeupMS = nil
 	if t, ok := e.nextWakeup(); ok {
-		n := wire.Num(t)
+		n := protocol.Num(t)
 		resp.NextWakeupMS = &n
 	}
 }
 
-func (e *Engine) apply(c *wire.Command, resp *wire.Response) *wire.Error {
+func (e *Engine) apply(c *protocol.Command, resp *protocol.Response) *protocol.Error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
 	t := e.now
 	if c.NowMS != nil {
 		if *c.NowMS < e.now {
-			return wire.Errorf(wire.CodeClockRegression, "field \"now_ms\": %s is before the router's clock %s",
-				wire.AppendNum(nil, *c.NowMS), wire.AppendNum(nil, e.now))
+			return protocol.Errorf(protocol.CodeClockRegression, "field \"now_ms\": %s is before the router's clock %s",
+				protocol.AppendNum(nil, *c.NowMS), protocol.AppendNum(nil, e.now))
 		}
 		t = *c.NowMS
 	}
@@ -101,8 +105,8 @@ func (e *Engine) apply(c *wire.Command, resp *wire.Response) *wire.Error {
 	// time (decaying load) is evaluated as of t.
 	var d *demand
 	var cs candidateSet
-	var err *wire.Error
-	if c.Op == wire.OpPlace {
+	var err *protocol.Error
+	if c.Op == protocol.OpPlace {
 		d, cs, err = e.checkPlace(c, t)
 	} else {
 		err = e.check(c)
@@ -113,18 +117,18 @@ func (e *Engine) apply(c *wire.Command, resp *wire.Response) *wire.Error {
 	e.out = output{}
 	e.advance(t)
 	switch c.Op {
-	case wire.OpWorkerReady:
+	case protocol.OpWorkerReady:
 		e.workerReady(c)
-	case wire.OpWorkerDraining:
+	case protocol.OpWorkerDraining:
 		w := e.fleet.byID[*c.WorkerID]
 		e.workerDraining(w)
 		e.invalidate(w)
-	case wire.OpWorkerRemoved:
+	case protocol.OpWorkerRemoved:
 		// Gone first, so that waiters its bindings release cannot land on it.
 		w := e.fleet.byID[*c.WorkerID]
 		e.workerRemoved(w)
 		e.invalidate(w)
-	case wire.OpPlace:
+	case protocol.OpPlace:
 		req := &request{d: d, queueIndex: -1}
 		e.requests[d.id] = req
 		if !e.join(req) {
@@ -136,32 +140,32 @@ func (e *Engine) apply(c *wire.Command, resp *wire.Response) *wire.Error {
 			e.trackDeadline(req)
 			e.out.queued = append(e.out.queued, d.id)
 		}
-	case wire.OpObserve:
+	case protocol.OpObserve:
 		e.observe(c.Events)
-	case wire.OpDispatchCommitted:
+	case protocol.OpDispatchCommitted:
 		req := e.requests[c.RequestID]
 		req.committed = true
 		e.committed(req)
-	case wire.OpDispatchAborted, wire.OpRequestTerminal:
+	case protocol.OpDispatchAborted, protocol.OpRequestTerminal:
 		// A waiting request may have timed out as the clock moved: its
 		// rejection is in this response and there is nothing left to end.
 		if req, ok := e.requests[c.RequestID]; ok {
 			e.finish(req)
 		}
-	case wire.OpPrefillCompleted:
+	case protocol.OpPrefillCompleted:
 		e.prefillCompleted(e.requests[c.RequestID])
-	case wire.OpCancelPending:
+	case protocol.OpCancelPending:
 		req, ok := e.requests[c.RequestID]
 		cancelled := ok && req.waiting()
 		if cancelled {
 			e.finish(req)
 		}
 		resp.Cancelled = &cancelled
-	case wire.OpInspect:
+	case protocol.OpInspect:
 		resp.State = e.inspect()
-	case wire.OpTopologySettled, wire.OpAdvanceClock:
+	case protocol.OpTopologySettled, protocol.OpAdvanceClock:
 	}
-	if c.Op != wire.OpInspect {
+	if c.Op != protocol.OpInspect {
 		e.drain() // whatever the command freed or changed
 	}
 	resp.Placements = append(resp.Placements, e.out.released...)
@@ -178,7 +182,7 @@ func (e *Engine) apply(c *wire.Command, resp *wire.Response) *wire.Error {
 // also finds the candidates, which the advance to t cannot change (it only
 // expires approximate entries); with a queue, a request with no candidate
 // waits instead of failing.
-func (e *Engine) checkPlace(c *wire.Command, t float64) (*demand, candidateSet, *wire.Error) {
+func (e *Engine) checkPlace(c *protocol.Command, t float64) (*demand, candidateSet, *protocol.Error) {
 	d, err := e.newDemand(c, t)
 	if err != nil || e.queueEnabled() {
 		return d, candidateSet{}, err
@@ -190,37 +194,37 @@ func (e *Engine) checkPlace(c *wire.Command, t float64) (*demand, candidateSet, 
 // check validates a command other than place against the state before the
 // clock moves to the command's time, changing nothing. Nothing the clock
 // does can make a command that passed here fail.
-func (e *Engine) check(c *wire.Command) *wire.Error {
+func (e *Engine) check(c *protocol.Command) *protocol.Error {
 	switch c.Op {
-	case wire.OpWorkerReady:
+	case protocol.OpWorkerReady:
 		if w, ok := e.fleet.byID[*c.WorkerID]; ok {
-			return wire.Errorf(wire.CodeDuplicateWorker, "worker %d is already %s; it can come back only after worker_removed", w.id, w.status)
+			return protocol.Errorf(protocol.CodeDuplicateWorker, "worker %d is already %s; it can come back only after worker_removed", w.id, w.status)
 		}
 		start := first(c.DPStart, e.cfg.WorkerDefaults.DPStart, 0)
 		size := first(c.DPSize, e.cfg.WorkerDefaults.DPSize, 1)
 		if uint64(start)+uint64(size) > math.MaxUint32+1 {
-			return wire.Errorf(wire.CodeInvalidField, `field "dp_start": dp_start + dp_size exceeds the dp_rank range`)
+			return protocol.Errorf(protocol.CodeInvalidField, `field "dp_start": dp_start + dp_size exceeds the dp_rank range`)
 		}
-	case wire.OpWorkerDraining, wire.OpWorkerRemoved:
+	case protocol.OpWorkerDraining, protocol.OpWorkerRemoved:
 		_, err := e.lookupWorker(*c.WorkerID)
 		return err
-	case wire.OpObserve:
+	case protocol.OpObserve:
 		if !e.cfg.KVEvents {
-			return wire.Errorf(wire.CodeKVEventsDisabled, "observe needs kv_events: true; in approximate mode the index learns from placements")
+			return protocol.Errorf(protocol.CodeKVEventsDisabled, "observe needs kv_events: true; in approximate mode the index learns from placements")
 		}
-	case wire.OpDispatchAborted, wire.OpRequestTerminal:
+	case protocol.OpDispatchAborted, protocol.OpRequestTerminal:
 		if _, ok := e.requests[c.RequestID]; !ok {
-			return wire.Errorf(wire.CodeUnknownRequest, "request %q is not in flight", c.RequestID)
+			return protocol.Errorf(protocol.CodeUnknownRequest, "request %q is not in flight", c.RequestID)
 		}
-	case wire.OpDispatchCommitted, wire.OpPrefillCompleted:
+	case protocol.OpDispatchCommitted, protocol.OpPrefillCompleted:
 		req, ok := e.requests[c.RequestID]
 		if !ok {
-			return wire.Errorf(wire.CodeUnknownRequest, "request %q is not in flight", c.RequestID)
+			return protocol.Errorf(protocol.CodeUnknownRequest, "request %q is not in flight", c.RequestID)
 		}
 		// A host sees a waiting request's placement only in a response, so
 		// it cannot have dispatched one that is waiting now.
 		if req.waiting() {
-			return wire.Errorf(wire.CodeUnknownRequest, "request %q is waiting (in the queue or for its session's binding): it has no placement yet", c.RequestID)
+			return protocol.Errorf(protocol.CodeUnknownRequest, "request %q is waiting (in the queue or for its session's binding): it has no placement yet", c.RequestID)
 		}
 	}
 	return nil

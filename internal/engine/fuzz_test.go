@@ -8,25 +8,26 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
 // fuzzConfigs are the configurations the engine fuzzer picks from by the
 // input's first byte: plain, the queue with decay and timeouts, hard and
 // soft affinity, approximate mode with busy thresholds.
-func fuzzConfigs() []wire.Config {
-	plain := wire.DefaultConfig()
-	queue := wire.DefaultConfig()
+func fuzzConfigs() []protocol.Config {
+	plain := protocol.DefaultConfig()
+	queue := protocol.DefaultConfig()
 	queue.QueueThreshold, queue.QueueTimeoutMS = ptrTo(1.0), ptrTo(50.0)
 	queue.PrefillLoadModel, queue.PrefillTokensPerMS = "linear", ptrTo(2.0)
 	hard := queue
 	hard.Affinity.Mode, hard.Affinity.TTLMS = "hard", 30
-	soft := wire.DefaultConfig()
+	soft := protocol.DefaultConfig()
 	soft.Affinity.Mode, soft.Affinity.Key, soft.Temperature = "soft", "sibling_group", 0.5
-	approx := wire.DefaultConfig()
+	approx := protocol.DefaultConfig()
 	approx.KVEvents, approx.ApproxTTLMS = false, 40
-	approx.ActivePrefillTokensThreshold, approx.Evidence = ptrTo(64.0), wire.EvidenceFull
-	return []wire.Config{plain, queue, hard, soft, approx}
+	approx.ActivePrefillTokensThreshold, approx.Evidence = ptrTo(64.0), protocol.EvidenceFull
+	return []protocol.Config{plain, queue, hard, soft, approx}
 }
 
 // FuzzEngine runs any byte stream as a command stream and checks, after
@@ -57,7 +58,7 @@ func FuzzEngine(f *testing.F) {
 				continue
 			}
 			before := e.inspect()
-			var resp wire.Response
+			var resp protocol.Response
 			e.Apply(&d.Cmd, &resp)
 			if resp.Error != nil {
 				if diff := cmp.Diff(before, e.inspect()); diff != "" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/offline-router/offline-router/internal/engine"
 	"github.com/offline-router/offline-router/internal/golden"
+	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
@@ -22,7 +23,7 @@ import (
 type scenario struct {
 	name  string
 	input []byte
-	cfg   wire.Config
+	cfg   protocol.Config
 	opts  wire.ServeOptions
 }
 

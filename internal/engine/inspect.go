@@ -5,15 +5,15 @@ import (
 	"strings"
 
 	"github.com/offline-router/offline-router/internal/kvindex"
-	"github.com/offline-router/offline-router/internal/wire"
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // inspect snapshots everything a command can change, in a stable order, so
 // that two snapshots are equal exactly when the states are.
-func (e *Engine) inspect() *wire.State {
-	st := &wire.State{
-		IndexNodes: e.index.Nodes(), Workers: []wire.WorkerState{}, Requests: []wire.RequestState{},
-		Queue: []wire.QueuedState{}, Bindings: e.bindingStates(), RandomDraws: e.rng.draws, RoundRobinNext: e.roundRobin,
+func (e *Engine) inspect() *protocol.State {
+	st := &protocol.State{
+		IndexNodes: e.index.Nodes(), Workers: []protocol.WorkerState{}, Requests: []protocol.RequestState{},
+		Queue: []protocol.QueuedState{}, Bindings: e.bindingStates(), RandomDraws: e.rng.draws, RoundRobinNext: e.roundRobin,
 	}
 	ids := make([]uint64, 0, len(e.fleet.byID))
 	for id := range e.fleet.byID {
@@ -22,14 +22,14 @@ func (e *Engine) inspect() *wire.State {
 	slices.Sort(ids)
 	for _, id := range ids {
 		w := e.fleet.byID[id]
-		ws := wire.WorkerState{
+		ws := protocol.WorkerState{
 			WorkerID: w.id, Status: w.status.String(), Role: w.role,
 			TotalKVBlocks: w.totalKVBlocks, MaxNumBatchedTokens: w.maxNumBatchedTokens, MaxNumSeqs: w.maxNumSeqs,
 		}
 		for _, r := range w.ranks {
 			rid := kvindex.RankID(r.slot)
-			rs := wire.RankState{
-				DPRank: r.dp, ActiveRequests: r.activeRequests, ActivePrefillTokens: wire.Num(r.prefill.at(e.now)),
+			rs := protocol.RankState{
+				DPRank: r.dp, ActiveRequests: r.activeRequests, ActivePrefillTokens: protocol.Num(r.prefill.at(e.now)),
 				ActiveDecodeBlocks: r.activeDecodeBlocks(), IndexBlocks: e.index.Blocks(rid),
 			}
 			if last, ok := e.index.LastEventID(rid); ok {
@@ -43,12 +43,12 @@ func (e *Engine) inspect() *wire.State {
 	for _, r := range e.requests {
 		st.Requests = append(st.Requests, r.state())
 	}
-	slices.SortFunc(st.Requests, func(a, b wire.RequestState) int { return strings.Compare(a.RequestID, b.RequestID) })
+	slices.SortFunc(st.Requests, func(a, b protocol.RequestState) int { return strings.Compare(a.RequestID, b.RequestID) })
 	for _, role := range roleOrder {
 		for _, req := range e.queue.ordered(role) {
-			q := wire.QueuedState{RequestID: req.d.id, Role: role, Tier: req.d.tier, Score: wire.Num(req.score), ArrivalMS: wire.Num(req.d.arrival)}
+			q := protocol.QueuedState{RequestID: req.d.id, Role: role, Tier: req.d.tier, Score: protocol.Num(req.score), ArrivalMS: protocol.Num(req.d.arrival)}
 			if e.cfg.QueueTimeoutMS != nil {
-				deadline := wire.Num(e.deadline(req))
+				deadline := protocol.Num(e.deadline(req))
 				q.DeadlineMS = &deadline
 			}
 			st.Queue = append(st.Queue, q)

@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/offline-router/offline-router/internal/protocol"
+
 // Load booking: what each rank is busy with, from the router's own
 // placements. The prompts of the placed requests form a radix tree keyed by
 // local block hashes, like the cache index; a block is active on the ranks
@@ -32,14 +34,14 @@ type holders struct {
 type segment struct {
 	parent    uint32
 	nchildren uint32
-	local     []uint64 // the blocks' local hashes: part of the prompt that made it
+	local     []protocol.LocalBlockHash // the blocks' local hashes: part of the prompt that made it
 	holders   holders
 }
 
 // segmentEdge finds a child segment by its first block.
 type segmentEdge struct {
 	parent uint32
-	first  uint64
+	first  protocol.LocalBlockHash
 }
 
 // activeTree holds segments by id; 0 is the root, the empty prefix.
@@ -68,7 +70,7 @@ func (t *activeTree) Len() int { return len(t.segs) - 1 - len(t.free) }
 // countActive walks the prompt down the active tree, adding to hits[slot]
 // the blocks active on every rank, and keeps where it stopped in e.walk for
 // book. hits must cover every slot.
-func (e *Engine) countActive(local []uint64) {
+func (e *Engine) countActive(local []protocol.LocalBlockHash) {
 	clear(e.hits)
 	t := e.active
 	e.walk = walkEnd{}
@@ -147,7 +149,7 @@ func (t *activeTree) split(s uint32, n int) uint32 {
 
 // add makes a segment of blocks under parent, which has no child starting
 // with the first of them.
-func (t *activeTree) add(parent uint32, local []uint64) uint32 {
+func (t *activeTree) add(parent uint32, local []protocol.LocalBlockHash) uint32 {
 	s := t.alloc(segment{parent: parent, local: local})
 	t.children[segmentEdge{parent, local[0]}] = s
 	t.segs[parent].nchildren++

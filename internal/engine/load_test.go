@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/offline-router/offline-router/internal/wire"
+	"github.com/offline-router/offline-router/internal/protocol"
 	"pgregory.net/rapid"
 )
 
@@ -17,16 +17,16 @@ import (
 // prompt on every rank. Releasing everything must leave the tree empty.
 func TestActiveTreeMatchesAModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		e, err := New(wire.DefaultConfig())
+		e, err := New(protocol.DefaultConfig())
 		if err != nil {
 			t.Fatal(err)
 		}
 		for w := uint64(1); w <= 3; w++ {
-			var resp wire.Response
-			e.Apply(&wire.Command{Op: wire.OpWorkerReady, WorkerID: ptrTo(w)}, &resp)
+			var resp protocol.Response
+			e.Apply(&protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(w)}, &resp)
 		}
 		ranks := []*rank{e.fleet.byID[1].ranks[0], e.fleet.byID[2].ranks[0], e.fleet.byID[3].ranks[0]}
-		prompt := rapid.SliceOfN(rapid.Uint64Range(0, 2), 0, 7)
+		prompt := rapid.SliceOfN(hashIn[protocol.LocalBlockHash](0, 2), 0, 7)
 		held := map[uint32]map[string]int{} // slot -> prefix -> requests holding it
 		var booked []*request
 

@@ -2,12 +2,12 @@ package engine
 
 import (
 	"github.com/offline-router/offline-router/internal/kvindex"
-	"github.com/offline-router/offline-router/internal/wire"
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // observe applies KV events one by one. An event that cannot apply is
 // skipped and reported; the others still apply.
-func (e *Engine) observe(events []wire.RouterEvent) {
+func (e *Engine) observe(events []protocol.KVEvent) {
 	ev := &e.out.ev
 	applied := 0
 	for i := range events {
@@ -17,7 +17,7 @@ func (e *Engine) observe(events []wire.RouterEvent) {
 			continue
 		}
 		if reason := e.applyEvent(x); reason != "" {
-			ev.EventsSkipped = append(ev.EventsSkipped, wire.SkippedEvent{
+			ev.EventsSkipped = append(ev.EventsSkipped, protocol.SkippedEvent{
 				Index: i, WorkerID: x.WorkerID, DPRank: x.DPRank, EventID: x.EventID, Reason: reason,
 			})
 			continue
@@ -28,34 +28,30 @@ func (e *Engine) observe(events []wire.RouterEvent) {
 }
 
 // applyEvent applies one event, or returns why it was skipped.
-func (e *Engine) applyEvent(x *wire.RouterEvent) string {
+func (e *Engine) applyEvent(x *protocol.KVEvent) string {
 	w, ok := e.fleet.byID[x.WorkerID]
 	if !ok {
 		if e.fleet.removed[x.WorkerID] {
-			return wire.SkipRemovedWorker
+			return protocol.SkipRemovedWorker
 		}
-		return wire.SkipUnknownWorker
+		return protocol.SkipUnknownWorker
 	}
 	r := e.fleet.rankOf(w, x.DPRank)
 	if r == nil {
-		return wire.SkipUnknownRank
+		return protocol.SkipUnknownRank
 	}
 	id := kvindex.RankID(r.slot)
 	if !e.index.EventIDAbove(id, x.EventID) {
-		return wire.SkipStaleEventID
+		return protocol.SkipStaleEventID
 	}
-	switch x.Kind {
-	case wire.EventStored:
-		e.blocks = e.blocks[:0]
-		for _, b := range x.Blocks {
-			e.blocks = append(e.blocks, kvindex.Block{BlockHash: b.BlockHash, TokensHash: b.TokensHash})
+	switch d := x.Data.(type) {
+	case protocol.Stored:
+		if !e.index.Store(id, d.ParentHash, d.Blocks) {
+			return protocol.SkipUnknownParent
 		}
-		if !e.index.Store(id, x.ParentHash, e.blocks) {
-			return wire.SkipUnknownParent
-		}
-	case wire.EventRemoved:
-		e.index.Remove(id, x.Removed)
-	case wire.EventCleared:
+	case protocol.Removed:
+		e.index.Remove(id, d.BlockHashes)
+	case protocol.Cleared:
 		e.index.Clear(id)
 	}
 	e.index.RecordEventID(id, x.EventID)

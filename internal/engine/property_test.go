@@ -9,30 +9,36 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/offline-router/offline-router/internal/kvindex"
+	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
 func ptrTo[T any](v T) *T { return &v }
 
+// hashIn draws a hash of type H in [lo, hi].
+func hashIn[H ~uint64](lo, hi uint64) *rapid.Generator[H] {
+	return rapid.Map(rapid.Uint64Range(lo, hi), func(v uint64) H { return H(v) })
+}
+
 // drawConfig draws a configuration that exercises admission: a queue or
 // not, each ordering, timeouts, linear decay and the busy thresholds.
-func drawConfig(t *rapid.T) wire.Config {
-	cfg := wire.DefaultConfig()
+func drawConfig(t *rapid.T) protocol.Config {
+	cfg := protocol.DefaultConfig()
 	cfg.Seed = rapid.Uint64().Draw(t, "seed")
 	cfg.Temperature = rapid.SampledFrom([]float64{0, 0.5}).Draw(t, "temperature")
 	if rapid.Bool().Draw(t, "queue") {
 		cfg.QueueThreshold = ptrTo(rapid.SampledFrom([]float64{0, 0.5, 1, 2}).Draw(t, "queue_threshold"))
-		cfg.QueuePolicy = rapid.SampledFrom([]string{"fcfs", "wspt", "lcfs"}).Draw(t, "queue_policy")
+		cfg.QueuePolicy = rapid.SampledFrom([]protocol.QueuePolicy{protocol.QueueFCFS, protocol.QueueWSPT, protocol.QueueLCFS}).Draw(t, "queue_policy")
 		if rapid.Bool().Draw(t, "timeout") {
 			cfg.QueueTimeoutMS = ptrTo(rapid.SampledFrom([]float64{25, 100, 400}).Draw(t, "queue_timeout_ms"))
 		}
 	}
 	if rapid.Bool().Draw(t, "linear") {
-		cfg.PrefillLoadModel = "linear"
+		cfg.PrefillLoadModel = protocol.PrefillLoadLinear
 		cfg.PrefillTokensPerMS = ptrTo(rapid.SampledFrom([]float64{0.5, 1, 3}).Draw(t, "rate"))
 	}
-	cfg.Affinity.Mode = rapid.SampledFrom([]string{"off", "hard", "soft"}).Draw(t, "affinity")
-	cfg.Affinity.Key = rapid.SampledFrom([]string{"session", "sibling_group"}).Draw(t, "affinity_key")
+	cfg.Affinity.Mode = rapid.SampledFrom([]protocol.AffinityMode{protocol.AffinityOff, protocol.AffinityHard, protocol.AffinitySoft}).Draw(t, "affinity")
+	cfg.Affinity.Key = rapid.SampledFrom([]protocol.AffinityKey{protocol.AffinityKeySession, protocol.AffinityKeySiblingGroup}).Draw(t, "affinity_key")
 	cfg.Affinity.TTLMS = rapid.SampledFrom([]float64{0, 30, 1000}).Draw(t, "ttl")
 	if rapid.IntRange(0, 3).Draw(t, "busy") == 0 {
 		cfg.ActivePrefillTokensThreshold = ptrTo(rapid.SampledFrom([]float64{50, 150}).Draw(t, "abs"))
@@ -43,26 +49,26 @@ func drawConfig(t *rapid.T) wire.Config {
 
 // drawCommand draws one command over a small world: four workers, twelve
 // request ids, prompts over a tiny hash alphabet so prefixes are shared.
-func drawCommand(t *rapid.T, e *Engine) *wire.Command {
+func drawCommand(t *rapid.T, e *Engine) *protocol.Command {
 	id := func() string { return fmt.Sprintf("r%d", rapid.IntRange(1, 12).Draw(t, "request")) }
 	worker := func() *uint64 { return ptrTo(uint64(rapid.IntRange(1, 4).Draw(t, "worker"))) }
-	c := &wire.Command{}
+	c := &protocol.Command{}
 	if rapid.IntRange(0, 3).Draw(t, "clock") == 0 {
 		c.NowMS = ptrTo(e.now + float64(rapid.IntRange(0, 60).Draw(t, "dt")))
 	}
 	switch rapid.IntRange(0, 14).Draw(t, "op") {
 	case 0:
-		c.Op, c.WorkerID = wire.OpWorkerReady, worker()
+		c.Op, c.WorkerID = protocol.OpWorkerReady, worker()
 		c.DPSize = ptrTo(uint32(rapid.IntRange(1, 2).Draw(t, "dp_size")))
 		c.MaxNumBatchedTokens = rapid.SampledFrom([]*uint64{nil, ptrTo(uint64(32)), ptrTo(uint64(128))}).Draw(t, "mbt")
 		c.TotalKVBlocks = rapid.SampledFrom([]*uint64{nil, ptrTo(uint64(40))}).Draw(t, "kv")
 	case 1:
-		c.Op, c.WorkerID = wire.OpWorkerDraining, worker()
+		c.Op, c.WorkerID = protocol.OpWorkerDraining, worker()
 	case 2:
-		c.Op, c.WorkerID = wire.OpWorkerRemoved, worker()
+		c.Op, c.WorkerID = protocol.OpWorkerRemoved, worker()
 	case 3, 4, 5:
-		c.Op, c.RequestID = wire.OpPlace, id()
-		c.BlockHashes = rapid.SliceOfN(rapid.Uint64Range(1, 3), 0, 6).Draw(t, "hashes")
+		c.Op, c.RequestID = protocol.OpPlace, id()
+		c.BlockHashes = rapid.SliceOfN(hashIn[protocol.LocalBlockHash](1, 3), 0, 6).Draw(t, "hashes")
 		c.InputTokens = ptrTo(uint64(len(c.BlockHashes))*16 + uint64(rapid.IntRange(0, 40).Draw(t, "extra")))
 		if rapid.IntRange(0, 5).Draw(t, "pin") == 0 {
 			c.WorkerID = worker()
@@ -75,34 +81,36 @@ func drawCommand(t *rapid.T, e *Engine) *wire.Command {
 		c.ParentSessionID = rapid.SampledFrom([]*string{nil, nil, ptrTo("p")}).Draw(t, "parent")
 		c.StrictPriority = ptrTo(int64(rapid.IntRange(0, 1).Draw(t, "tier")))
 	case 6:
-		c.Op, c.RequestID = wire.OpDispatchCommitted, id()
+		c.Op, c.RequestID = protocol.OpDispatchCommitted, id()
 	case 7:
-		c.Op, c.RequestID = wire.OpDispatchAborted, id()
+		c.Op, c.RequestID = protocol.OpDispatchAborted, id()
 	case 8:
-		c.Op, c.RequestID = wire.OpPrefillCompleted, id()
+		c.Op, c.RequestID = protocol.OpPrefillCompleted, id()
 	case 9:
-		c.Op, c.RequestID = wire.OpRequestTerminal, id()
+		c.Op, c.RequestID = protocol.OpRequestTerminal, id()
 	case 10:
-		c.Op, c.RequestID = wire.OpCancelPending, id()
+		c.Op, c.RequestID = protocol.OpCancelPending, id()
 	case 11:
-		local := rapid.SliceOfN(rapid.Uint64Range(1, 3), 1, 4).Draw(t, "stored")
+		local := rapid.SliceOfN(hashIn[protocol.LocalBlockHash](1, 3), 1, 4).Draw(t, "stored")
 		seq := kvindex.SequenceHashes(local)
-		ev := wire.RouterEvent{WorkerID: *worker(), StorageTier: "device", EventID: rapid.Uint64Range(1, 50).Draw(t, "event_id"), Kind: wire.EventStored}
+		ev := protocol.KVEvent{WorkerID: *worker(), StorageTier: "device", EventID: rapid.Uint64Range(1, 50).Draw(t, "event_id")}
+		var stored protocol.Stored
 		for i := range local {
-			ev.Blocks = append(ev.Blocks, wire.StoredBlock{BlockHash: seq[i], TokensHash: local[i]})
+			stored.Blocks = append(stored.Blocks, protocol.StoredBlock{BlockHash: seq[i], TokensHash: local[i]})
 		}
-		c.Op, c.Events = wire.OpObserve, []wire.RouterEvent{ev}
+		ev.Data = stored
+		c.Op, c.Events = protocol.OpObserve, []protocol.KVEvent{ev}
 	case 12:
-		c.Op = wire.OpAdvanceClock
+		c.Op = protocol.OpAdvanceClock
 		c.NowMS = ptrTo(e.now + float64(rapid.IntRange(0, 200).Draw(t, "advance")))
 	case 13:
-		c.Op = wire.OpAdvanceClock
+		c.Op = protocol.OpAdvanceClock
 		c.NowMS = ptrTo(e.now)
 		if next, ok := e.nextWakeup(); ok {
 			c.NowMS = ptrTo(next)
 		}
 	case 14:
-		c.Op = wire.OpAdvanceClock
+		c.Op = protocol.OpAdvanceClock
 		c.NowMS = ptrTo(e.now)
 		if next, ok := e.nextWakeup(); ok {
 			c.NowMS = ptrTo(e.now + (next-e.now)*rapid.Float64Range(0, 0.999).Draw(t, "fraction"))
@@ -123,7 +131,7 @@ func TestAdmissionInvariants(t *testing.T) {
 			c := drawCommand(t, e)
 			wakeup, hadWakeup := e.nextWakeup()
 			before := e.inspect()
-			var resp wire.Response
+			var resp protocol.Response
 			e.Apply(c, &resp)
 			if debugSteps {
 				out, _ := wire.Encode(nil, &resp)
@@ -139,10 +147,10 @@ func TestAdmissionInvariants(t *testing.T) {
 				t.Fatalf("step %d: %s: %v", i, c.Op, err)
 			}
 			acted := len(resp.Placements)+len(resp.Rejected) > 0
-			if c.Op == wire.OpAdvanceClock && hadWakeup && *c.NowMS == wakeup && !acted {
+			if c.Op == protocol.OpAdvanceClock && hadWakeup && *c.NowMS == wakeup && !acted {
 				t.Fatalf("step %d: advancing to next_wakeup_ms %v released and rejected nothing", i, wakeup)
 			}
-			if c.Op == wire.OpAdvanceClock && (!hadWakeup || *c.NowMS < wakeup) && acted {
+			if c.Op == protocol.OpAdvanceClock && (!hadWakeup || *c.NowMS < wakeup) && acted {
 				t.Fatalf("step %d: advancing to %v, before next_wakeup_ms %v, acted: %v %v", i, *c.NowMS, wakeup, resp.Placements, resp.Rejected)
 			}
 		}
@@ -154,7 +162,7 @@ func TestAdmissionInvariants(t *testing.T) {
 // counts the waiting requests, next_wakeup_ms is in the future, nothing
 // admissible waits, placements went to ready workers, no booking went
 // negative, and bindings agree with the requests that hold them.
-func invariants(e *Engine, c *wire.Command, resp *wire.Response) error {
+func invariants(e *Engine, c *protocol.Command, resp *protocol.Response) error {
 	waiting := 0
 	for _, req := range e.requests {
 		if req.waiting() {
@@ -177,7 +185,7 @@ func invariants(e *Engine, c *wire.Command, resp *wire.Response) error {
 	for _, p := range resp.Placements {
 		// A placement made while the clock advanced may precede this very
 		// command's draining or removal of its worker.
-		if c.WorkerID != nil && *c.WorkerID == p.WorkerID && (c.Op == wire.OpWorkerDraining || c.Op == wire.OpWorkerRemoved) {
+		if c.WorkerID != nil && *c.WorkerID == p.WorkerID && (c.Op == protocol.OpWorkerDraining || c.Op == protocol.OpWorkerRemoved) {
 			continue
 		}
 		if w, ok := e.fleet.byID[p.WorkerID]; !ok || w.status != statusReady {
@@ -195,7 +203,7 @@ func invariants(e *Engine, c *wire.Command, resp *wire.Response) error {
 // bindingInvariants: no binding points at a worker that is not ready; in
 // hard mode a placement under a bound binding is on its rank; lease and
 // waiter counts match the requests that hold them.
-func bindingInvariants(e *Engine, resp *wire.Response) error {
+func bindingInvariants(e *Engine, resp *protocol.Response) error {
 	leases := map[*binding]int{}
 	waiters := map[*binding][]string{}
 	for _, req := range e.requests {
@@ -248,8 +256,8 @@ func endEverything(t *rapid.T, e *Engine) {
 			ids = append(ids, id)
 		}
 		id := slices.Min(ids)
-		var resp wire.Response
-		e.Apply(&wire.Command{Op: wire.OpRequestTerminal, RequestID: id}, &resp)
+		var resp protocol.Response
+		e.Apply(&protocol.Command{Op: protocol.OpRequestTerminal, RequestID: id}, &resp)
 		if resp.Error != nil {
 			t.Fatalf("ending %s: %v", id, resp.Error)
 		}

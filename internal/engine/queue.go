@@ -4,7 +4,7 @@ import (
 	"container/heap"
 	"slices"
 
-	"github.com/offline-router/offline-router/internal/wire"
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // The policy queue (queue_threshold set): requests that cannot be placed
@@ -12,17 +12,17 @@ import (
 // ever considered (no overtaking).
 
 // roleOrder is the order in which role queues are drained.
-var roleOrder = []wire.Role{wire.RoleAggregated, wire.RoleDecode, wire.RolePrefill}
+var roleOrder = []protocol.Role{protocol.RoleAggregated, protocol.RoleDecode, protocol.RolePrefill}
 
 type policyQueue struct {
-	byRole   map[wire.Role]*roleQueue
+	byRole   map[protocol.Role]*roleQueue
 	count    int
 	arrivals []*request // waiting requests in arrival (= deadline) order; stale entries skipped
 	nextSeq  uint64
 }
 
 func newPolicyQueue() policyQueue {
-	q := policyQueue{byRole: map[wire.Role]*roleQueue{}}
+	q := policyQueue{byRole: map[protocol.Role]*roleQueue{}}
 	for _, r := range roleOrder {
 		q.byRole[r] = &roleQueue{}
 	}
@@ -41,7 +41,7 @@ func (q *policyQueue) remove(req *request) {
 	q.count--
 }
 
-func (q *policyQueue) head(role wire.Role) *request {
+func (q *policyQueue) head(role protocol.Role) *request {
 	if q.count == 0 {
 		return nil
 	}
@@ -64,7 +64,7 @@ func (q *policyQueue) oldest() *request {
 }
 
 // ordered lists a role's waiting requests in queue order.
-func (q *policyQueue) ordered(role wire.Role) []*request {
+func (q *policyQueue) ordered(role protocol.Role) []*request {
 	out := slices.Clone(*q.byRole[role])
 	slices.SortFunc(out, func(a, b *request) int {
 		if before(a, b) {

@@ -1,6 +1,6 @@
 package engine
 
-import "github.com/offline-router/offline-router/internal/wire"
+import "github.com/offline-router/offline-router/internal/protocol"
 
 // request is a request the router knows: waiting in the queue (rank nil)
 // or placed and booked on a rank.
@@ -59,9 +59,9 @@ func (e *Engine) finish(req *request) {
 }
 
 // reject drops a request that will not be placed, and says why.
-func (e *Engine) reject(req *request, code wire.Code, message string) {
+func (e *Engine) reject(req *request, code protocol.Code, message string) {
 	e.finish(req)
-	e.out.rejected = append(e.out.rejected, wire.Rejection{RequestID: req.d.id, Code: code, Message: message})
+	e.out.rejected = append(e.out.rejected, protocol.Rejection{RequestID: req.d.id, Code: code, Message: message})
 }
 
 // prefillCompleted drops the request's prefill booking; repeating is a no-op.
@@ -71,8 +71,8 @@ func (e *Engine) prefillCompleted(req *request) {
 	}
 }
 
-func (req *request) state() wire.RequestState {
-	st := wire.RequestState{RequestID: req.d.id, Blocks: len(req.d.local) + int(req.d.privateBlocks)}
+func (req *request) state() protocol.RequestState {
+	st := protocol.RequestState{RequestID: req.d.id, Blocks: len(req.d.local) + int(req.d.privateBlocks)}
 	switch {
 	case req.bindRole == bindWaiter:
 		st.Status = "held" // waiting for its session's staged binding

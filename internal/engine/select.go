@@ -6,19 +6,19 @@ import (
 
 	"github.com/offline-router/offline-router/internal/affinity"
 	"github.com/offline-router/offline-router/internal/kvindex"
-	"github.com/offline-router/offline-router/internal/wire"
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // demand is what a place command asks for, fixed when it arrives: its
 // blocks and its constraints. Building it changes nothing.
 type demand struct {
 	id            string
-	role          wire.Role
+	role          protocol.Role
 	isl           uint64
 	islBlocks     uint64
-	local         []uint64 // local block hashes: the index and active-block walks
-	seq           []uint64 // sequence hashes, as block addresses in approximate mode
-	privateBlocks uint64   // blocks without a hash, never shared
+	local         []protocol.LocalBlockHash // the index and active-block walks
+	seq           []protocol.SequenceHash   // block addresses in approximate mode
+	privateBlocks uint64                    // blocks without a hash, never shared
 	allowed       []uint64
 	pin           *uint64
 	pinRank       *uint32
@@ -34,8 +34,8 @@ type demand struct {
 // (worker_id, dp_rank) order, and what the filters dropped.
 type candidateSet struct {
 	ranks       []*rank
-	filtered    wire.FilterCounts
-	filteredSet []wire.FilteredRank // only with evidence "full"
+	filtered    protocol.FilterCounts
+	filteredSet []protocol.FilteredRank // only with evidence "full"
 }
 
 // newDemand checks a place command arriving at time t and derives its
@@ -43,13 +43,13 @@ type candidateSet struct {
 // (it ended, was cancelled or timed out): the clock moving to t can place a
 // waiting request as well as time it out, so the check is against the state
 // before the clock moves.
-func (e *Engine) newDemand(c *wire.Command, t float64) (*demand, *wire.Error) {
+func (e *Engine) newDemand(c *protocol.Command, t float64) (*demand, *protocol.Error) {
 	if _, ok := e.requests[c.RequestID]; ok {
-		return nil, wire.Errorf(wire.CodeDuplicateRequest, "request %q is already in flight", c.RequestID)
+		return nil, protocol.Errorf(protocol.CodeDuplicateRequest, "request %q is already in flight", c.RequestID)
 	}
 	bs := e.cfg.BlockSize
 	d := &demand{
-		id: c.RequestID, role: firstRole(c.Role, "", wire.RoleAggregated), isl: c.ISL(),
+		id: c.RequestID, role: firstRole(c.Role, "", protocol.RoleAggregated), isl: c.ISL(),
 		allowed: c.AllowedWorkers, pin: c.WorkerID, pinRank: c.DPRank, arrival: t,
 	}
 	d.key = e.affinityKey(c, d.role)
@@ -69,7 +69,7 @@ func (e *Engine) newDemand(c *wire.Command, t float64) (*demand, *wire.Error) {
 		d.local = kvindex.BlockHashes(c.Tokens, int(bs))
 	case c.BlockHashes != nil:
 		if uint64(len(c.BlockHashes)) > d.islBlocks {
-			return nil, wire.Errorf(wire.CodeInvalidField, "field \"block_hashes\": %d hashes, but input_tokens %d at block_size %d makes only %d blocks",
+			return nil, protocol.Errorf(protocol.CodeInvalidField, "field \"block_hashes\": %d hashes, but input_tokens %d at block_size %d makes only %d blocks",
 				len(c.BlockHashes), d.isl, bs, d.islBlocks)
 		}
 		d.local = c.BlockHashes
@@ -85,7 +85,7 @@ func (e *Engine) newDemand(c *wire.Command, t float64) (*demand, *wire.Error) {
 }
 
 // checkPin reports why a pinned demand cannot go to its worker now.
-func (e *Engine) checkPin(d *demand) *wire.Error {
+func (e *Engine) checkPin(d *demand) *protocol.Error {
 	if d.pin == nil {
 		return nil
 	}
@@ -93,15 +93,15 @@ func (e *Engine) checkPin(d *demand) *wire.Error {
 	w, ok := e.fleet.byID[id]
 	switch {
 	case !ok && e.fleet.removed[id]:
-		return wire.Errorf(wire.CodePinnedWorkerUnavailable, "pinned worker %d was removed", id)
+		return protocol.Errorf(protocol.CodePinnedWorkerUnavailable, "pinned worker %d was removed", id)
 	case !ok:
-		return wire.Errorf(wire.CodePinnedWorkerUnavailable, "pinned worker %d never became ready", id)
+		return protocol.Errorf(protocol.CodePinnedWorkerUnavailable, "pinned worker %d never became ready", id)
 	case w.status != statusReady:
-		return wire.Errorf(wire.CodePinnedWorkerUnavailable, "pinned worker %d is %s", id, w.status)
+		return protocol.Errorf(protocol.CodePinnedWorkerUnavailable, "pinned worker %d is %s", id, w.status)
 	case w.role != d.role:
-		return wire.Errorf(wire.CodePinnedWorkerUnavailable, "pinned worker %d serves role %s, the request is %s", id, w.role, d.role)
+		return protocol.Errorf(protocol.CodePinnedWorkerUnavailable, "pinned worker %d serves role %s, the request is %s", id, w.role, d.role)
 	case d.pinRank != nil && e.fleet.rankOf(w, *d.pinRank) == nil:
-		return wire.Errorf(wire.CodePinnedWorkerUnavailable, "pinned worker %d has dp ranks %d..%d, not %d",
+		return protocol.Errorf(protocol.CodePinnedWorkerUnavailable, "pinned worker %d has dp ranks %d..%d, not %d",
 			id, w.ranks[0].dp, w.ranks[len(w.ranks)-1].dp, *d.pinRank)
 	}
 	return nil
@@ -112,13 +112,13 @@ func (e *Engine) checkPin(d *demand) *wire.Error {
 // not, why.
 func (d *demand) staticallyAllowed(r *rank) (bool, string) {
 	if target := d.boundTarget(); d.hardBound && target != nil && r != target {
-		return false, wire.FilterAffinity
+		return false, protocol.FilterAffinity
 	}
 	if d.allowed != nil && !slices.Contains(d.allowed, r.w.id) {
-		return false, wire.FilterNotAllowed
+		return false, protocol.FilterNotAllowed
 	}
 	if d.pin != nil && (r.w.id != *d.pin || (d.pinRank != nil && r.dp != *d.pinRank)) {
-		return false, wire.FilterNotPinned
+		return false, protocol.FilterNotPinned
 	}
 	return true, ""
 }
@@ -126,26 +126,26 @@ func (d *demand) staticallyAllowed(r *rank) (bool, string) {
 // candidates narrows the ready ranks of the role by allowed_workers, the pin
 // and the busy thresholds at time t, recording what it dropped. It changes
 // nothing, so it can be asked about any time from now on.
-func (e *Engine) candidates(d *demand, t float64) (candidateSet, *wire.Error) {
+func (e *Engine) candidates(d *demand, t float64) (candidateSet, *protocol.Error) {
 	var cs candidateSet
 	if err := e.checkPin(d); err != nil {
 		return cs, err
 	}
-	full := e.cfg.Evidence == wire.EvidenceFull
+	full := e.cfg.Evidence == protocol.EvidenceFull
 	cs.ranks = make([]*rank, 0, len(e.fleet.slots))
 	drop := func(r *rank, reason string) {
 		switch reason {
-		case wire.FilterAffinity:
+		case protocol.FilterAffinity:
 			cs.filtered.Affinity++
-		case wire.FilterNotAllowed:
+		case protocol.FilterNotAllowed:
 			cs.filtered.NotAllowed++
-		case wire.FilterNotPinned:
+		case protocol.FilterNotPinned:
 			cs.filtered.NotPinned++
-		case wire.FilterBusy:
+		case protocol.FilterBusy:
 			cs.filtered.Busy++
 		}
 		if full {
-			cs.filteredSet = append(cs.filteredSet, wire.FilteredRank{WorkerID: r.w.id, DPRank: r.dp, Reason: reason})
+			cs.filteredSet = append(cs.filteredSet, protocol.FilteredRank{WorkerID: r.w.id, DPRank: r.dp, Reason: reason})
 		}
 	}
 	ofRole := 0
@@ -169,7 +169,7 @@ func (e *Engine) candidates(d *demand, t float64) (candidateSet, *wire.Error) {
 		}
 		if busy {
 			for _, r := range cs.ranks[start:] {
-				drop(r, wire.FilterBusy)
+				drop(r, protocol.FilterBusy)
 			}
 			cs.ranks = cs.ranks[:start]
 		}
@@ -179,15 +179,15 @@ func (e *Engine) candidates(d *demand, t float64) (candidateSet, *wire.Error) {
 	}
 	switch {
 	case ofRole == 0:
-		return cs, wire.Errorf(wire.CodeNoEligibleWorker, "no ready worker serves role %s", d.role)
+		return cs, protocol.Errorf(protocol.CodeNoEligibleWorker, "no ready worker serves role %s", d.role)
 	case cs.filtered.Busy > 0 && d.hardBound:
-		return cs, wire.Errorf(wire.CodeAllWorkersBusy, "%s is bound to worker %d, which is over a busy threshold", d.bound.Key, d.bound.Target.w.id)
+		return cs, protocol.Errorf(protocol.CodeAllWorkersBusy, "%s is bound to worker %d, which is over a busy threshold", d.bound.Key, d.bound.Target.w.id)
 	case cs.filtered.Busy > 0:
-		return cs, wire.Errorf(wire.CodeAllWorkersBusy, "every eligible worker of role %s is over a busy threshold", d.role)
+		return cs, protocol.Errorf(protocol.CodeAllWorkersBusy, "every eligible worker of role %s is over a busy threshold", d.role)
 	case d.pin != nil && cs.filtered.NotAllowed > 0:
-		return cs, wire.Errorf(wire.CodeNoEligibleWorker, "pinned worker %d is not in allowed_workers", *d.pin)
+		return cs, protocol.Errorf(protocol.CodeNoEligibleWorker, "pinned worker %d is not in allowed_workers", *d.pin)
 	default:
-		return cs, wire.Errorf(wire.CodeNoEligibleWorker, "allowed_workers names no ready worker of role %s", d.role)
+		return cs, protocol.Errorf(protocol.CodeNoEligibleWorker, "allowed_workers names no ready worker of role %s", d.role)
 	}
 }
 
@@ -224,7 +224,7 @@ type score struct {
 }
 
 // place selects a rank among cs for a request and books it there, now.
-func (e *Engine) place(req *request, cs candidateSet) wire.Placement {
+func (e *Engine) place(req *request, cs candidateSet) protocol.Placement {
 	d := req.d
 	e.index.FindMatches(d.local, e.overlap)
 	e.countActive(d.local)
@@ -251,13 +251,13 @@ func (e *Engine) place(req *request, cs candidateSet) wire.Placement {
 
 	cached := min(chosen.overlap*e.cfg.BlockSize, d.isl)
 	e.book(req, chosenRank, d.isl-cached)
-	p := wire.Placement{
+	p := protocol.Placement{
 		RequestID: d.id, WorkerID: chosenRank.w.id, DPRank: chosenRank.dp, Role: d.role,
 		OverlapBlocks: chosen.overlap, BestAvailableOverlapBlocks: best, ISLBlocks: d.islBlocks,
-		CachedTokens: cached, PrefillTokens: d.isl - cached, QueuedMS: wire.Num(e.now - d.arrival),
+		CachedTokens: cached, PrefillTokens: d.isl - cached, QueuedMS: protocol.Num(e.now - d.arrival),
 		Reason: e.reason(d, chosenRank, len(scores)), Binding: e.placedUnder(req),
 	}
-	if e.cfg.Evidence != wire.EvidenceNone {
+	if e.cfg.Evidence != protocol.EvidenceNone {
 		p.Evidence = e.evidence(cs, scores, ties, chosen.cost, minCost)
 	}
 	e.approxRecord(d, chosenRank)
@@ -310,7 +310,7 @@ func (e *Engine) pick(scores []score, ranks []*rank, preferred int) (int, int, f
 		scores[preferred].prob = 1
 		return preferred, ties, lo
 	}
-	if e.cfg.Policy != wire.PolicyKV {
+	if e.cfg.Policy != protocol.PolicyKV {
 		return e.pickBaseline(scores, ranks), ties, lo
 	}
 	t := e.cfg.Temperature
@@ -364,12 +364,12 @@ func (e *Engine) pickBaseline(scores []score, ranks []*rank) int {
 	}
 	var pick int
 	switch e.cfg.Policy {
-	case wire.PolicyRoundRobin:
+	case protocol.PolicyRoundRobin:
 		pick = int(e.roundRobin % uint64(len(scores)))
 		e.roundRobin++
 		scores[pick].prob = 1
 		return pick
-	case wire.PolicyRandom:
+	case protocol.PolicyRandom:
 		pick = e.rng.index(len(scores))
 		for i := range scores {
 			scores[i].prob = 1 / float64(len(scores))
@@ -399,31 +399,31 @@ func (e *Engine) pickBaseline(scores []score, ranks []*rank) int {
 func (e *Engine) reason(d *demand, chosen *rank, candidates int) string {
 	switch {
 	case chosen == d.boundTarget():
-		return wire.ReasonAffinity
+		return protocol.ReasonAffinity
 	case d.pin != nil:
-		return wire.ReasonPinned
+		return protocol.ReasonPinned
 	case candidates == 1:
-		return wire.ReasonOnlyCandidate
+		return protocol.ReasonOnlyCandidate
 	}
-	return e.cfg.Policy
+	return string(e.cfg.Policy)
 }
 
-func (e *Engine) evidence(cs candidateSet, scores []score, ties int, selected, best float64) *wire.PlacementEvidence {
-	ev := &wire.PlacementEvidence{
-		Candidates: len(scores), Ties: ties, SelectedCost: wire.Num(selected), BestCost: wire.Num(best),
+func (e *Engine) evidence(cs candidateSet, scores []score, ties int, selected, best float64) *protocol.PlacementEvidence {
+	ev := &protocol.PlacementEvidence{
+		Candidates: len(scores), Ties: ties, SelectedCost: protocol.Num(selected), BestCost: protocol.Num(best),
 	}
-	if cs.filtered != (wire.FilterCounts{}) {
+	if cs.filtered != (protocol.FilterCounts{}) {
 		f := cs.filtered
 		ev.Filtered = &f
 	}
-	if e.cfg.Evidence == wire.EvidenceFull {
-		ev.CandidateSet = make([]wire.CandidateScore, len(scores))
+	if e.cfg.Evidence == protocol.EvidenceFull {
+		ev.CandidateSet = make([]protocol.CandidateScore, len(scores))
 		for i, s := range scores {
 			r := cs.ranks[i]
-			ev.CandidateSet[i] = wire.CandidateScore{
+			ev.CandidateSet[i] = protocol.CandidateScore{
 				WorkerID: r.w.id, DPRank: r.dp, OverlapBlocks: s.overlap,
-				PrefillBlocks: wire.Num(s.prefill), DecodeBlocks: s.decode,
-				Cost: wire.Num(s.cost), Probability: wire.Num(s.prob),
+				PrefillBlocks: protocol.Num(s.prefill), DecodeBlocks: s.decode,
+				Cost: protocol.Num(s.cost), Probability: protocol.Num(s.prob),
 			}
 		}
 		ev.FilteredSet = cs.filteredSet

@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	"github.com/offline-router/offline-router/internal/affinity"
-	"github.com/offline-router/offline-router/internal/wire"
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // Session affinity: the engine's use of the binding table. A request joins
@@ -33,14 +33,14 @@ const (
 	bindLeaseholder
 )
 
-func (e *Engine) hardAffinity() bool { return e.cfg.Affinity.Mode == "hard" }
+func (e *Engine) hardAffinity() bool { return e.cfg.Affinity.Mode == protocol.AffinityHard }
 
 // affinityKey is the binding key of a place command, or nil.
-func (e *Engine) affinityKey(c *wire.Command, role wire.Role) *affinity.Key {
-	if e.cfg.Affinity.Mode == "off" {
+func (e *Engine) affinityKey(c *protocol.Command, role protocol.Role) *affinity.Key {
+	if e.cfg.Affinity.Mode == protocol.AffinityOff {
 		return nil
 	}
-	if e.cfg.Affinity.Key == "sibling_group" && c.ParentSessionID != nil {
+	if e.cfg.Affinity.Key == protocol.AffinityKeySiblingGroup && c.ParentSessionID != nil {
 		return &affinity.Key{Role: string(role), Kind: affinity.KindGroup, ID: *c.ParentSessionID}
 	}
 	if c.SessionID != nil {
@@ -52,7 +52,7 @@ func (e *Engine) affinityKey(c *wire.Command, role wire.Role) *affinity.Key {
 // planAffinity finds the binding a demand arriving at t will join. It
 // changes nothing; in hard mode it refuses a pin or allowed_workers that
 // excludes the bound rank.
-func (e *Engine) planAffinity(d *demand, t float64) *wire.Error {
+func (e *Engine) planAffinity(d *demand, t float64) *protocol.Error {
 	if d.key == nil {
 		return nil
 	}
@@ -66,10 +66,10 @@ func (e *Engine) planAffinity(d *demand, t float64) *wire.Error {
 	}
 	target := b.Target
 	if d.pin != nil && (*d.pin != target.w.id || (d.pinRank != nil && *d.pinRank != target.dp)) {
-		return wire.Errorf(wire.CodeAffinityConflict, "%s is bound to worker %d rank %d; the pin names another", b.Key, target.w.id, target.dp)
+		return protocol.Errorf(protocol.CodeAffinityConflict, "%s is bound to worker %d rank %d; the pin names another", b.Key, target.w.id, target.dp)
 	}
 	if d.allowed != nil && !slices.Contains(d.allowed, target.w.id) {
-		return wire.Errorf(wire.CodeAffinityConflict, "%s is bound to worker %d, which allowed_workers excludes", b.Key, target.w.id)
+		return protocol.Errorf(protocol.CodeAffinityConflict, "%s is bound to worker %d, which allowed_workers excludes", b.Key, target.w.id)
 	}
 	return nil
 }
@@ -199,7 +199,7 @@ func (e *Engine) promote(old *binding) {
 // afresh from now on.
 func (e *Engine) invalidate(w *worker) {
 	for _, b := range e.bindings.Invalidate(func(r *rank) bool { return r.w == w }) {
-		e.out.ev.BindingsInvalidated = append(e.out.ev.BindingsInvalidated, wire.BindingRef{Role: wire.Role(b.Key.Role), Key: b.Key.String()})
+		e.out.ev.BindingsInvalidated = append(e.out.ev.BindingsInvalidated, protocol.BindingRef{Role: protocol.Role(b.Key.Role), Key: b.Key.String()})
 		if b.State == affinity.Staged {
 			e.promote(b)
 		}
@@ -209,22 +209,22 @@ func (e *Engine) invalidate(w *worker) {
 // expireBindings drops the bindings whose idle time ran out.
 func (e *Engine) expireBindings() {
 	for _, k := range e.bindings.Expire(e.now) {
-		e.out.ev.BindingsExpired = append(e.out.ev.BindingsExpired, wire.BindingRef{Role: wire.Role(k.Role), Key: k.String()})
+		e.out.ev.BindingsExpired = append(e.out.ev.BindingsExpired, protocol.BindingRef{Role: protocol.Role(k.Role), Key: k.String()})
 	}
 }
 
-func (e *Engine) bindingStates() []wire.BindingState {
-	out := []wire.BindingState{}
+func (e *Engine) bindingStates() []protocol.BindingState {
+	out := []protocol.BindingState{}
 	for _, b := range e.bindings.Sorted() {
-		bs := wire.BindingState{
-			Role: wire.Role(b.Key.Role), Key: b.Key.String(), State: b.State.String(),
+		bs := protocol.BindingState{
+			Role: protocol.Role(b.Key.Role), Key: b.Key.String(), State: b.State.String(),
 			Leases: b.Leases, Initializer: b.Initializer, Waiters: b.Waiters,
 		}
 		if b.HasTarget {
 			bs.WorkerID, bs.DPRank = &b.Target.w.id, &b.Target.dp
 		}
 		if at := e.bindings.ExpiresAt(b); !math.IsInf(at, 1) {
-			n := wire.Num(at)
+			n := protocol.Num(at)
 			bs.ExpiresAtMS = &n
 		}
 		out = append(out, bs)

@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	"github.com/offline-router/offline-router/internal/kvindex"
-	"github.com/offline-router/offline-router/internal/wire"
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 type workerStatus uint8
@@ -27,7 +27,7 @@ func (s workerStatus) String() string {
 type worker struct {
 	id                  uint64
 	status              workerStatus
-	role                wire.Role
+	role                protocol.Role
 	totalKVBlocks       *uint64
 	maxNumBatchedTokens *uint64
 	maxNumSeqs          *uint64
@@ -80,10 +80,10 @@ func (f *fleet) allocSlot(r *rank) {
 }
 
 // workerReady adds a worker that check has vetted.
-func (e *Engine) workerReady(c *wire.Command) {
+func (e *Engine) workerReady(c *protocol.Command) {
 	id := *c.WorkerID
 	d := e.cfg.WorkerDefaults
-	role := firstRole(c.Role, d.Role, wire.RoleAggregated)
+	role := firstRole(c.Role, d.Role, protocol.RoleAggregated)
 	dpSize := first(c.DPSize, d.DPSize, 1)
 	dpStart := first(c.DPStart, d.DPStart, 0)
 	w := &worker{
@@ -105,14 +105,14 @@ func (e *Engine) workerReady(c *wire.Command) {
 	e.growScratch()
 }
 
-func (e *Engine) lookupWorker(id uint64) (*worker, *wire.Error) {
+func (e *Engine) lookupWorker(id uint64) (*worker, *protocol.Error) {
 	w, ok := e.fleet.byID[id]
 	if !ok {
 		what := "never became ready"
 		if e.fleet.removed[id] {
 			what = "was removed"
 		}
-		return nil, wire.Errorf(wire.CodeUnknownWorker, "worker %d %s", id, what)
+		return nil, protocol.Errorf(protocol.CodeUnknownWorker, "worker %d %s", id, what)
 	}
 	return w, nil
 }
@@ -174,7 +174,7 @@ func orDefault[T any](v, d *T) *T {
 	return d
 }
 
-func firstRole(v, d, fallback wire.Role) wire.Role {
+func firstRole(v, d, fallback protocol.Role) protocol.Role {
 	if v != "" {
 		return v
 	}

@@ -9,33 +9,35 @@ import (
 	"testing"
 
 	"github.com/goccy/go-json"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // traceHashIDs returns the hash_ids of the shared Mooncake trace, or a
 // synthetic stand-in of the same shape (shared prefixes, ~30 blocks) when
 // the trace is absent.
-func traceHashIDs(b *testing.B) [][]uint64 {
+func traceHashIDs(b *testing.B) [][]protocol.LocalBlockHash {
 	b.Helper()
 	f, err := os.Open(filepath.Join("..", "..", "..", "shared", "traces", "synthetic_trace.jsonl"))
 	if err != nil {
 		rng := rand.New(rand.NewPCG(1, 2))
-		var out [][]uint64
+		var out [][]protocol.LocalBlockHash
 		for i := range 4000 {
-			ids := []uint64{uint64(i % 50), uint64(i%50) + 1000}
+			ids := []protocol.LocalBlockHash{protocol.LocalBlockHash(i % 50), protocol.LocalBlockHash(i%50) + 1000}
 			for range 5 + rng.IntN(50) {
-				ids = append(ids, rng.Uint64())
+				ids = append(ids, protocol.LocalBlockHash(rng.Uint64()))
 			}
 			out = append(out, ids)
 		}
 		return out
 	}
 	defer f.Close()
-	var out [][]uint64
+	var out [][]protocol.LocalBlockHash
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<24)
 	for sc.Scan() {
 		var line struct {
-			HashIDs []uint64 `json:"hash_ids"`
+			HashIDs []protocol.LocalBlockHash `json:"hash_ids"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
 			b.Fatal(err)
@@ -58,9 +60,10 @@ func withRanks(n int) *Index {
 // built beforehand as a decoder would hand them over, so that the
 // benchmarks time the index alone.
 type indexWorkload struct {
-	local, seq [][]uint64
-	blocks     [][]Block
-	rank       []RankID
+	local  [][]protocol.LocalBlockHash
+	seq    [][]protocol.SequenceHash
+	blocks [][]Block
+	rank   []RankID
 }
 
 func newIndexWorkload(b *testing.B, ranks int) indexWorkload {
@@ -151,22 +154,22 @@ func BenchmarkFindMatchesIndexSize(b *testing.B) {
 		b.Run(fmt.Sprintf("entries=%d", entries), func(b *testing.B) {
 			rng := rand.New(rand.NewPCG(3, 4))
 			x := withRanks(64)
-			prefixes := make([][]uint64, 32)
+			prefixes := make([][]protocol.LocalBlockHash, 32)
 			for i := range prefixes {
 				for range 32 {
-					prefixes[i] = append(prefixes[i], rng.Uint64())
+					prefixes[i] = append(prefixes[i], protocol.LocalBlockHash(rng.Uint64()))
 				}
 			}
-			var probes [][]uint64
+			var probes [][]protocol.LocalBlockHash
 			for n := 0; n < entries; n += 64 {
-				local := append([]uint64(nil), prefixes[rng.IntN(32)]...)
+				local := append([]protocol.LocalBlockHash(nil), prefixes[rng.IntN(32)]...)
 				for len(local) < 64 {
-					local = append(local, rng.Uint64())
+					local = append(local, protocol.LocalBlockHash(rng.Uint64()))
 				}
 				seq := SequenceHashes(local)
 				blocks := make([]Block, 64)
 				for j := range blocks {
-					blocks[j] = Block{seq[j], local[j]}
+					blocks[j] = Block{BlockHash: seq[j], TokensHash: local[j]}
 				}
 				x.Store(RankID(rng.IntN(64)), nil, blocks)
 				if len(probes) < 1024 {
@@ -194,7 +197,7 @@ func BenchmarkIndexChurn(b *testing.B) {
 	w := newIndexWorkload(b, ranks)
 	x := withRanks(ranks)
 	overlap := make([]uint32, ranks)
-	type run struct{ hashes []uint64 }
+	type run struct{ hashes []protocol.SequenceHash }
 	fifo := make([][]run, ranks)
 	held := make([]int, ranks)
 	var blocks []Block
@@ -208,7 +211,7 @@ func BenchmarkIndexChurn(b *testing.B) {
 		ops++
 		have := int(overlap[r])
 		if have < len(local) {
-			var parent *uint64
+			var parent *protocol.SequenceHash
 			if have > 0 {
 				parent = &seq[have-1]
 			}

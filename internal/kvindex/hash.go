@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // HashSeed is the XXH3 seed Dynamo uses for every block and sequence hash.
@@ -14,35 +16,35 @@ const HashSeed = 1337
 // BlockHashes returns the local hash of every full block of tokens: XXH3-64
 // of the block's tokens as little-endian u32. A partial last block is not
 // hashed, exactly as Dynamo does, because its KV is not reusable.
-func BlockHashes(tokens []uint32, blockSize int) []uint64 {
+func BlockHashes(tokens []uint32, blockSize int) []protocol.LocalBlockHash {
 	n := len(tokens) / blockSize
 	if n == 0 {
 		return nil
 	}
-	out := make([]uint64, n)
+	out := make([]protocol.LocalBlockHash, n)
 	buf := make([]byte, 4*blockSize)
 	for i := range n {
 		for j, t := range tokens[i*blockSize : (i+1)*blockSize] {
 			binary.LittleEndian.PutUint32(buf[4*j:], t)
 		}
-		out[i] = xxh3.HashSeed(buf, HashSeed)
+		out[i] = protocol.LocalBlockHash(xxh3.HashSeed(buf, HashSeed))
 	}
 	return out
 }
 
 // SequenceHashes chains local hashes into the hashes that identify a whole
 // prefix: seq[0] = local[0], seq[i] = XXH3-64(LE64(seq[i-1]) || LE64(local[i])).
-func SequenceHashes(local []uint64) []uint64 {
+func SequenceHashes(local []protocol.LocalBlockHash) []protocol.SequenceHash {
 	if len(local) == 0 {
 		return nil
 	}
-	out := make([]uint64, len(local))
-	out[0] = local[0]
+	out := make([]protocol.SequenceHash, len(local))
+	out[0] = protocol.SequenceHash(local[0])
 	var buf [16]byte
 	for i := 1; i < len(local); i++ {
-		binary.LittleEndian.PutUint64(buf[:8], out[i-1])
-		binary.LittleEndian.PutUint64(buf[8:], local[i])
-		out[i] = xxh3.HashSeed(buf[:], HashSeed)
+		binary.LittleEndian.PutUint64(buf[:8], uint64(out[i-1]))
+		binary.LittleEndian.PutUint64(buf[8:], uint64(local[i]))
+		out[i] = protocol.SequenceHash(xxh3.HashSeed(buf[:], HashSeed))
 	}
 	return out
 }

@@ -1,16 +1,18 @@
 package kvindex
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"github.com/offline-router/offline-router/internal/protocol"
+)
 
 // RankID names one (worker, dp_rank) cache inside the index. The engine hands
 // out dense IDs so that per-rank results fit in a plain slice.
 type RankID uint32
 
-// Block is one stored block of a KV "stored" event.
-type Block struct {
-	BlockHash  uint64 // chained sequence hash: how events address the block
-	TokensHash uint64 // local hash: how the tree is keyed under the parent
-}
+// Block is one stored block of a KV "stored" event: its sequence hash
+// addresses it in events, its local hash keys the tree under the parent.
+type Block = protocol.StoredBlock
 
 // maskRanks ranks are kept in a node's bit mask; higher ones (more than 64
 // ranks in all) in a side table.
@@ -99,30 +101,30 @@ func (x *Index) LastEventID(id RankID) (uint64, bool) {
 }
 
 // HasBlock reports whether id caches the block addressed by blockHash.
-func (x *Index) HasBlock(id RankID, blockHash uint64) bool {
-	_, ok := x.ranks[id].blocks.find(0, blockHash)
+func (x *Index) HasBlock(id RankID, blockHash protocol.SequenceHash) bool {
+	_, ok := x.ranks[id].blocks.find(0, uint64(blockHash))
 	return ok
 }
 
 // Store adds blocks as a chain under parent (nil = root) for id. It reports
 // false and changes nothing when id does not cache parent.
-func (x *Index) Store(id RankID, parent *uint64, blocks []Block) bool {
+func (x *Index) Store(id RankID, parent *protocol.SequenceHash, blocks []Block) bool {
 	r := &x.ranks[id]
 	cur := root
 	if parent != nil {
 		var ok bool
-		if cur, ok = r.blocks.find(0, *parent); !ok {
+		if cur, ok = r.blocks.find(0, uint64(*parent)); !ok {
 			return false
 		}
 	}
 	warm := uint64(0)
 	for _, b := range blocks {
-		warm ^= r.blocks.home(0, b.BlockHash)
+		warm ^= r.blocks.home(0, uint64(b.BlockHash))
 	}
 	x.warm = warm
 	for _, b := range blocks {
-		child := x.tree.child(cur, b.TokensHash)
-		old, added := r.blocks.findOrAdd(0, b.BlockHash, func() uint32 { return child })
+		child := x.tree.child(cur, uint64(b.TokensHash))
+		old, added := r.blocks.findOrAdd(0, uint64(b.BlockHash), func() uint32 { return child })
 		switch {
 		case added:
 			x.attach(child, id)
@@ -130,7 +132,7 @@ func (x *Index) Store(id RankID, parent *uint64, blocks []Block) bool {
 			// The hash moves to another prefix. Attach first: detaching
 			// could otherwise prune child if it is an ancestor of old.
 			x.attach(child, id)
-			r.blocks.set(0, b.BlockHash, child)
+			r.blocks.set(0, uint64(b.BlockHash), child)
 			x.detach(old, id)
 		}
 		cur = child
@@ -140,16 +142,16 @@ func (x *Index) Store(id RankID, parent *uint64, blocks []Block) bool {
 
 // Remove drops the blocks of id addressed by hashes; unknown hashes are
 // ignored (their store may have been skipped). It returns how many it dropped.
-func (x *Index) Remove(id RankID, hashes []uint64) int {
+func (x *Index) Remove(id RankID, hashes []protocol.SequenceHash) int {
 	r := &x.ranks[id]
 	warm := uint64(0)
 	for _, h := range hashes { // as in Store: let the misses overlap
-		warm ^= r.blocks.home(0, h)
+		warm ^= r.blocks.home(0, uint64(h))
 	}
 	x.warm = warm
 	n := 0
 	for _, h := range hashes {
-		if nd, ok := r.blocks.take(0, h); ok {
+		if nd, ok := r.blocks.take(0, uint64(h)); ok {
 			x.detach(nd, id)
 			n++
 		}
@@ -176,14 +178,14 @@ func (x *Index) Nodes() int { return x.tree.nodes() }
 // that rank r caches as one contiguous prefix, for every rank r below
 // len(overlap). It walks the prompt once for all ranks, keeping the ranks
 // still matching as a bit mask, and stops as soon as none is.
-func (x *Index) FindMatches(local []uint64, overlap []uint32) {
+func (x *Index) FindMatches(local []protocol.LocalBlockHash, overlap []uint32) {
 	clear(overlap)
 	alive := x.live
 	wideMatching := len(x.wide) > 0
 	depth := uint32(0)
 	w := walk{t: x.tree, id: root, n: x.tree.node(root)}
 	for _, h := range local {
-		if !w.down(h) {
+		if !w.down(uint64(h)) {
 			break
 		}
 		still := alive & w.n.mask

@@ -7,13 +7,17 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"pgregory.net/rapid"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
-func storeChain(t *testing.T, x *Index, id RankID, parent *uint64, local ...uint64) []uint64 {
+func storeChain(t *testing.T, x *Index, id RankID, parent *protocol.SequenceHash, local ...protocol.LocalBlockHash) []protocol.SequenceHash {
 	t.Helper()
-	var prev []uint64
+	// The chain goes on from parent: seeded with it as the first hash,
+	// SequenceHashes gives parent back first and then the blocks' hashes.
+	var prev []protocol.LocalBlockHash
 	if parent != nil {
-		prev = []uint64{*parent}
+		prev = []protocol.LocalBlockHash{protocol.LocalBlockHash(*parent)}
 	}
 	seq := SequenceHashes(append(prev, local...))[len(prev):]
 	blocks := make([]Block, len(local))
@@ -35,7 +39,7 @@ func TestFindMatchesSharedPrefix(t *testing.T) {
 	storeChain(t, x, 1, nil, 10, 20, 99)
 	storeChain(t, x, 2, nil, 11)
 	overlap := make([]uint32, 3)
-	x.FindMatches([]uint64{10, 20, 30, 40}, overlap)
+	x.FindMatches([]protocol.LocalBlockHash{10, 20, 30, 40}, overlap)
 	if diff := cmp.Diff([]uint32{3, 2, 0}, overlap); diff != "" {
 		t.Fatalf("overlap (-want +got):\n%s", diff)
 	}
@@ -48,11 +52,11 @@ func TestRemoveMiddleBlockCutsThePrefix(t *testing.T) {
 	x := New()
 	x.AddRank(0)
 	seq := storeChain(t, x, 0, nil, 1, 2, 3)
-	if n := x.Remove(0, []uint64{seq[1], 12345}); n != 1 {
+	if n := x.Remove(0, []protocol.SequenceHash{seq[1], 12345}); n != 1 {
 		t.Fatalf("removed %d, want 1 (the unknown hash is ignored)", n)
 	}
 	overlap := make([]uint32, 1)
-	x.FindMatches([]uint64{1, 2, 3}, overlap)
+	x.FindMatches([]protocol.LocalBlockHash{1, 2, 3}, overlap)
 	if overlap[0] != 1 {
 		t.Fatalf("overlap = %d, want 1: the walk must stop at the removed block", overlap[0])
 	}
@@ -61,8 +65,8 @@ func TestRemoveMiddleBlockCutsThePrefix(t *testing.T) {
 func TestStoreUnderUnknownParentIsRefused(t *testing.T) {
 	x := New()
 	x.AddRank(0)
-	p := uint64(77)
-	if x.Store(0, &p, []Block{{1, 1}}) {
+	p := protocol.SequenceHash(77)
+	if x.Store(0, &p, []Block{{BlockHash: 1, TokensHash: 1}}) {
 		t.Fatal("store under an unknown parent applied")
 	}
 	if x.Blocks(0) != 0 || x.Nodes() != 0 {
@@ -105,9 +109,9 @@ func TestEventIDsMustIncrease(t *testing.T) {
 }
 
 // model is the obvious implementation: every block remembers its whole path.
-type model map[RankID]map[uint64][]uint64
+type model map[RankID]map[protocol.SequenceHash][]protocol.LocalBlockHash
 
-func (m model) overlap(id RankID, local []uint64) uint32 {
+func (m model) overlap(id RankID, local []protocol.LocalBlockHash) uint32 {
 	n := uint32(0)
 	for i := range local {
 		found := false
@@ -129,7 +133,7 @@ func (m model) overlap(id RankID, local []uint64) uint32 {
 // hashes, the same under another worker's hash seed (one prefix under two
 // hashes), or hashes from a tiny alphabet (one hash moving between
 // prefixes).
-func blockHashes(t *rapid.T, local []uint64) []uint64 {
+func blockHashes(t *rapid.T, local []protocol.LocalBlockHash) []protocol.SequenceHash {
 	seq := SequenceHashes(local)
 	switch rapid.IntRange(0, 2).Draw(t, "hashes") {
 	case 1:
@@ -138,7 +142,7 @@ func blockHashes(t *rapid.T, local []uint64) []uint64 {
 		}
 	case 2:
 		for i := range seq {
-			seq[i] = rapid.Uint64Range(1, 4).Draw(t, "hash")
+			seq[i] = hashIn[protocol.SequenceHash](1, 4).Draw(t, "hash")
 		}
 	}
 	return seq
@@ -156,19 +160,19 @@ func TestIndexMatchesModel(t *testing.T) {
 		m := model{}
 		for _, r := range ids {
 			x.AddRank(r)
-			m[r] = map[uint64][]uint64{}
+			m[r] = map[protocol.SequenceHash][]protocol.LocalBlockHash{}
 		}
 		// Local hashes from a tiny alphabet make shared prefixes common.
-		gen := rapid.SliceOfN(rapid.Uint64Range(1, 3), 1, 5)
+		gen := rapid.SliceOfN(hashIn[protocol.LocalBlockHash](1, 3), 1, 5)
 		for range rapid.IntRange(1, 40).Draw(t, "steps") {
 			r := rapid.SampledFrom(ids).Draw(t, "rank")
 			switch rapid.IntRange(0, 9).Draw(t, "op") {
 			case 0, 1, 2, 3, 4, 5:
-				var parent *uint64
-				var prefix []uint64
+				var parent *protocol.SequenceHash
+				var prefix []protocol.LocalBlockHash
 				if rapid.Bool().Draw(t, "under a parent") {
 					held := slices.Sorted(maps.Keys(m[r]))
-					p := rapid.Uint64Range(1, 4).Draw(t, "unknown parent")
+					p := hashIn[protocol.SequenceHash](1, 4).Draw(t, "unknown parent")
 					if len(held) > 0 && rapid.Bool().Draw(t, "a held parent") {
 						p = rapid.SampledFrom(held).Draw(t, "parent")
 					}
@@ -178,7 +182,7 @@ func TestIndexMatchesModel(t *testing.T) {
 				seq := blockHashes(t, append(slices.Clone(prefix), local...))[len(prefix):]
 				blocks := make([]Block, len(local))
 				for i := range local {
-					blocks[i] = Block{seq[i], local[i]}
+					blocks[i] = Block{BlockHash: seq[i], TokensHash: local[i]}
 				}
 				if stored := x.Store(r, parent, blocks); stored != (parent == nil || prefix != nil) {
 					t.Fatalf("store under parent %v (held prefix %v) returned %v", parent != nil, prefix, stored)
@@ -195,18 +199,18 @@ func TestIndexMatchesModel(t *testing.T) {
 					want = 1
 				}
 				delete(m[r], h)
-				if got := x.Remove(r, []uint64{h}); got != want {
+				if got := x.Remove(r, []protocol.SequenceHash{h}); got != want {
 					t.Fatalf("remove returned %d, want %d", got, want)
 				}
 			case 8:
 				if got := x.Clear(r); got != len(m[r]) {
 					t.Fatalf("clear dropped %d, model %d", got, len(m[r]))
 				}
-				m[r] = map[uint64][]uint64{}
+				m[r] = map[protocol.SequenceHash][]protocol.LocalBlockHash{}
 			case 9:
 				x.DropRank(r)
 				x.AddRank(r)
-				m[r] = map[uint64][]uint64{}
+				m[r] = map[protocol.SequenceHash][]protocol.LocalBlockHash{}
 			}
 			probe := gen.Draw(t, "probe")
 			overlap := make([]uint32, 71)
@@ -243,13 +247,18 @@ func TestOnePrefixUnderTwoBlockHashes(t *testing.T) {
 		x.Store(id, nil, []Block{{BlockHash: 100, TokensHash: 1}})
 		x.Store(id, nil, []Block{{BlockHash: 200, TokensHash: 1}})
 		overlap := make([]uint32, 81)
-		x.Remove(id, []uint64{100})
-		if x.FindMatches([]uint64{1}, overlap); overlap[id] != 1 {
+		x.Remove(id, []protocol.SequenceHash{100})
+		if x.FindMatches([]protocol.LocalBlockHash{1}, overlap); overlap[id] != 1 {
 			t.Fatalf("rank %d: removing one of two hashes dropped the prefix", id)
 		}
-		x.Remove(id, []uint64{200})
-		if x.FindMatches([]uint64{1}, overlap); overlap[id] != 0 || x.Nodes() != 0 {
+		x.Remove(id, []protocol.SequenceHash{200})
+		if x.FindMatches([]protocol.LocalBlockHash{1}, overlap); overlap[id] != 0 || x.Nodes() != 0 {
 			t.Fatalf("rank %d: the prefix outlived both hashes", id)
 		}
 	}
+}
+
+// hashIn draws a hash of type H in [lo, hi].
+func hashIn[H ~uint64](lo, hi uint64) *rapid.Generator[H] {
+	return rapid.Map(rapid.Uint64Range(lo, hi), func(v uint64) H { return H(v) })
 }

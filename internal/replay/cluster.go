@@ -3,7 +3,7 @@ package replay
 import (
 	"container/list"
 
-	"github.com/offline-router/offline-router/internal/wire"
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // ClusterConfig is the simulated cluster: identical workers, each with a
@@ -26,16 +26,17 @@ func DefaultCluster(workers int) ClusterConfig {
 
 // cacheBlock is one block in a worker's KV cache, by sequence hash.
 type cacheBlock struct {
-	hash, local uint64
-	refs        int
-	stored      bool          // computed: visible to later requests and to the router
-	lru         *list.Element // position among unreferenced blocks; nil while referenced
+	hash   protocol.SequenceHash
+	local  protocol.LocalBlockHash
+	refs   int
+	stored bool          // computed: visible to later requests and to the router
+	lru    *list.Element // position among unreferenced blocks; nil while referenced
 }
 
 // simWorker is one worker of the simulated cluster.
 type simWorker struct {
 	id            uint64
-	blocks        map[uint64]*cacheBlock
+	blocks        map[protocol.SequenceHash]*cacheBlock
 	idle          *list.List // unreferenced blocks, least recently used first
 	running       int
 	backlog       uint64 // uncached tokens admitted and not yet prefilled
@@ -45,11 +46,11 @@ type simWorker struct {
 }
 
 func newWorker(id uint64) *simWorker {
-	return &simWorker{id: id, blocks: map[uint64]*cacheBlock{}, idle: list.New()}
+	return &simWorker{id: id, blocks: map[protocol.SequenceHash]*cacheBlock{}, idle: list.New()}
 }
 
 // cachedPrefix is how many leading blocks of seq the worker has computed.
-func (w *simWorker) cachedPrefix(seq []uint64) int {
+func (w *simWorker) cachedPrefix(seq []protocol.SequenceHash) int {
 	n := 0
 	for n < len(seq) {
 		b := w.blocks[seq[n]]
@@ -67,7 +68,7 @@ func (w *simWorker) cachedPrefix(seq []uint64) int {
 // (evicting unreferenced blocks, least recently used first). It returns the
 // evicted hashes, and false if r must wait. A request alone on its worker is
 // always admitted; blocks that do not fit are then simply not cached.
-func (w *simWorker) admit(r *simRequest, cfg *ClusterConfig) ([]uint64, bool) {
+func (w *simWorker) admit(r *simRequest, cfg *ClusterConfig) ([]protocol.SequenceHash, bool) {
 	if w.running >= cfg.MaxNumSeqs {
 		return nil, false
 	}
@@ -88,7 +89,7 @@ func (w *simWorker) admit(r *simRequest, cfg *ClusterConfig) ([]uint64, bool) {
 	}
 	r.hitBlocks, r.uncached = hit, uncached
 	w.backlog += uncached
-	var evicted []uint64
+	var evicted []protocol.SequenceHash
 	for _, h := range r.seq {
 		if b := w.blocks[h]; b != nil {
 			w.ref(b)
@@ -121,7 +122,7 @@ func (w *simWorker) ref(b *cacheBlock) {
 }
 
 // evictOne drops the least recently used unreferenced block.
-func (w *simWorker) evictOne() uint64 {
+func (w *simWorker) evictOne() protocol.SequenceHash {
 	b := w.idle.Remove(w.idle.Front()).(*cacheBlock)
 	delete(w.blocks, b.hash)
 	return b.hash
@@ -129,11 +130,11 @@ func (w *simWorker) evictOne() uint64 {
 
 // store marks the blocks r computed as cached and returns the stored event
 // for the router: the chain after r's cached prefix.
-func (w *simWorker) store(r *simRequest) *wire.RouterEvent {
-	ev := &wire.RouterEvent{WorkerID: w.id, StorageTier: "device", Kind: wire.EventStored}
+func (w *simWorker) store(r *simRequest) *protocol.KVEvent {
+	var st protocol.Stored
 	if r.hitBlocks > 0 {
 		p := r.seq[r.hitBlocks-1]
-		ev.ParentHash = &p
+		st.ParentHash = &p
 	}
 	for i := r.hitBlocks; i < len(r.seq); i++ {
 		b := w.blocks[r.seq[i]]
@@ -141,14 +142,13 @@ func (w *simWorker) store(r *simRequest) *wire.RouterEvent {
 			break // not cached (no room): the chain stops here
 		}
 		b.stored = true
-		ev.Blocks = append(ev.Blocks, wire.StoredBlock{BlockHash: b.hash, TokensHash: b.local})
+		st.Blocks = append(st.Blocks, protocol.StoredBlock{BlockHash: b.hash, TokensHash: b.local})
 	}
-	if len(ev.Blocks) == 0 {
+	if len(st.Blocks) == 0 {
 		return nil
 	}
 	w.eventID++
-	ev.EventID = w.eventID
-	return ev
+	return &protocol.KVEvent{WorkerID: w.id, StorageTier: "device", EventID: w.eventID, Data: st}
 }
 
 // release drops r's references, deepest block first, so that among blocks
@@ -171,7 +171,7 @@ func (w *simWorker) release(r *simRequest) {
 }
 
 // removedEvent reports evicted blocks to the router.
-func (w *simWorker) removedEvent(hashes []uint64) *wire.RouterEvent {
+func (w *simWorker) removedEvent(hashes []protocol.SequenceHash) *protocol.KVEvent {
 	w.eventID++
-	return &wire.RouterEvent{WorkerID: w.id, StorageTier: "device", EventID: w.eventID, Kind: wire.EventRemoved, Removed: hashes}
+	return &protocol.KVEvent{WorkerID: w.id, StorageTier: "device", EventID: w.eventID, Data: protocol.Removed{BlockHashes: hashes}}
 }

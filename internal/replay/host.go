@@ -10,13 +10,13 @@ import (
 
 	"github.com/offline-router/offline-router/internal/engine"
 	"github.com/offline-router/offline-router/internal/kvindex"
-	"github.com/offline-router/offline-router/internal/wire"
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // Options configures one replay.
 type Options struct {
 	Cluster   ClusterConfig
-	Router    wire.Config
+	Router    protocol.Config
 	Commands  io.Writer             // if set, every command line sent, as the router read it
 	Responses io.Writer             // if set, every response line
 	Progress  func(done, total int) // called now and then
@@ -33,11 +33,12 @@ type Sample struct {
 // simRequest is a trace request on its way through the cluster.
 type simRequest struct {
 	*Request
-	local, seq []uint64
-	worker     *simWorker
-	owned      []*cacheBlock
-	hitBlocks  int
-	uncached   uint64 // input tokens its worker had to prefill
+	local     []protocol.LocalBlockHash
+	seq       []protocol.SequenceHash
+	worker    *simWorker
+	owned     []*cacheBlock
+	hitBlocks int
+	uncached  uint64 // input tokens its worker had to prefill
 
 	placedAt, prefillStart, firstToken, doneAt float64
 	overlap, best, islBlocks                   uint64
@@ -93,6 +94,7 @@ type host struct {
 	placed   []*simRequest // dispatch queue of placements to hand to workers
 
 	hitTokens, admittedTokens float64 // running totals, for Sample
+	err                       error   // the first failure to talk to the router
 }
 
 // Run replays the trace and reports what routing did.
@@ -110,7 +112,7 @@ func Run(trace []Request, opt Options) (*Report, error) {
 	for i := range opt.Cluster.Workers {
 		w := newWorker(uint64(i + 1))
 		h.workers[w.id], h.order = w, append(h.order, w)
-		h.send(&wire.Command{Op: wire.OpWorkerReady, NowMS: ptr(0.0), WorkerID: &w.id,
+		h.send(&protocol.Command{Op: protocol.OpWorkerReady, NowMS: ptr(0.0), WorkerID: &w.id,
 			TotalKVBlocks: &kv, MaxNumBatchedTokens: &mbt, MaxNumSeqs: &seqs})
 	}
 	for i := range trace {
@@ -154,8 +156,11 @@ func (h *host) loop(total int) error {
 			next = h.events[0].at
 		}
 		if h.wakeup != nil && *h.wakeup <= next {
-			h.send(&wire.Command{Op: wire.OpAdvanceClock, NowMS: ptr(*h.wakeup)})
+			h.send(&protocol.Command{Op: protocol.OpAdvanceClock, NowMS: ptr(*h.wakeup)})
 			continue
+		}
+		if h.err != nil {
+			return h.err
 		}
 		if len(h.events) == 0 {
 			break
@@ -191,7 +196,7 @@ func (h *host) loop(total int) error {
 
 func (h *host) arrive(t float64, r *simRequest) {
 	r.Arrival = t
-	c := &wire.Command{Op: wire.OpPlace, NowMS: ptr(t), RequestID: r.ID, InputTokens: &r.InputTokens,
+	c := &protocol.Command{Op: protocol.OpPlace, NowMS: ptr(t), RequestID: r.ID, InputTokens: &r.InputTokens,
 		OutputTokens: &r.OutputTokens, BlockHashes: r.local}
 	if len(r.local) == 0 {
 		c.BlockHashes = nil
@@ -204,10 +209,18 @@ func (h *host) arrive(t float64, r *simRequest) {
 
 // send sends one command and acts on the response: placements are
 // dispatched to their workers, rejections end their requests.
-func (h *host) send(c *wire.Command) {
-	resp := h.router.send(c)
-	if resp.Error != nil {
-		panic(fmt.Sprintf("the replay host sent a bad command: %s: %s", c.Op, resp.Error.Message))
+// After a failure it sends nothing more, and the loop returns the error.
+func (h *host) send(c *protocol.Command) {
+	if h.err != nil {
+		return
+	}
+	resp, err := h.router.send(c)
+	if err == nil && resp.Error != nil {
+		err = fmt.Errorf("the replay host sent a bad command: %s: %s", c.Op, resp.Error.Message)
+	}
+	if err != nil {
+		h.err = err
+		return
 	}
 	t := float64(resp.NowMS)
 	h.wakeup = nil
@@ -228,10 +241,10 @@ func (h *host) send(c *wire.Command) {
 		h.ended(t, r)
 	}
 	// Dispatch outside the loop above: a commit may itself release requests.
-	for len(h.placed) > 0 && c.Op != wire.OpDispatchCommitted {
+	for len(h.placed) > 0 && c.Op != protocol.OpDispatchCommitted {
 		r := h.placed[0]
 		h.placed = h.placed[1:]
-		h.send(&wire.Command{Op: wire.OpDispatchCommitted, NowMS: ptr(t), RequestID: r.ID})
+		h.send(&protocol.Command{Op: protocol.OpDispatchCommitted, NowMS: ptr(t), RequestID: r.ID})
 		r.worker.waiting = append(r.worker.waiting, r)
 		h.admitWaiting(t, r.worker)
 	}
@@ -247,7 +260,7 @@ func (h *host) admitWaiting(t float64, w *simWorker) {
 		}
 		w.waiting = w.waiting[1:]
 		if len(evicted) > 0 {
-			h.send(&wire.Command{Op: wire.OpObserve, NowMS: ptr(t), Events: []wire.RouterEvent{*w.removedEvent(evicted)}})
+			h.send(&protocol.Command{Op: protocol.OpObserve, NowMS: ptr(t), Events: []protocol.KVEvent{*w.removedEvent(evicted)}})
 		}
 		h.hitTokens += float64(r.InputTokens - r.uncached)
 		h.admittedTokens += float64(r.InputTokens)
@@ -263,9 +276,9 @@ func (h *host) prefillDone(t float64, r *simRequest) {
 	// The backlog shrank: waiting requests may fit now.
 	defer h.admitWaiting(t, r.worker)
 	if ev := r.worker.store(r); ev != nil {
-		h.send(&wire.Command{Op: wire.OpObserve, NowMS: ptr(t), Events: []wire.RouterEvent{*ev}})
+		h.send(&protocol.Command{Op: protocol.OpObserve, NowMS: ptr(t), Events: []protocol.KVEvent{*ev}})
 	}
-	h.send(&wire.Command{Op: wire.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
+	h.send(&protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
 	// The product is rounded alone (no fused multiply-add), so that every
 	// platform replays to the same numbers.
 	h.schedule(t+float64(float64(r.OutputTokens)*h.opt.Cluster.DecodeMSPerToken), evDecodeDone, r)
@@ -274,7 +287,7 @@ func (h *host) prefillDone(t float64, r *simRequest) {
 func (h *host) decodeDone(t float64, r *simRequest) {
 	r.doneAt = t
 	r.worker.release(r)
-	h.send(&wire.Command{Op: wire.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
+	h.send(&protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
 	h.ended(t, r)
 	h.admitWaiting(t, r.worker)
 }

@@ -9,11 +9,12 @@ import (
 
 	"github.com/offline-router/offline-router/internal/engine"
 	_ "github.com/offline-router/offline-router/internal/golden" // registers -update for go test ./... -update
+	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
-func routerConfig(policy string) wire.Config {
-	cfg := wire.DefaultConfig()
+func routerConfig(policy protocol.Policy) protocol.Config {
+	cfg := protocol.DefaultConfig()
 	cfg.BlockSize, cfg.Policy = 512, policy
 	return cfg
 }
@@ -21,7 +22,7 @@ func routerConfig(policy string) wire.Config {
 // TestKVBeatsRoundRobinOnTheBuiltinWorkload: the point of KV-aware routing.
 func TestKVBeatsRoundRobinOnTheBuiltinWorkload(t *testing.T) {
 	trace := Builtin(7, 200, 512)
-	run := func(policy string) *Report {
+	run := func(policy protocol.Policy) *Report {
 		rep, err := Run(append([]Request(nil), trace...), Options{Cluster: DefaultCluster(8), Router: routerConfig(policy)})
 		if err != nil {
 			t.Fatal(err)
@@ -31,7 +32,7 @@ func TestKVBeatsRoundRobinOnTheBuiltinWorkload(t *testing.T) {
 		}
 		return rep
 	}
-	kv, rr := run(wire.PolicyKV), run(wire.PolicyRoundRobin)
+	kv, rr := run(protocol.PolicyKV), run(protocol.PolicyRoundRobin)
 	if kv.PrefixHitRate <= rr.PrefixHitRate+0.05 {
 		t.Fatalf("kv prefix hit rate %.3f does not beat round_robin's %.3f", kv.PrefixHitRate, rr.PrefixHitRate)
 	}
@@ -47,7 +48,7 @@ func TestKVBeatsRoundRobinOnTheBuiltinWorkload(t *testing.T) {
 // into serve with the same config, gives the same responses, byte for byte,
 // with affinity, a queue and linear decay in play.
 func TestEmittedCommandsReplayByteForByte(t *testing.T) {
-	cfg := routerConfig(wire.PolicyKV)
+	cfg := routerConfig(protocol.PolicyKV)
 	cfg.Affinity.Mode = "hard"
 	cfg.QueueThreshold = ptr(1.0)
 	cfg.PrefillLoadModel, cfg.PrefillTokensPerMS = "linear", ptr(20.0)
@@ -101,7 +102,7 @@ func TestSmallMooncakeTrace(t *testing.T) {
 	if reqs[3].Session != "42" || *reqs[3].DelayMS != 100 {
 		t.Fatalf("the later turn: %+v", reqs[3])
 	}
-	rep, err := Run(reqs, Options{Cluster: DefaultCluster(2), Router: routerConfig(wire.PolicyKV)})
+	rep, err := Run(reqs, Options{Cluster: DefaultCluster(2), Router: routerConfig(protocol.PolicyKV)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestSharedTraceReplays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Run(reqs, Options{Cluster: DefaultCluster(16), Router: routerConfig(wire.PolicyKV)})
+	rep, err := Run(reqs, Options{Cluster: DefaultCluster(16), Router: routerConfig(protocol.PolicyKV)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func percentiles(v []float64) Percentiles {
 }
 
 func (h *host) report(trace []Request, wall time.Duration) *Report {
-	rep := &Report{Policy: h.opt.Router.Policy, Workers: len(h.workers), Requests: len(trace),
+	rep := &Report{Policy: string(h.opt.Router.Policy), Workers: len(h.workers), Requests: len(trace),
 		WallMS: ms(wall), RouterMS: ms(h.router.busy), RouterCommands: h.router.commands}
 	if h.router.busy > 0 {
 		rep.RouterCommandsPerS = float64(h.router.commands) / h.router.busy.Seconds()

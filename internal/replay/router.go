@@ -2,27 +2,31 @@ package replay
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"time"
 
 	"github.com/offline-router/offline-router/internal/engine"
+	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
-// router is the engine behind the wire: each command is encoded as a host
-// would write it and decoded as serve would read it, so that the emitted
-// stream replays byte for byte.
+// router is the engine as the replay host talks to it: commands go in as
+// values, with no JSON in between. Only when the stream is asked for
+// (--emit-commands, or the responses) is each command or response encoded,
+// exactly as a host would write it and serve would answer it, so that the
+// emitted stream replays byte for byte.
 type router struct {
 	eng        *engine.Engine
 	cmds, resp *bufio.Writer
 	line, out  []byte
-	d          wire.Decoded
 	commands   int
 	busy       time.Duration
+	ops        map[protocol.Op]*string // each op's name, as a response echoes it
 }
 
 func newRouter(eng *engine.Engine, cmds, resp io.Writer) *router {
-	r := &router{eng: eng}
+	r := &router{eng: eng, ops: map[protocol.Op]*string{}}
 	if cmds != nil {
 		r.cmds = bufio.NewWriterSize(cmds, 1<<16)
 	}
@@ -32,22 +36,33 @@ func newRouter(eng *engine.Engine, cmds, resp io.Writer) *router {
 	return r
 }
 
-func (r *router) send(c *wire.Command) *wire.Response {
+func (r *router) send(c *protocol.Command) (*protocol.Response, error) {
 	start := time.Now()
-	r.line = wire.AppendCommand(r.line[:0], c)
 	if r.cmds != nil {
-		r.cmds.Write(r.line)
-		r.cmds.WriteByte('\n')
+		r.line = append(wire.AppendCommand(r.line[:0], c), '\n')
+		if _, err := r.cmds.Write(r.line); err != nil {
+			return nil, fmt.Errorf("writing commands: %w", err)
+		}
 	}
 	r.commands++
-	resp := &wire.Response{Seq: uint64(r.commands)}
-	wire.Answer(r.line, &r.d, r.eng, resp)
+	op, ok := r.ops[c.Op]
+	if !ok {
+		name := string(c.Op)
+		op, r.ops[c.Op] = &name, &name
+	}
+	resp := &protocol.Response{Seq: uint64(r.commands), Op: op}
+	r.eng.Apply(c, resp)
 	if r.resp != nil {
-		r.out, _ = wire.Encode(r.out[:0], resp)
-		r.resp.Write(r.out)
+		var err error
+		if r.out, err = wire.Encode(r.out[:0], resp); err != nil {
+			return nil, fmt.Errorf("encoding response %d: %w", resp.Seq, err)
+		}
+		if _, err := r.resp.Write(r.out); err != nil {
+			return nil, fmt.Errorf("writing responses: %w", err)
+		}
 	}
 	r.busy += time.Since(start)
-	return resp
+	return resp, nil
 }
 
 func (r *router) flush() error {

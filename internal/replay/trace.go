@@ -4,6 +4,8 @@
 package replay
 
 import (
+	"github.com/offline-router/offline-router/internal/protocol"
+
 	"bufio"
 	"bytes"
 	"fmt"
@@ -20,19 +22,19 @@ type Request struct {
 	Arrival      float64 // ms; a later turn's is set when its previous turn ends
 	InputTokens  uint64
 	OutputTokens uint64
-	HashIDs      []uint64 // one per block of BlockSize tokens; the last may be partial
-	Session      string   // "" when none
-	DelayMS      *float64 // a later turn: arrives this long after its session's previous turn ends
+	HashIDs      []protocol.LocalBlockHash // one per block of BlockSize tokens; the last may be partial
+	Session      string                    // "" when none
+	DelayMS      *float64                  // a later turn: arrives this long after its session's previous turn ends
 }
 
 type mooncakeLine struct {
-	Timestamp    *float64        `json:"timestamp"`
-	InputLength  *uint64         `json:"input_length"`
-	OutputLength *uint64         `json:"output_length"`
-	HashIDs      []uint64        `json:"hash_ids"`
-	SessionID    json.RawMessage `json:"session_id"`
-	Delay        *float64        `json:"delay"`
-	DelayMS      *float64        `json:"delay_ms"`
+	Timestamp    *float64                  `json:"timestamp"`
+	InputLength  *uint64                   `json:"input_length"`
+	OutputLength *uint64                   `json:"output_length"`
+	HashIDs      []protocol.LocalBlockHash `json:"hash_ids"`
+	SessionID    json.RawMessage           `json:"session_id"`
+	Delay        *float64                  `json:"delay"`
+	DelayMS      *float64                  `json:"delay_ms"`
 }
 
 // ReadMooncake reads a Mooncake JSONL trace: timestamp (ms), input_length,
@@ -109,8 +111,8 @@ func (m *mooncakeLine) request(i int, blockSize uint64) (Request, error) {
 func Builtin(seed uint64, sessions int, blockSize uint64) []Request {
 	rng := rand.New(rand.NewPCG(seed, 0xb17))
 	nextID := uint64(1)
-	block := func() uint64 { nextID++; return nextID }
-	prompts := make([][]uint64, 6)
+	block := func() protocol.LocalBlockHash { nextID++; return protocol.LocalBlockHash(nextID) }
+	prompts := make([][]protocol.LocalBlockHash, 6)
 	for i := range prompts {
 		for range 4 + rng.IntN(12) {
 			prompts[i] = append(prompts[i], block())
@@ -122,7 +124,7 @@ func Builtin(seed uint64, sessions int, blockSize uint64) []Request {
 		t += rng.ExpFloat64() * 120
 		// Popular prompts are used more: the first one by about a third.
 		p := min(int(rng.ExpFloat64()*2), len(prompts)-1)
-		ids := append([]uint64(nil), prompts[p]...)
+		ids := append([]protocol.LocalBlockHash(nil), prompts[p]...)
 		session := "s" + strconv.Itoa(s)
 		for turn := range 2 + rng.IntN(5) {
 			for range 1 + rng.IntN(3) {
@@ -132,7 +134,7 @@ func Builtin(seed uint64, sessions int, blockSize uint64) []Request {
 				ID: fmt.Sprintf("%s-t%d", session, turn), Session: session,
 				InputTokens:  uint64(len(ids))*blockSize - uint64(rng.IntN(int(blockSize))),
 				OutputTokens: 50 + uint64(rng.IntN(250)),
-				HashIDs:      append([]uint64(nil), ids...),
+				HashIDs:      append([]protocol.LocalBlockHash(nil), ids...),
 			}
 			if turn == 0 {
 				req.Arrival = t

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"github.com/offline-router/offline-router/internal/protocol"
 	"strings"
 	"testing"
 )
@@ -35,10 +36,10 @@ func BenchmarkDecodePlace100(b *testing.B) {
 // BenchmarkEncodePlacement: the response to a place, with summary evidence.
 func BenchmarkEncodePlacement(b *testing.B) {
 	op := "place"
-	resp := Response{Seq: 42, Op: &op, OK: true, NowMS: 1234.5, Placements: []Placement{{
-		RequestID: "r12345", WorkerID: 17, Role: RoleAggregated, OverlapBlocks: 40, BestAvailableOverlapBlocks: 45,
-		ISLBlocks: 100, CachedTokens: 640, PrefillTokens: 960, Reason: ReasonKV, Binding: "none",
-		Evidence: &PlacementEvidence{Candidates: 64, Ties: 1, SelectedCost: 123.5, BestCost: 123.5},
+	resp := protocol.Response{Seq: 42, Op: &op, OK: true, NowMS: 1234.5, Placements: []protocol.Placement{{
+		RequestID: "r12345", WorkerID: 17, Role: protocol.RoleAggregated, OverlapBlocks: 40, BestAvailableOverlapBlocks: 45,
+		ISLBlocks: 100, CachedTokens: 640, PrefillTokens: 960, Reason: protocol.ReasonKV, Binding: "none",
+		Evidence: &protocol.PlacementEvidence{Candidates: 64, Ties: 1, SelectedCost: 123.5, BestCost: 123.5},
 	}}}
 	var buf []byte
 	for b.Loop() {

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"github.com/offline-router/offline-router/internal/protocol"
 	"math"
 	"strings"
 	"testing"
@@ -25,12 +26,12 @@ func TestDecodePlaceKeepsEveryField(t *testing.T) {
 		t.Fatal(d.Err)
 	}
 	c := d.Cmd
-	if c.Op != OpPlace || string(d.ID) != `"c1"` || *c.NowMS != 12.5 || c.RequestID != "r" || c.ISL() != 40 ||
-		*c.OutputTokens != 7 || c.Role != RolePrefill || *c.SessionID != "s" || *c.ParentSessionID != "p" ||
+	if c.Op != protocol.OpPlace || string(d.ID) != `"c1"` || *c.NowMS != 12.5 || c.RequestID != "r" || c.ISL() != 40 ||
+		*c.OutputTokens != 7 || c.Role != protocol.RolePrefill || *c.SessionID != "s" || *c.ParentSessionID != "p" ||
 		*c.Priority != 1.5 || *c.StrictPriority != -2 || *c.WorkerID != 3 || *c.DPRank != 1 {
 		t.Fatalf("decoded %+v", c)
 	}
-	if diff := cmp.Diff([]uint64{math.MaxUint64, 1<<53 + 1}, c.BlockHashes); diff != "" {
+	if diff := cmp.Diff([]protocol.LocalBlockHash{math.MaxUint64, 1<<53 + 1}, c.BlockHashes); diff != "" {
 		t.Fatalf("u64 hashes must be exact (-want +got):\n%s", diff)
 	}
 }
@@ -43,11 +44,11 @@ func TestDecodeEvents(t *testing.T) {
 	if d.Err != nil {
 		t.Fatal(d.Err)
 	}
-	parent := uint64(7)
-	want := []RouterEvent{
-		{WorkerID: 1, StorageTier: "device", EventID: 5, DPRank: 2, Kind: EventStored, ParentHash: &parent, Blocks: []StoredBlock{{11, 1}}},
-		{WorkerID: 1, StorageTier: "device", EventID: 6, Kind: EventRemoved, Removed: []uint64{11}},
-		{WorkerID: 1, StorageTier: "device", EventID: 7, Kind: EventCleared},
+	parent := protocol.SequenceHash(7)
+	want := []protocol.KVEvent{
+		{WorkerID: 1, StorageTier: "device", EventID: 5, DPRank: 2, Data: protocol.Stored{ParentHash: &parent, Blocks: []protocol.StoredBlock{{BlockHash: 11, TokensHash: 1}}}},
+		{WorkerID: 1, StorageTier: "device", EventID: 6, Data: protocol.Removed{BlockHashes: []protocol.SequenceHash{11}}},
+		{WorkerID: 1, StorageTier: "device", EventID: 7, Data: protocol.Cleared{}},
 	}
 	if diff := cmp.Diff(want, d.Cmd.Events); diff != "" {
 		t.Fatalf("events (-want +got):\n%s", diff)
@@ -127,8 +128,8 @@ func TestRequestIDEscapesAreDecoded(t *testing.T) {
 
 func TestNumFormatting(t *testing.T) {
 	for v, want := range map[float64]string{0: "0", math.Copysign(0, -1): "0", 1500: "1500", 0.1: "0.1", 1e21: "1000000000000000000000", 4.125: "4.125"} {
-		if got := string(AppendNum(nil, v)); got != want {
-			t.Errorf("AppendNum(%v) = %s, want %s", v, got, want)
+		if got := string(protocol.AppendNum(nil, v)); got != want {
+			t.Errorf("protocol.AppendNum(%v) = %s, want %s", v, got, want)
 		}
 	}
 }
@@ -136,8 +137,9 @@ func TestNumFormatting(t *testing.T) {
 // TestDecodeKeysAllocateNothing: decoding allocates for values that are
 // kept, never for the protocol's keys. Each added event below carries every
 // event key (13 of them) and 5 values that must be allocated (its blocks,
-// parent hash, removed hashes, storage tier and the removal's tier); a key
-// that is not interned would add one allocation per event.
+// parent hash, removed hashes, and each event's data boxed in its
+// EventData; the "device" tier is interned); a key that is not interned
+// would add one allocation per event.
 func TestDecodeKeysAllocateNothing(t *testing.T) {
 	event := `{"worker_id":1,"storage_tier":"device","event":{"event_id":5,"dp_rank":2,"data":{"stored":{"parent_hash":7,"blocks":[{"block_hash":11,"tokens_hash":1}]}}}},` +
 		`{"worker_id":1,"storage_tier":"device","event":{"event_id":6,"data":{"removed":{"block_hashes":[11]}}}}`

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"github.com/offline-router/offline-router/internal/protocol"
 	"strings"
 	"testing"
 
@@ -12,7 +13,7 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(DefaultConfig(), c); diff != "" {
+	if diff := cmp.Diff(protocol.DefaultConfig(), c); diff != "" {
 		t.Fatalf("(-default +loaded):\n%s", diff)
 	}
 	if c.BlockSize != 16 || c.Policy != "kv" || !c.KVEvents || c.Affinity.TTLMS != 3600000 || c.Evidence != "summary" {

@@ -1,18 +1,21 @@
 package wire
 
-import "strconv"
+import (
+	"github.com/offline-router/offline-router/internal/protocol"
+	"strconv"
+)
 
 // AppendCommand appends c as one JSON line (without the newline), fields in
 // a fixed order, so that a host that writes commands with it produces a
 // stream Decode reads back into the same command.
-func AppendCommand(b []byte, c *Command) []byte {
+func AppendCommand(b []byte, c *protocol.Command) []byte {
 	b = append(b, `{"op":`...)
 	b = appendString(b, string(c.Op))
 	if c.ID != nil {
 		b = append(append(b, `,"id":`...), c.ID...)
 	}
 	if c.NowMS != nil {
-		b = AppendNum(append(b, `,"now_ms":`...), *c.NowMS)
+		b = protocol.AppendNum(append(b, `,"now_ms":`...), *c.NowMS)
 	}
 	if c.RequestID != "" {
 		b = appendString(append(b, `,"request_id":`...), c.RequestID)
@@ -49,7 +52,7 @@ func AppendCommand(b []byte, c *Command) []byte {
 		b = appendString(append(b, `,"parent_session_id":`...), *c.ParentSessionID)
 	}
 	if c.Priority != nil {
-		b = AppendNum(append(b, `,"priority":`...), *c.Priority)
+		b = protocol.AppendNum(append(b, `,"priority":`...), *c.Priority)
 	}
 	if c.StrictPriority != nil {
 		b = strconv.AppendInt(append(b, `,"strict_priority":`...), *c.StrictPriority, 10)
@@ -60,7 +63,7 @@ func AppendCommand(b []byte, c *Command) []byte {
 	return append(b, '}')
 }
 
-func appendEvent(b []byte, ev *RouterEvent) []byte {
+func appendEvent(b []byte, ev *protocol.KVEvent) []byte {
 	b = strconv.AppendUint(append(b, `{"worker_id":`...), ev.WorkerID, 10)
 	if ev.StorageTier != "" {
 		b = appendString(append(b, `,"storage_tier":`...), ev.StorageTier)
@@ -68,21 +71,21 @@ func appendEvent(b []byte, ev *RouterEvent) []byte {
 	b = strconv.AppendUint(append(b, `,"event":{"event_id":`...), ev.EventID, 10)
 	b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(ev.DPRank), 10)
 	b = append(b, `,"data":`...)
-	switch ev.Kind {
-	case EventStored:
+	switch d := ev.Data.(type) {
+	case protocol.Stored:
 		b = append(b, `{"stored":{"parent_hash":`...)
-		if ev.ParentHash == nil {
+		if d.ParentHash == nil {
 			b = append(b, "null"...)
 		} else {
-			b = strconv.AppendUint(b, *ev.ParentHash, 10)
+			b = strconv.AppendUint(b, uint64(*d.ParentHash), 10)
 		}
-		b = appendArray(append(b, `,"blocks":`...), ev.Blocks, func(b []byte, blk *StoredBlock) []byte {
-			b = strconv.AppendUint(append(b, `{"block_hash":`...), blk.BlockHash, 10)
-			return append(strconv.AppendUint(append(b, `,"tokens_hash":`...), blk.TokensHash, 10), '}')
+		b = appendArray(append(b, `,"blocks":`...), d.Blocks, func(b []byte, blk *protocol.StoredBlock) []byte {
+			b = strconv.AppendUint(append(b, `{"block_hash":`...), uint64(blk.BlockHash), 10)
+			return append(strconv.AppendUint(append(b, `,"tokens_hash":`...), uint64(blk.TokensHash), 10), '}')
 		})
 		b = append(b, "}}"...)
-	case EventRemoved:
-		b = appendU64s(append(b, `{"removed":{`...), "block_hashes", ev.Removed)
+	case protocol.Removed:
+		b = appendU64s(append(b, `{"removed":{`...), "block_hashes", d.BlockHashes)
 		b = append(b, "}}"...)
 	default:
 		b = append(b, `"cleared"`...)
@@ -126,7 +129,7 @@ func appendU32(b []byte, key string, v *uint32) []byte {
 
 // appendU64s writes ,"key":[...] (no leading comma right after an opening
 // brace, where a list is the first member).
-func appendU64s(b []byte, key string, vs []uint64) []byte {
+func appendU64s[T ~uint64](b []byte, key string, vs []T) []byte {
 	if vs == nil {
 		return b
 	}
@@ -134,5 +137,5 @@ func appendU64s(b []byte, key string, vs []uint64) []byte {
 		b = append(b, ',')
 	}
 	b = append(append(append(b, '"'), key...), `":`...)
-	return appendArray(b, vs, func(b []byte, v *uint64) []byte { return strconv.AppendUint(b, *v, 10) })
+	return appendArray(b, vs, func(b []byte, v *T) []byte { return strconv.AppendUint(b, uint64(*v), 10) })
 }

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"github.com/offline-router/offline-router/internal/protocol"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -15,24 +16,24 @@ func TestAppendCommandRoundTrips(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	s := func(v string) *string { return &v }
 	i64 := func(v int64) *int64 { return &v }
-	parent := uint64(1<<64 - 1)
-	cmds := []Command{
-		{Op: OpWorkerReady, ID: []byte(`"w"`), NowMS: f(0.1 + 0.2), WorkerID: u64(3), Role: RolePrefill, DPSize: u32(2), DPStart: u32(4),
+	parent := protocol.SequenceHash(1<<64 - 1)
+	cmds := []protocol.Command{
+		{Op: protocol.OpWorkerReady, ID: []byte(`"w"`), NowMS: f(0.1 + 0.2), WorkerID: u64(3), Role: protocol.RolePrefill, DPSize: u32(2), DPStart: u32(4),
 			TotalKVBlocks: u64(10), MaxNumBatchedTokens: u64(8192), MaxNumSeqs: u64(64)},
-		{Op: OpPlace, RequestID: "r \"quoted\" é", NowMS: f(1e15 + 0.5), InputTokens: u64(40), OutputTokens: u64(9),
-			BlockHashes: []uint64{1<<53 + 1, 2}, SequenceHashes: []uint64{5, 6}, AllowedWorkers: []uint64{1},
+		{Op: protocol.OpPlace, RequestID: "r \"quoted\" é", NowMS: f(1e15 + 0.5), InputTokens: u64(40), OutputTokens: u64(9),
+			BlockHashes: []protocol.LocalBlockHash{1<<53 + 1, 2}, SequenceHashes: []protocol.SequenceHash{5, 6}, AllowedWorkers: []uint64{1},
 			SessionID: s("s"), ParentSessionID: s("p"), Priority: f(-0.25), StrictPriority: i64(-3), WorkerID: u64(1), DPRank: u32(0)},
-		{Op: OpPlace, RequestID: "t", Tokens: []uint32{1, 1<<32 - 1}},
-		{Op: OpObserve, Events: []RouterEvent{
-			{WorkerID: 1, StorageTier: "device", EventID: 7, DPRank: 1, Kind: EventStored, ParentHash: &parent, Blocks: []StoredBlock{{1, 2}, {3, 4}}},
-			{WorkerID: 1, StorageTier: "device", EventID: 8, Kind: EventStored, Blocks: []StoredBlock{}},
-			{WorkerID: 2, StorageTier: "host", EventID: 9, Kind: EventRemoved, Removed: []uint64{11}},
-			{WorkerID: 2, StorageTier: "device", EventID: 10, Kind: EventCleared},
+		{Op: protocol.OpPlace, RequestID: "t", Tokens: []uint32{1, 1<<32 - 1}},
+		{Op: protocol.OpObserve, Events: []protocol.KVEvent{
+			{WorkerID: 1, StorageTier: "device", EventID: 7, DPRank: 1, Data: protocol.Stored{ParentHash: &parent, Blocks: []protocol.StoredBlock{{BlockHash: 1, TokensHash: 2}, {BlockHash: 3, TokensHash: 4}}}},
+			{WorkerID: 1, StorageTier: "device", EventID: 8, Data: protocol.Stored{Blocks: []protocol.StoredBlock{}}},
+			{WorkerID: 2, StorageTier: "host", EventID: 9, Data: protocol.Removed{BlockHashes: []protocol.SequenceHash{11}}},
+			{WorkerID: 2, StorageTier: "device", EventID: 10, Data: protocol.Cleared{}},
 		}},
-		{Op: OpAdvanceClock, NowMS: f(12.5)},
-		{Op: OpRequestTerminal, RequestID: "r"},
+		{Op: protocol.OpAdvanceClock, NowMS: f(12.5)},
+		{Op: protocol.OpRequestTerminal, RequestID: "r"},
 		// Characters Go's strconv.Quote would write as non-JSON escapes.
-		{Op: OpPlace, RequestID: "del\x7f ctl\x01 ls\u2028 \U0001F600 back\\slash", SessionID: s("\x1f")},
+		{Op: protocol.OpPlace, RequestID: "del\x7f ctl\x01 ls\u2028 \U0001F600 back\\slash", SessionID: s("\x1f")},
 	}
 	for _, c := range cmds {
 		line := AppendCommand(nil, &c)
@@ -41,7 +42,7 @@ func TestAppendCommandRoundTrips(t *testing.T) {
 		if d.Err != nil {
 			t.Fatalf("%s: %v", line, d.Err)
 		}
-		if diff := cmp.Diff(c, d.Cmd, cmpopts.IgnoreUnexported(Command{}), cmpopts.EquateEmpty()); diff != "" {
+		if diff := cmp.Diff(c, d.Cmd, cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", line, diff)
 		}
 	}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"github.com/offline-router/offline-router/internal/protocol"
 	"strconv"
 
 	"github.com/goccy/go-json"
@@ -15,7 +16,7 @@ import (
 // the whole response with it, which encode_response_test.go checks.
 
 // Encode appends the response as one JSON line.
-func Encode(b []byte, r *Response) ([]byte, error) {
+func Encode(b []byte, r *protocol.Response) ([]byte, error) {
 	var err error
 	b = strconv.AppendUint(append(b, `{"seq":`...), r.Seq, 10)
 	if len(r.ID) > 0 {
@@ -30,7 +31,7 @@ func Encode(b []byte, r *Response) ([]byte, error) {
 		b = appendGoccyString(b, *r.Op)
 	}
 	b = strconv.AppendBool(append(b, `,"ok":`...), r.OK)
-	b = AppendNum(append(b, `,"now_ms":`...), float64(r.NowMS))
+	b = protocol.AppendNum(append(b, `,"now_ms":`...), float64(r.NowMS))
 	b = appendArray(append(b, `,"placements":`...), r.Placements, appendPlacement)
 	if r.Cancelled != nil {
 		b = strconv.AppendBool(append(b, `,"cancelled":`...), *r.Cancelled)
@@ -39,7 +40,7 @@ func Encode(b []byte, r *Response) ([]byte, error) {
 		b = appendArray(append(b, `,"queued":`...), r.Queued, appendStringAt)
 	}
 	if len(r.Rejected) > 0 {
-		b = appendArray(append(b, `,"rejected":`...), r.Rejected, func(b []byte, rj *Rejection) []byte {
+		b = appendArray(append(b, `,"rejected":`...), r.Rejected, func(b []byte, rj *protocol.Rejection) []byte {
 			b = appendGoccyString(append(b, `{"request_id":`...), rj.RequestID)
 			b = appendGoccyString(append(b, `,"code":`...), string(rj.Code))
 			return append(appendGoccyString(append(b, `,"message":`...), rj.Message), '}')
@@ -62,12 +63,12 @@ func Encode(b []byte, r *Response) ([]byte, error) {
 	if r.NextWakeupMS == nil {
 		b = append(b, "null"...)
 	} else {
-		b = AppendNum(b, float64(*r.NextWakeupMS))
+		b = protocol.AppendNum(b, float64(*r.NextWakeupMS))
 	}
 	return append(b, "}\n"...), nil
 }
 
-func appendPlacement(b []byte, p *Placement) []byte {
+func appendPlacement(b []byte, p *protocol.Placement) []byte {
 	b = appendGoccyString(append(b, `{"request_id":`...), p.RequestID)
 	b = strconv.AppendUint(append(b, `,"worker_id":`...), p.WorkerID, 10)
 	b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(p.DPRank), 10)
@@ -77,14 +78,14 @@ func appendPlacement(b []byte, p *Placement) []byte {
 	b = strconv.AppendUint(append(b, `,"isl_blocks":`...), p.ISLBlocks, 10)
 	b = strconv.AppendUint(append(b, `,"cached_tokens":`...), p.CachedTokens, 10)
 	b = strconv.AppendUint(append(b, `,"prefill_tokens":`...), p.PrefillTokens, 10)
-	b = AppendNum(append(b, `,"queued_ms":`...), float64(p.QueuedMS))
+	b = protocol.AppendNum(append(b, `,"queued_ms":`...), float64(p.QueuedMS))
 	b = appendGoccyString(append(b, `,"reason":`...), p.Reason)
 	b = appendGoccyString(append(b, `,"binding":`...), p.Binding)
 	if ev := p.Evidence; ev != nil {
 		b = strconv.AppendInt(append(b, `,"evidence":{"candidates":`...), int64(ev.Candidates), 10)
 		b = strconv.AppendInt(append(b, `,"ties":`...), int64(ev.Ties), 10)
-		b = AppendNum(append(b, `,"selected_cost":`...), float64(ev.SelectedCost))
-		b = AppendNum(append(b, `,"best_cost":`...), float64(ev.BestCost))
+		b = protocol.AppendNum(append(b, `,"selected_cost":`...), float64(ev.SelectedCost))
+		b = protocol.AppendNum(append(b, `,"best_cost":`...), float64(ev.BestCost))
 		if f := ev.Filtered; f != nil {
 			b = append(b, `,"filtered":{`...)
 			mark := len(b)
@@ -94,18 +95,18 @@ func appendPlacement(b []byte, p *Placement) []byte {
 			b = append(appendCount(b, mark, "busy", f.Busy), '}')
 		}
 		if len(ev.CandidateSet) > 0 {
-			b = appendArray(append(b, `,"candidate_set":`...), ev.CandidateSet, func(b []byte, c *CandidateScore) []byte {
+			b = appendArray(append(b, `,"candidate_set":`...), ev.CandidateSet, func(b []byte, c *protocol.CandidateScore) []byte {
 				b = strconv.AppendUint(append(b, `{"worker_id":`...), c.WorkerID, 10)
 				b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(c.DPRank), 10)
 				b = strconv.AppendUint(append(b, `,"overlap_blocks":`...), c.OverlapBlocks, 10)
-				b = AppendNum(append(b, `,"prefill_blocks":`...), float64(c.PrefillBlocks))
+				b = protocol.AppendNum(append(b, `,"prefill_blocks":`...), float64(c.PrefillBlocks))
 				b = strconv.AppendUint(append(b, `,"decode_blocks":`...), c.DecodeBlocks, 10)
-				b = AppendNum(append(b, `,"cost":`...), float64(c.Cost))
-				return append(AppendNum(append(b, `,"probability":`...), float64(c.Probability)), '}')
+				b = protocol.AppendNum(append(b, `,"cost":`...), float64(c.Cost))
+				return append(protocol.AppendNum(append(b, `,"probability":`...), float64(c.Probability)), '}')
 			})
 		}
 		if len(ev.FilteredSet) > 0 {
-			b = appendArray(append(b, `,"filtered_set":`...), ev.FilteredSet, func(b []byte, f *FilteredRank) []byte {
+			b = appendArray(append(b, `,"filtered_set":`...), ev.FilteredSet, func(b []byte, f *protocol.FilteredRank) []byte {
 				b = strconv.AppendUint(append(b, `{"worker_id":`...), f.WorkerID, 10)
 				b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(f.DPRank), 10)
 				return append(appendGoccyString(append(b, `,"reason":`...), f.Reason), '}')
@@ -116,7 +117,7 @@ func appendPlacement(b []byte, p *Placement) []byte {
 	return append(b, '}')
 }
 
-func appendCommandEvidence(b []byte, e *CommandEvidence) []byte {
+func appendCommandEvidence(b []byte, e *protocol.CommandEvidence) []byte {
 	b = append(b, '{')
 	mark := len(b)
 	if e.EventsApplied != nil {
@@ -124,7 +125,7 @@ func appendCommandEvidence(b []byte, e *CommandEvidence) []byte {
 	}
 	b = appendCount(b, mark, "events_ignored", e.EventsIgnored)
 	if len(e.EventsSkipped) > 0 {
-		b = appendArray(append(memberStart(b, mark), `"events_skipped":`...), e.EventsSkipped, func(b []byte, s *SkippedEvent) []byte {
+		b = appendArray(append(memberStart(b, mark), `"events_skipped":`...), e.EventsSkipped, func(b []byte, s *protocol.SkippedEvent) []byte {
 			b = strconv.AppendInt(append(b, `{"index":`...), int64(s.Index), 10)
 			b = strconv.AppendUint(append(b, `,"worker_id":`...), s.WorkerID, 10)
 			b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(s.DPRank), 10)
@@ -143,12 +144,12 @@ func appendCommandEvidence(b []byte, e *CommandEvidence) []byte {
 	return append(b, '}')
 }
 
-func appendBindingRefs(b []byte, mark int, key string, refs []BindingRef) []byte {
+func appendBindingRefs(b []byte, mark int, key string, refs []protocol.BindingRef) []byte {
 	if len(refs) == 0 {
 		return b
 	}
 	b = append(append(append(memberStart(b, mark), '"'), key...), `":`...)
-	return appendArray(b, refs, func(b []byte, r *BindingRef) []byte {
+	return appendArray(b, refs, func(b []byte, r *protocol.BindingRef) []byte {
 		b = appendGoccyString(append(b, `{"role":`...), string(r.Role))
 		return append(appendGoccyString(append(b, `,"key":`...), r.Key), '}')
 	})

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"github.com/offline-router/offline-router/internal/protocol"
 	"testing"
 
 	"github.com/goccy/go-json"
@@ -15,7 +16,7 @@ func TestEncodeMatchesGoccy(t *testing.T) {
 		r := genResponse(t)
 		ref := *r
 		if ref.Placements == nil {
-			ref.Placements = []Placement{}
+			ref.Placements = []protocol.Placement{}
 		}
 		want, err := json.MarshalWithOption(&ref, json.DisableHTMLEscape())
 		if err != nil {
@@ -41,8 +42,8 @@ func genString(t *rapid.T, label string) string {
 	).Draw(t, label)
 }
 
-func genNum(t *rapid.T, label string) Num {
-	return Num(rapid.OneOf(
+func genNum(t *rapid.T, label string) protocol.Num {
+	return protocol.Num(rapid.OneOf(
 		rapid.Float64Range(-1e6, 1e6),
 		rapid.SampledFrom([]float64{0, 1e-9, 1e21, 0.1, 3, 175.375}),
 	).Draw(t, label))
@@ -60,8 +61,8 @@ func genCount(t *rapid.T, label string) int {
 	return rapid.SampledFrom([]int{0, 0, 1, 7, -2}).Draw(t, label)
 }
 
-func genResponse(t *rapid.T) *Response {
-	r := &Response{
+func genResponse(t *rapid.T) *protocol.Response {
+	r := &protocol.Response{
 		Seq:          rapid.Uint64().Draw(t, "seq"),
 		Op:           genPtr(t, "op", genString),
 		OK:           rapid.Bool().Draw(t, "ok"),
@@ -71,7 +72,7 @@ func genResponse(t *rapid.T) *Response {
 		NextWakeupMS: genPtr(t, "wakeup", genNum),
 	}
 	if rapid.Bool().Draw(t, "has_id") {
-		r.ID = RawJSON(rapid.SampledFrom([]string{`7`, `"x"`, `{ "a" : [1, 2] }`, `null`}).Draw(t, "id"))
+		r.ID = protocol.RawJSON(rapid.SampledFrom([]string{`7`, `"x"`, `{ "a" : [1, 2] }`, `null`}).Draw(t, "id"))
 	}
 	for i := range rapid.IntRange(0, 3).Draw(t, "placements") {
 		r.Placements = append(r.Placements, genPlacement(t, i))
@@ -80,26 +81,26 @@ func genResponse(t *rapid.T) *Response {
 		r.Queued = append(r.Queued, genString(t, "queued_id"))
 	}
 	for range rapid.IntRange(0, 2).Draw(t, "rejected") {
-		r.Rejected = append(r.Rejected, Rejection{genString(t, "rej_id"), Code(genString(t, "rej_code")), genString(t, "rej_msg")})
+		r.Rejected = append(r.Rejected, protocol.Rejection{RequestID: genString(t, "rej_id"), Code: protocol.Code(genString(t, "rej_code")), Message: genString(t, "rej_msg")})
 	}
 	if rapid.Bool().Draw(t, "has_evidence") {
 		r.Evidence = genCommandEvidence(t)
 	}
 	if rapid.Bool().Draw(t, "has_state") {
-		r.State = &State{IndexNodes: genCount(t, "nodes"), Bindings: []BindingState{{Key: genString(t, "key"), ExpiresAtMS: genPtr(t, "expires", genNum)}}}
+		r.State = &protocol.State{IndexNodes: genCount(t, "nodes"), Bindings: []protocol.BindingState{{Key: genString(t, "key"), ExpiresAtMS: genPtr(t, "expires", genNum)}}}
 	}
 	if rapid.Bool().Draw(t, "has_error") {
-		r.Error = &Error{Code: Code(genString(t, "code")), Message: genString(t, "message")}
+		r.Error = &protocol.Error{Code: protocol.Code(genString(t, "code")), Message: genString(t, "message")}
 	}
 	return r
 }
 
-func genPlacement(t *rapid.T, i int) Placement {
-	p := Placement{
+func genPlacement(t *rapid.T, i int) protocol.Placement {
+	p := protocol.Placement{
 		RequestID:                  genString(t, "request_id"),
 		WorkerID:                   rapid.Uint64().Draw(t, "worker"),
 		DPRank:                     rapid.Uint32().Draw(t, "rank"),
-		Role:                       Role(genString(t, "role")),
+		Role:                       protocol.Role(genString(t, "role")),
 		OverlapBlocks:              rapid.Uint64().Draw(t, "overlap"),
 		BestAvailableOverlapBlocks: rapid.Uint64().Draw(t, "best"),
 		ISLBlocks:                  rapid.Uint64().Draw(t, "isl"),
@@ -112,22 +113,22 @@ func genPlacement(t *rapid.T, i int) Placement {
 	if !rapid.Bool().Draw(t, "has_evidence") {
 		return p
 	}
-	ev := &PlacementEvidence{Candidates: genCount(t, "candidates"), Ties: genCount(t, "ties"), SelectedCost: genNum(t, "selected"), BestCost: genNum(t, "best_cost")}
+	ev := &protocol.PlacementEvidence{Candidates: genCount(t, "candidates"), Ties: genCount(t, "ties"), SelectedCost: genNum(t, "selected"), BestCost: genNum(t, "best_cost")}
 	if rapid.Bool().Draw(t, "has_filtered") {
-		ev.Filtered = &FilterCounts{genCount(t, "f_affinity"), genCount(t, "f_not_allowed"), genCount(t, "f_not_pinned"), genCount(t, "f_busy")}
+		ev.Filtered = &protocol.FilterCounts{Affinity: genCount(t, "f_affinity"), NotAllowed: genCount(t, "f_not_allowed"), NotPinned: genCount(t, "f_not_pinned"), Busy: genCount(t, "f_busy")}
 	}
 	for range rapid.IntRange(0, 2).Draw(t, "candidate_set") {
-		ev.CandidateSet = append(ev.CandidateSet, CandidateScore{rapid.Uint64().Draw(t, "c_worker"), rapid.Uint32().Draw(t, "c_rank"), rapid.Uint64().Draw(t, "c_overlap"), genNum(t, "c_prefill"), rapid.Uint64().Draw(t, "c_decode"), genNum(t, "c_cost"), genNum(t, "c_p")})
+		ev.CandidateSet = append(ev.CandidateSet, protocol.CandidateScore{WorkerID: rapid.Uint64().Draw(t, "c_worker"), DPRank: rapid.Uint32().Draw(t, "c_rank"), OverlapBlocks: rapid.Uint64().Draw(t, "c_overlap"), PrefillBlocks: genNum(t, "c_prefill"), DecodeBlocks: rapid.Uint64().Draw(t, "c_decode"), Cost: genNum(t, "c_cost"), Probability: genNum(t, "c_p")})
 	}
 	for range rapid.IntRange(0, 2).Draw(t, "filtered_set") {
-		ev.FilteredSet = append(ev.FilteredSet, FilteredRank{rapid.Uint64().Draw(t, "fr_worker"), rapid.Uint32().Draw(t, "fr_rank"), genString(t, "fr_reason")})
+		ev.FilteredSet = append(ev.FilteredSet, protocol.FilteredRank{WorkerID: rapid.Uint64().Draw(t, "fr_worker"), DPRank: rapid.Uint32().Draw(t, "fr_rank"), Reason: genString(t, "fr_reason")})
 	}
 	p.Evidence = ev
 	return p
 }
 
-func genCommandEvidence(t *rapid.T) *CommandEvidence {
-	e := &CommandEvidence{
+func genCommandEvidence(t *rapid.T) *protocol.CommandEvidence {
+	e := &protocol.CommandEvidence{
 		EventsApplied:     genPtr(t, "applied", genCount),
 		EventsIgnored:     genCount(t, "ignored"),
 		BlocksDropped:     genCount(t, "dropped"),
@@ -135,16 +136,16 @@ func genCommandEvidence(t *rapid.T) *CommandEvidence {
 		ApproxExpired:     genCount(t, "approx_expired"),
 	}
 	for range rapid.IntRange(0, 2).Draw(t, "skipped") {
-		e.EventsSkipped = append(e.EventsSkipped, SkippedEvent{genCount(t, "s_index"), rapid.Uint64().Draw(t, "s_worker"), rapid.Uint32().Draw(t, "s_rank"), rapid.Uint64().Draw(t, "s_event"), genString(t, "s_reason")})
+		e.EventsSkipped = append(e.EventsSkipped, protocol.SkippedEvent{Index: genCount(t, "s_index"), WorkerID: rapid.Uint64().Draw(t, "s_worker"), DPRank: rapid.Uint32().Draw(t, "s_rank"), EventID: rapid.Uint64().Draw(t, "s_event"), Reason: genString(t, "s_reason")})
 	}
 	for range rapid.IntRange(0, 2).Draw(t, "orphaned") {
 		e.RequestsOrphaned = append(e.RequestsOrphaned, genString(t, "orphan"))
 	}
 	for range rapid.IntRange(0, 2).Draw(t, "expired") {
-		e.BindingsExpired = append(e.BindingsExpired, BindingRef{Role(genString(t, "e_role")), genString(t, "e_key")})
+		e.BindingsExpired = append(e.BindingsExpired, protocol.BindingRef{Role: protocol.Role(genString(t, "e_role")), Key: genString(t, "e_key")})
 	}
 	for range rapid.IntRange(0, 2).Draw(t, "invalidated") {
-		e.BindingsInvalidated = append(e.BindingsInvalidated, BindingRef{Role(genString(t, "i_role")), genString(t, "i_key")})
+		e.BindingsInvalidated = append(e.BindingsInvalidated, protocol.BindingRef{Role: protocol.Role(genString(t, "i_role")), Key: genString(t, "i_key")})
 	}
 	return e
 }

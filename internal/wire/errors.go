@@ -1,50 +1,20 @@
-// Package wire is the JSON Lines contract of offline-router: command and
-// response types, strict decoding, validation, error codes and encoding. It
-// knows nothing of the engine behind it.
+// Package wire is the JSON Lines codec of offline-router and its serve
+// loop: the strict scanner and decoder that turn a line into a
+// protocol.Command, the encoders of commands and responses, the config
+// loader, and Serve, which frames lines and steps an engine with them. It
+// knows nothing of the engine behind the Stepper.
 package wire
 
-import "fmt"
+import (
+	"fmt"
 
-// Code is a protocol error code (PROTOCOL.md §6).
-type Code string
-
-// Error codes, as the protocol names them.
-const (
-	CodeParse                   Code = "parse_error"
-	CodeLineTooLong             Code = "line_too_long"
-	CodeUnknownOp               Code = "unknown_op"
-	CodeInvalidField            Code = "invalid_field"
-	CodeUnknownField            Code = "unknown_field"
-	CodeClockRegression         Code = "clock_regression"
-	CodeDuplicateWorker         Code = "duplicate_worker"
-	CodeUnknownWorker           Code = "unknown_worker"
-	CodeDuplicateRequest        Code = "duplicate_request"
-	CodeUnknownRequest          Code = "unknown_request"
-	CodeNoEligibleWorker        Code = "no_eligible_worker"
-	CodeAllWorkersBusy          Code = "all_workers_busy"
-	CodePinnedWorkerUnavailable Code = "pinned_worker_unavailable"
-	CodeAffinityConflict        Code = "affinity_conflict"
-	CodeKVEventsDisabled        Code = "kv_events_disabled"
-	CodeQueueTimeout            Code = "queue_timeout"
+	"github.com/offline-router/offline-router/internal/protocol"
 )
-
-// Error is the error object of a response.
-type Error struct {
-	Code    Code   `json:"code"`
-	Message string `json:"message"`
-}
-
-func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
-
-// Errorf builds an Error with a formatted message.
-func Errorf(code Code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
 
 // fieldError is a decoding error about one field; its path grows as the
 // error travels out of nested objects, so the message names the full field.
 type fieldError struct {
-	code Code
+	code protocol.Code
 	path string
 	msg  string
 }
@@ -60,9 +30,9 @@ func (e *fieldError) within(prefix string) *fieldError {
 	return e
 }
 
-func (e *fieldError) wire() *Error {
+func (e *fieldError) wire() *protocol.Error {
 	if e.path == "" {
-		return &Error{Code: e.code, Message: e.msg}
+		return &protocol.Error{Code: e.code, Message: e.msg}
 	}
-	return &Error{Code: e.code, Message: fmt.Sprintf("field %q: %s", e.path, e.msg)}
+	return &protocol.Error{Code: e.code, Message: fmt.Sprintf("field %q: %s", e.path, e.msg)}
 }

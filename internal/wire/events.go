@@ -1,6 +1,11 @@
 package wire
 
-import "fmt"
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/offline-router/offline-router/internal/protocol"
+)
 
 // Decoding of KV events, as Dynamo serialises a RouterEvent:
 // {"worker_id", "storage_tier", "event": {"event_id", "dp_rank", "data"}},
@@ -11,7 +16,7 @@ import "fmt"
 var eventKeys = []string{"worker_id", "storage_tier", "event", "event_id", "dp_rank", "data",
 	"stored", "removed", "block_hashes", "parent_hash", "blocks", "block_hash", "tokens_hash"}
 
-func decodeEvent(s *scanner, ev *RouterEvent) *fieldError {
+func decodeEvent(s *scanner, ev *protocol.KVEvent) *fieldError {
 	var hasWorker, hasEvent bool
 	err := s.object(func(key string) *fieldError {
 		switch key {
@@ -21,6 +26,13 @@ func decodeEvent(s *scanner, ev *RouterEvent) *fieldError {
 			ev.WorkerID = v
 			return err.orNil(key)
 		case "storage_tier":
+			// Nearly every event is on "device": interned, so that an
+			// event costs no allocation for it (boxing its data costs one).
+			if s.peek() == '"' && bytes.HasPrefix(s.b[s.i:], []byte(`"device"`)) {
+				s.i += len(`"device"`)
+				ev.StorageTier = "device"
+				return nil
+			}
 			v, err := s.str()
 			ev.StorageTier = v
 			return err.orNil(key)
@@ -28,16 +40,16 @@ func decodeEvent(s *scanner, ev *RouterEvent) *fieldError {
 			hasEvent = true
 			return decodeEventBody(s, ev).orNil(key)
 		}
-		return &fieldError{code: CodeUnknownField, path: key, msg: "is not a field of a RouterEvent (worker_id, storage_tier, event)"}
+		return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a field of a RouterEvent (worker_id, storage_tier, event)"}
 	})
 	if err != nil {
 		return err
 	}
 	if !hasWorker {
-		return &fieldError{code: CodeInvalidField, path: "worker_id", msg: "required"}
+		return &fieldError{code: protocol.CodeInvalidField, path: "worker_id", msg: "required"}
 	}
 	if !hasEvent {
-		return &fieldError{code: CodeInvalidField, path: "event", msg: "required"}
+		return &fieldError{code: protocol.CodeInvalidField, path: "event", msg: "required"}
 	}
 	if ev.StorageTier == "" {
 		ev.StorageTier = "device"
@@ -45,7 +57,7 @@ func decodeEvent(s *scanner, ev *RouterEvent) *fieldError {
 	return nil
 }
 
-func decodeEventBody(s *scanner, ev *RouterEvent) *fieldError {
+func decodeEventBody(s *scanner, ev *protocol.KVEvent) *fieldError {
 	var hasID bool
 	err := s.object(func(key string) *fieldError {
 		switch key {
@@ -64,59 +76,62 @@ func decodeEventBody(s *scanner, ev *RouterEvent) *fieldError {
 		case "data":
 			return decodeEventData(s, ev).orNil(key)
 		}
-		return &fieldError{code: CodeUnknownField, path: key, msg: "is not a field of an event (event_id, dp_rank, data)"}
+		return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a field of an event (event_id, dp_rank, data)"}
 	})
 	if err != nil {
 		return err
 	}
 	if !hasID {
-		return &fieldError{code: CodeInvalidField, path: "event_id", msg: "required"}
+		return &fieldError{code: protocol.CodeInvalidField, path: "event_id", msg: "required"}
 	}
-	if ev.Kind == 0 {
-		return &fieldError{code: CodeInvalidField, path: "data", msg: "required"}
+	if ev.Data == nil {
+		return &fieldError{code: protocol.CodeInvalidField, path: "data", msg: "required"}
 	}
 	return nil
 }
 
-func decodeEventData(s *scanner, ev *RouterEvent) *fieldError {
+func decodeEventData(s *scanner, ev *protocol.KVEvent) *fieldError {
 	if s.peek() == '"' {
 		v, _ := s.str()
 		if v != "cleared" {
-			return &fieldError{code: CodeInvalidField, msg: fmt.Sprintf(`expected "cleared" or an object with "stored" or "removed", got %q`, v)}
+			return &fieldError{code: protocol.CodeInvalidField, msg: fmt.Sprintf(`expected "cleared" or an object with "stored" or "removed", got %q`, v)}
 		}
-		ev.Kind = EventCleared
+		ev.Data = protocol.Cleared{}
 		return nil
 	}
 	return s.object(func(key string) *fieldError {
-		if ev.Kind != 0 {
-			return &fieldError{code: CodeInvalidField, path: key, msg: "an event's data holds exactly one of stored, removed"}
+		if ev.Data != nil {
+			return &fieldError{code: protocol.CodeInvalidField, path: key, msg: "an event's data holds exactly one of stored, removed"}
 		}
 		switch key {
 		case "stored":
-			ev.Kind = EventStored
-			return decodeStored(s, ev).orNil(key)
+			var st protocol.Stored
+			err := decodeStored(s, &st)
+			ev.Data = st
+			return err.orNil(key)
 		case "removed":
-			ev.Kind = EventRemoved
+			var rm protocol.Removed
 			var hasHashes bool
 			err := s.object(func(k string) *fieldError {
 				if k != "block_hashes" {
-					return &fieldError{code: CodeUnknownField, path: k, msg: "is not a field of removed (block_hashes)"}
+					return &fieldError{code: protocol.CodeUnknownField, path: k, msg: "is not a field of removed (block_hashes)"}
 				}
 				hasHashes = true
-				v, err := u64s(s)
-				ev.Removed = v
+				v, err := u64s[protocol.SequenceHash](s)
+				rm.BlockHashes = v
 				return err.orNil(k)
 			})
 			if err == nil && !hasHashes {
-				err = &fieldError{code: CodeInvalidField, path: "block_hashes", msg: "required"}
+				err = &fieldError{code: protocol.CodeInvalidField, path: "block_hashes", msg: "required"}
 			}
+			ev.Data = rm
 			return err.orNil(key)
 		}
-		return &fieldError{code: CodeUnknownField, path: key, msg: "is not an event kind (stored, removed, or the string \"cleared\")"}
+		return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not an event kind (stored, removed, or the string \"cleared\")"}
 	})
 }
 
-func decodeStored(s *scanner, ev *RouterEvent) *fieldError {
+func decodeStored(s *scanner, st *protocol.Stored) *fieldError {
 	var hasBlocks bool
 	err := s.object(func(key string) *fieldError {
 		switch key {
@@ -124,39 +139,46 @@ func decodeStored(s *scanner, ev *RouterEvent) *fieldError {
 			if s.null() {
 				return nil
 			}
-			v, err := ptr(s.u64())
-			ev.ParentHash = v
+			v, err := s.u64()
+			if err == nil {
+				h := protocol.SequenceHash(v)
+				st.ParentHash = &h
+			}
 			return err.orNil(key)
 		case "blocks":
 			hasBlocks = true
+			st.Blocks = []protocol.StoredBlock{}
 			return s.array(func(int) *fieldError {
-				var b StoredBlock
+				var b protocol.StoredBlock
 				var hasBH, hasTH bool
 				err := s.object(func(k string) *fieldError {
 					var err *fieldError
+					var v uint64
 					switch k {
 					case "block_hash":
 						hasBH = true
-						b.BlockHash, err = s.u64()
+						v, err = s.u64()
+						b.BlockHash = protocol.SequenceHash(v)
 					case "tokens_hash":
 						hasTH = true
-						b.TokensHash, err = s.u64()
+						v, err = s.u64()
+						b.TokensHash = protocol.LocalBlockHash(v)
 					default:
-						return &fieldError{code: CodeUnknownField, path: k, msg: "is not a field of a stored block (block_hash, tokens_hash)"}
+						return &fieldError{code: protocol.CodeUnknownField, path: k, msg: "is not a field of a stored block (block_hash, tokens_hash)"}
 					}
 					return err.orNil(k)
 				})
 				if err == nil && !(hasBH && hasTH) {
-					err = &fieldError{code: CodeInvalidField, msg: "a stored block needs block_hash and tokens_hash"}
+					err = &fieldError{code: protocol.CodeInvalidField, msg: "a stored block needs block_hash and tokens_hash"}
 				}
-				ev.Blocks = append(ev.Blocks, b)
+				st.Blocks = append(st.Blocks, b)
 				return err
 			}).orNil(key)
 		}
-		return &fieldError{code: CodeUnknownField, path: key, msg: "is not a field of stored (parent_hash, blocks)"}
+		return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a field of stored (parent_hash, blocks)"}
 	})
 	if err == nil && !hasBlocks {
-		err = &fieldError{code: CodeInvalidField, path: "blocks", msg: "required"}
+		err = &fieldError{code: protocol.CodeInvalidField, path: "blocks", msg: "required"}
 	}
 	return err
 }

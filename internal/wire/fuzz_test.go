@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"github.com/offline-router/offline-router/internal/protocol"
 	"os"
 	"path/filepath"
 	"testing"
@@ -40,7 +41,7 @@ func FuzzDecode(f *testing.F) {
 		if d2.Err != nil {
 			t.Fatalf("%q decoded, but its encoding %q does not: %v", line, again, d2.Err)
 		}
-		if diff := cmp.Diff(d.Cmd, d2.Cmd, cmpopts.IgnoreUnexported(Command{}), cmpopts.EquateEmpty()); diff != "" {
+		if diff := cmp.Diff(d.Cmd, d2.Cmd, cmpopts.IgnoreUnexported(protocol.Command{}), cmpopts.EquateEmpty()); diff != "" {
 			t.Fatalf("%q changed through AppendCommand (-first +again):\n%s", line, diff)
 		}
 	})

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"github.com/offline-router/offline-router/internal/protocol"
 	"math"
 	"strconv"
 	"unicode/utf16"
@@ -33,12 +34,12 @@ func (s *scanner) peek() byte {
 }
 
 func (s *scanner) syntax(format string, args ...any) *fieldError {
-	return &fieldError{code: CodeParse, msg: fmt.Sprintf(format, args...) + fmt.Sprintf(" at byte %d", s.i)}
+	return &fieldError{code: protocol.CodeParse, msg: fmt.Sprintf(format, args...) + fmt.Sprintf(" at byte %d", s.i)}
 }
 
 // expected reports that the value at the cursor is not what the field takes.
 func (s *scanner) expected(what string) *fieldError {
-	return &fieldError{code: CodeInvalidField, msg: "expected " + what + ", got " + s.describe()}
+	return &fieldError{code: protocol.CodeInvalidField, msg: "expected " + what + ", got " + s.describe()}
 }
 
 func (s *scanner) describe() string {
@@ -107,7 +108,7 @@ func (s *scanner) object(field func(key string) *fieldError) *fieldError {
 		}
 		for _, k := range seen {
 			if k == key && !s.allowRepeats {
-				return &fieldError{code: CodeInvalidField, path: key, msg: "appears more than once"}
+				return &fieldError{code: protocol.CodeInvalidField, path: key, msg: "appears more than once"}
 			}
 		}
 		seen = append(seen, key)
@@ -189,7 +190,7 @@ func (s *scanner) number(what string) (tok string, integer bool, err *fieldError
 	end := s.numberEnd()
 	tok = string(s.b[s.i:end])
 	if !validNumber(tok) {
-		return "", false, &fieldError{code: CodeInvalidField, msg: "expected " + what + ", got " + strconv.Quote(truncate(tok)) + " (not a JSON number)"}
+		return "", false, &fieldError{code: protocol.CodeInvalidField, msg: "expected " + what + ", got " + strconv.Quote(truncate(tok)) + " (not a JSON number)"}
 	}
 	s.i = end
 	integer = true
@@ -254,9 +255,9 @@ func (s *scanner) uint(max uint64, what string) (uint64, *fieldError) {
 		return 0, err
 	}
 	if !integer {
-		return 0, &fieldError{code: CodeInvalidField, msg: "expected " + what + ", got " + truncate(tok)}
+		return 0, &fieldError{code: protocol.CodeInvalidField, msg: "expected " + what + ", got " + truncate(tok)}
 	}
-	return 0, &fieldError{code: CodeInvalidField, msg: fmt.Sprintf("expected %s, got %s (above %d)", what, truncate(tok), max)}
+	return 0, &fieldError{code: protocol.CodeInvalidField, msg: fmt.Sprintf("expected %s, got %s (above %d)", what, truncate(tok), max)}
 }
 
 // plainUint parses a JSON integer of plain digits at the start of b (no
@@ -300,7 +301,7 @@ func (s *scanner) int64() (int64, *fieldError) {
 	}
 	v, perr := strconv.ParseInt(tok, 10, 64)
 	if perr != nil {
-		return 0, &fieldError{code: CodeInvalidField, msg: "expected a 64-bit integer, got " + truncate(tok)}
+		return 0, &fieldError{code: protocol.CodeInvalidField, msg: "expected a 64-bit integer, got " + truncate(tok)}
 	}
 	return v, nil
 }
@@ -313,7 +314,7 @@ func (s *scanner) float() (float64, *fieldError) {
 	}
 	v, perr := strconv.ParseFloat(tok, 64)
 	if perr != nil || math.IsInf(v, 0) {
-		return 0, &fieldError{code: CodeInvalidField, msg: "expected a finite number, got " + truncate(tok) + " (out of range)"}
+		return 0, &fieldError{code: protocol.CodeInvalidField, msg: "expected a finite number, got " + truncate(tok) + " (out of range)"}
 	}
 	return v, nil
 }
@@ -364,7 +365,7 @@ func (s *scanner) rawString() (string, *fieldError) {
 		if c == '"' {
 			raw := s.b[start:j]
 			if !utf8.Valid(raw) {
-				return "", &fieldError{code: CodeInvalidField, msg: "expected a string of valid UTF-8"}
+				return "", &fieldError{code: protocol.CodeInvalidField, msg: "expected a string of valid UTF-8"}
 			}
 			s.i = j + 1
 			return string(raw), nil
@@ -389,7 +390,7 @@ func (s *scanner) escapedString(start int) (string, *fieldError) {
 		switch {
 		case c == '"':
 			if !utf8.Valid(out) {
-				return "", &fieldError{code: CodeInvalidField, msg: "expected a string of valid UTF-8"}
+				return "", &fieldError{code: protocol.CodeInvalidField, msg: "expected a string of valid UTF-8"}
 			}
 			s.i = j + 1
 			return string(out), nil

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/offline-router/offline-router/internal/protocol"
 	"io"
 	"sync/atomic"
 )
@@ -12,8 +13,8 @@ import (
 // Stepper is what Serve drives: an engine that applies commands and reports
 // the fields every response carries.
 type Stepper interface {
-	Apply(c *Command, resp *Response)
-	Status(resp *Response)
+	Apply(c *protocol.Command, resp *protocol.Response)
+	Status(resp *protocol.Response)
 }
 
 // ServeOptions are the framing options of §1.
@@ -100,9 +101,9 @@ func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, e
 			continue
 		}
 		st.Commands++
-		resp := Response{Seq: uint64(st.Commands)}
+		resp := protocol.Response{Seq: uint64(st.Commands)}
 		if tooLong {
-			resp.Error = Errorf(CodeLineTooLong, "line is %d bytes, over --max-line-bytes %d; it was discarded", lr.discarded, opt.MaxLineBytes)
+			resp.Error = protocol.Errorf(protocol.CodeLineTooLong, "line is %d bytes, over --max-line-bytes %d; it was discarded", lr.discarded, opt.MaxLineBytes)
 			eng.Status(&resp)
 		} else {
 			Answer(line, &d, eng, &resp)
@@ -129,7 +130,7 @@ func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, e
 // caller set): an unreadable or invalid line gets its error and the engine's
 // status, a valid one is applied. Serve and any in-process host use it, so
 // that a stream they write answers the same way wherever it is read.
-func Answer(line []byte, d *Decoded, eng Stepper, resp *Response) {
+func Answer(line []byte, d *Decoded, eng Stepper, resp *protocol.Response) {
 	Decode(line, d)
 	resp.Op, resp.ID = d.Op, d.ID
 	if d.Err != nil {

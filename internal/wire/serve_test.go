@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"github.com/offline-router/offline-router/internal/protocol"
 	"io"
 	"strings"
 	"testing"
@@ -15,8 +16,8 @@ import (
 // echo is a Stepper that accepts every command and counts them.
 type echo struct{ applied int }
 
-func (e *echo) Apply(_ *Command, r *Response) { e.applied++; r.OK = true }
-func (e *echo) Status(*Response)              {}
+func (e *echo) Apply(_ *protocol.Command, r *protocol.Response) { e.applied++; r.OK = true }
+func (e *echo) Status(*protocol.Response)                       {}
 
 func serveString(t *testing.T, input string, opt ServeOptions) ([]map[string]any, Stats, error) {
 	t.Helper()

@@ -3,6 +3,8 @@
 package workload
 
 import (
+	"github.com/offline-router/offline-router/internal/protocol"
+
 	"bufio"
 	"io"
 	"math/rand/v2"
@@ -40,9 +42,9 @@ func DefaultMixed(commands int, seed uint64) Mixed {
 
 type inflight struct {
 	id      uint64
-	home    int      // worker whose cache the events describe
-	seq     []uint64 // sequence hashes of the prompt
-	local   []uint64
+	home    int                     // worker whose cache the events describe
+	seq     []protocol.SequenceHash // sequence hashes of the prompt
+	local   []protocol.LocalBlockHash
 	shared  int // leading blocks from the shared prefix; the rest is private
 	stored  int // blocks of the prompt already on home before this request
 	aborted bool
@@ -55,9 +57,9 @@ type mixedGen struct {
 	b       []byte
 	lines   int
 	now     uint64
-	eventID []uint64          // per worker
-	cached  []map[uint64]bool // per worker: sequence hashes stored
-	prefix  [][]uint64        // local hashes of each shared prefix
+	eventID []uint64                         // per worker
+	cached  []map[protocol.SequenceHash]bool // per worker: sequence hashes stored
+	prefix  [][]protocol.LocalBlockHash      // local hashes of each shared prefix
 	queue   []*inflight
 	nextID  uint64
 }
@@ -66,15 +68,15 @@ type mixedGen struct {
 func (m Mixed) Write(out io.Writer) error {
 	g := &mixedGen{m: m, rng: rand.New(rand.NewPCG(m.Seed, 0x5eed)), w: bufio.NewWriterSize(out, 1<<16)}
 	g.eventID = make([]uint64, m.Workers+1)
-	g.cached = make([]map[uint64]bool, m.Workers+1)
+	g.cached = make([]map[protocol.SequenceHash]bool, m.Workers+1)
 	for w := 1; w <= m.Workers; w++ {
-		g.cached[w] = map[uint64]bool{}
+		g.cached[w] = map[protocol.SequenceHash]bool{}
 		g.line(`{"op":"worker_ready","worker_id":`, uint64(w), `,"total_kv_blocks":100000,"max_num_batched_tokens":8192}`)
 	}
 	for range m.Prefixes {
-		p := make([]uint64, m.MinBlocks/2+g.rng.IntN(m.MinBlocks/2+1))
+		p := make([]protocol.LocalBlockHash, m.MinBlocks/2+g.rng.IntN(m.MinBlocks/2+1))
 		for i := range p {
-			p[i] = g.rng.Uint64()
+			p[i] = protocol.LocalBlockHash(g.rng.Uint64())
 		}
 		g.prefix = append(g.prefix, p)
 	}
@@ -97,9 +99,9 @@ func (g *mixedGen) start() {
 	g.now += uint64(g.rng.IntN(5))
 	p := g.rng.IntN(len(g.prefix))
 	n := g.m.MinBlocks + g.rng.IntN(g.m.MaxBlocks-g.m.MinBlocks+1)
-	local := append([]uint64(nil), g.prefix[p]...)
+	local := append([]protocol.LocalBlockHash(nil), g.prefix[p]...)
 	for len(local) < n {
-		local = append(local, g.rng.Uint64())
+		local = append(local, protocol.LocalBlockHash(g.rng.Uint64()))
 	}
 	r := &inflight{id: g.nextID, home: 1 + p%g.m.Workers, local: local[:n], seq: kvindex.SequenceHashes(local[:n]),
 		shared: min(len(g.prefix[p]), n)}
@@ -116,7 +118,7 @@ func (g *mixedGen) start() {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = strconv.AppendUint(b, h, 10)
+		b = strconv.AppendUint(b, uint64(h), 10)
 	}
 	g.end(append(b, "]}"...))
 	if g.rng.IntN(50) == 0 {
@@ -145,7 +147,7 @@ func (g *mixedGen) finish(r *inflight) {
 		if r.stored == 0 {
 			b = append(b, "null"...)
 		} else {
-			b = strconv.AppendUint(b, r.seq[r.stored-1], 10)
+			b = strconv.AppendUint(b, uint64(r.seq[r.stored-1]), 10)
 		}
 		b = append(b, `,"blocks":[`...)
 		for i := r.stored; i < len(r.seq); i++ {
@@ -153,9 +155,9 @@ func (g *mixedGen) finish(r *inflight) {
 				b = append(b, ',')
 			}
 			b = append(b, `{"block_hash":`...)
-			b = strconv.AppendUint(b, r.seq[i], 10)
+			b = strconv.AppendUint(b, uint64(r.seq[i]), 10)
 			b = append(b, `,"tokens_hash":`...)
-			b = strconv.AppendUint(b, r.local[i], 10)
+			b = strconv.AppendUint(b, uint64(r.local[i]), 10)
 			b = append(b, '}')
 			g.cached[w][r.seq[i]] = true
 		}
@@ -179,7 +181,7 @@ func (g *mixedGen) finish(r *inflight) {
 			if i < len(r.seq)-1 {
 				b = append(b, ',')
 			}
-			b = strconv.AppendUint(b, r.seq[i], 10)
+			b = strconv.AppendUint(b, uint64(r.seq[i]), 10)
 			delete(g.cached[w], r.seq[i])
 		}
 		g.end(append(b, "]}}}}]}"...))

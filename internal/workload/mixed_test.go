@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	_ "github.com/offline-router/offline-router/internal/golden" // registers -update for go test ./... -update
+	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
@@ -28,7 +29,7 @@ func TestMixedIsValidAndReproducible(t *testing.T) {
 	if bytes.Equal(a, gen(2)) {
 		t.Fatal("the seed does not matter")
 	}
-	ops := map[wire.Op]int{}
+	ops := map[protocol.Op]int{}
 	sc := bufio.NewScanner(bytes.NewReader(a))
 	sc.Buffer(nil, 1<<20)
 	var d wire.Decoded
@@ -39,14 +40,14 @@ func TestMixedIsValidAndReproducible(t *testing.T) {
 		}
 		ops[d.Cmd.Op]++
 	}
-	for _, op := range []wire.Op{wire.OpWorkerReady, wire.OpPlace, wire.OpDispatchCommitted, wire.OpDispatchAborted,
-		wire.OpPrefillCompleted, wire.OpObserve, wire.OpRequestTerminal} {
+	for _, op := range []protocol.Op{protocol.OpWorkerReady, protocol.OpPlace, protocol.OpDispatchCommitted, protocol.OpDispatchAborted,
+		protocol.OpPrefillCompleted, protocol.OpObserve, protocol.OpRequestTerminal} {
 		if ops[op] == 0 {
 			t.Errorf("no %s in the stream: %v", op, ops)
 		}
 	}
-	if ops[wire.OpPlace] != ops[wire.OpDispatchCommitted]+ops[wire.OpDispatchAborted] ||
-		ops[wire.OpDispatchCommitted] != ops[wire.OpRequestTerminal] {
+	if ops[protocol.OpPlace] != ops[protocol.OpDispatchCommitted]+ops[protocol.OpDispatchAborted] ||
+		ops[protocol.OpDispatchCommitted] != ops[protocol.OpRequestTerminal] {
 		t.Errorf("every request must end: %v", ops)
 	}
 }

@@ -9,14 +9,15 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
 // nothing answers every command with an empty success.
 type nothing struct{}
 
-func (nothing) Apply(_ *wire.Command, r *wire.Response) { r.OK = true }
-func (nothing) Status(*wire.Response)                   {}
+func (nothing) Apply(_ *protocol.Command, r *protocol.Response) { r.OK = true }
+func (nothing) Status(*protocol.Response)                       {}
 
 func main() {
 	if _, err := wire.Serve(os.Stdin, os.Stdout, nothing{}, wire.ServeOptions{}); err != nil {

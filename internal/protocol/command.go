@@ -1,0 +1,305 @@
+// Package protocol is the contract of offline-router as data: the commands,
+// KV events, responses, error codes and config of docs/PROTOCOL.md, and the
+// rules a command must keep whatever built it. Like raft's raftpb it holds
+// no behaviour beyond those rules: the codec (internal/wire) reads and
+// writes these values, the engine steps on them.
+package protocol
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Op names a command.
+type Op string
+
+// The commands of PROTOCOL.md §4.
+const (
+	OpWorkerReady       Op = "worker_ready"
+	OpWorkerDraining    Op = "worker_draining"
+	OpWorkerRemoved     Op = "worker_removed"
+	OpTopologySettled   Op = "topology_settled"
+	OpPlace             Op = "place"
+	OpObserve           Op = "observe"
+	OpDispatchCommitted Op = "dispatch_committed"
+	OpDispatchAborted   Op = "dispatch_aborted"
+	OpPrefillCompleted  Op = "prefill_completed"
+	OpRequestTerminal   Op = "request_terminal"
+	OpCancelPending     Op = "cancel_pending"
+	OpAdvanceClock      Op = "advance_clock"
+	OpInspect           Op = "inspect"
+)
+
+// Role is the serving role of a worker and of the requests it takes.
+type Role string
+
+// Roles.
+const (
+	RoleAggregated Role = "aggregated"
+	RolePrefill    Role = "prefill"
+	RoleDecode     Role = "decode"
+)
+
+// Valid reports whether r is one of the roles (the empty role is not).
+func (r Role) Valid() bool {
+	return r == RoleAggregated || r == RolePrefill || r == RoleDecode
+}
+
+// Command is one command. It is a union of every op's fields; Validate
+// checks that only the fields of Op are set and that the required ones are.
+// Pointers, nil slices and empty strings mean "absent".
+type Command struct {
+	Op    Op
+	ID    []byte   // raw JSON of id (a string or a number), echoed verbatim
+	NowMS *float64 // finite, >= 0
+
+	WorkerID            *uint64
+	Role                Role
+	DPSize              *uint32
+	DPStart             *uint32
+	TotalKVBlocks       *uint64
+	MaxNumBatchedTokens *uint64
+	MaxNumSeqs          *uint64
+
+	Events []KVEvent
+
+	RequestID       string
+	InputTokens     *uint64
+	OutputTokens    *uint64
+	Tokens          []uint32
+	BlockHashes     []LocalBlockHash
+	SequenceHashes  []SequenceHash
+	SessionID       *string
+	ParentSessionID *string
+	Priority        *float64
+	StrictPriority  *int64
+	AllowedWorkers  []uint64
+	DPRank          *uint32
+}
+
+// Field is one field of a command, other than op.
+type Field uint8
+
+// The fields, in the order Validate reports them.
+const (
+	FieldID Field = iota
+	FieldNowMS
+	FieldWorkerID
+	FieldRole
+	FieldDPSize
+	FieldDPStart
+	FieldTotalKVBlocks
+	FieldMaxNumBatchedTokens
+	FieldMaxNumSeqs
+	FieldEvents
+	FieldRequestID
+	FieldInputTokens
+	FieldOutputTokens
+	FieldTokens
+	FieldBlockHashes
+	FieldSequenceHashes
+	FieldSessionID
+	FieldParentSessionID
+	FieldPriority
+	FieldStrictPriority
+	FieldAllowedWorkers
+	FieldDPRank
+	NumFields
+)
+
+// FieldNames are the fields' JSON keys.
+var FieldNames = [NumFields]string{
+	FieldID: "id", FieldNowMS: "now_ms", FieldWorkerID: "worker_id", FieldRole: "role", FieldDPSize: "dp_size",
+	FieldDPStart: "dp_start", FieldTotalKVBlocks: "total_kv_blocks",
+	FieldMaxNumBatchedTokens: "max_num_batched_tokens", FieldMaxNumSeqs: "max_num_seqs",
+	FieldEvents: "events", FieldRequestID: "request_id", FieldInputTokens: "input_tokens",
+	FieldOutputTokens: "output_tokens", FieldTokens: "tokens", FieldBlockHashes: "block_hashes",
+	FieldSequenceHashes: "sequence_hashes", FieldSessionID: "session_id",
+	FieldParentSessionID: "parent_session_id", FieldPriority: "priority",
+	FieldStrictPriority: "strict_priority", FieldAllowedWorkers: "allowed_workers", FieldDPRank: "dp_rank",
+}
+
+// FieldSet is a set of fields.
+type FieldSet uint32
+
+// Has reports whether f is in the set.
+func (s FieldSet) Has(f Field) bool { return s&(1<<f) != 0 }
+
+func set(fs ...Field) FieldSet {
+	var s FieldSet
+	for _, f := range fs {
+		s |= 1 << f
+	}
+	return s
+}
+
+// Fields is the set of fields c holds.
+func (c *Command) Fields() FieldSet {
+	var s FieldSet
+	add := func(f Field, present bool) {
+		if present {
+			s |= 1 << f
+		}
+	}
+	add(FieldID, c.ID != nil)
+	add(FieldNowMS, c.NowMS != nil)
+	add(FieldWorkerID, c.WorkerID != nil)
+	add(FieldRole, c.Role != "")
+	add(FieldDPSize, c.DPSize != nil)
+	add(FieldDPStart, c.DPStart != nil)
+	add(FieldTotalKVBlocks, c.TotalKVBlocks != nil)
+	add(FieldMaxNumBatchedTokens, c.MaxNumBatchedTokens != nil)
+	add(FieldMaxNumSeqs, c.MaxNumSeqs != nil)
+	add(FieldEvents, c.Events != nil)
+	add(FieldRequestID, c.RequestID != "")
+	add(FieldInputTokens, c.InputTokens != nil)
+	add(FieldOutputTokens, c.OutputTokens != nil)
+	add(FieldTokens, c.Tokens != nil)
+	add(FieldBlockHashes, c.BlockHashes != nil)
+	add(FieldSequenceHashes, c.SequenceHashes != nil)
+	add(FieldSessionID, c.SessionID != nil)
+	add(FieldParentSessionID, c.ParentSessionID != nil)
+	add(FieldPriority, c.Priority != nil)
+	add(FieldStrictPriority, c.StrictPriority != nil)
+	add(FieldAllowedWorkers, c.AllowedWorkers != nil)
+	add(FieldDPRank, c.DPRank != nil)
+	return s
+}
+
+// opSpec lists the fields an op takes beyond op, id and now_ms.
+type opSpec struct{ allowed, required FieldSet }
+
+var requestOnly = opSpec{allowed: set(FieldRequestID), required: set(FieldRequestID)}
+
+// ops is the one table of which fields each op takes; the decoder and
+// Validate both read it.
+var ops = map[Op]opSpec{
+	OpWorkerReady: {
+		allowed: set(FieldWorkerID, FieldRole, FieldDPSize, FieldDPStart, FieldTotalKVBlocks,
+			FieldMaxNumBatchedTokens, FieldMaxNumSeqs),
+		required: set(FieldWorkerID),
+	},
+	OpWorkerDraining:  {allowed: set(FieldWorkerID), required: set(FieldWorkerID)},
+	OpWorkerRemoved:   {allowed: set(FieldWorkerID), required: set(FieldWorkerID)},
+	OpTopologySettled: {},
+	OpPlace: {
+		allowed: set(FieldRequestID, FieldInputTokens, FieldOutputTokens, FieldTokens, FieldBlockHashes,
+			FieldSequenceHashes, FieldRole, FieldSessionID, FieldParentSessionID, FieldPriority,
+			FieldStrictPriority, FieldAllowedWorkers, FieldWorkerID, FieldDPRank),
+		required: set(FieldRequestID),
+	},
+	OpObserve:           {allowed: set(FieldEvents), required: set(FieldEvents)},
+	OpDispatchCommitted: requestOnly,
+	OpDispatchAborted:   requestOnly,
+	OpPrefillCompleted:  requestOnly,
+	OpRequestTerminal:   requestOnly,
+	OpCancelPending:     requestOnly,
+	OpAdvanceClock:      {required: set(FieldNowMS)},
+	OpInspect:           {},
+}
+
+// OpNames lists the ops in a stable order, for messages.
+func OpNames() []string {
+	names := make([]string, 0, len(ops))
+	for op := range ops {
+		names = append(names, string(op))
+	}
+	slices.Sort(names)
+	return names
+}
+
+// MaxRequestIDBytes bounds request_id.
+const MaxRequestIDBytes = 256
+
+// CheckValue checks the value of one field that c holds, apart from the
+// other fields, and returns what is wrong with it ("" when nothing is). The
+// decoder calls it as it reads each field, so that its error names the
+// first bad field of the line; Validate calls it for every field.
+func CheckValue(c *Command, f Field) string {
+	switch f {
+	case FieldNowMS:
+		if v := *c.NowMS; !(v >= 0) || math.IsInf(v, 0) {
+			return fmt.Sprintf("expected a time >= 0, got %v", v)
+		}
+	case FieldRole:
+		if !c.Role.Valid() {
+			return fmt.Sprintf("expected one of aggregated, prefill, decode, got %q", c.Role)
+		}
+	case FieldDPSize:
+		if *c.DPSize == 0 {
+			return "expected at least 1, got 0"
+		}
+	case FieldRequestID:
+		if c.RequestID == "" || len(c.RequestID) > MaxRequestIDBytes {
+			return fmt.Sprintf("expected a non-empty string of at most %d bytes, got %d bytes", MaxRequestIDBytes, len(c.RequestID))
+		}
+	case FieldPriority:
+		if v := *c.Priority; math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Sprintf("expected a finite number, got %v", v)
+		}
+	}
+	return ""
+}
+
+// Validate checks c against its op and the rules between fields that need
+// no engine state. A command that passes is safe to apply.
+func (c *Command) Validate() *Error {
+	spec, ok := ops[c.Op]
+	if !ok {
+		return Errorf(CodeUnknownOp, "op %q is not one of %s", c.Op, strings.Join(OpNames(), ", "))
+	}
+	has := c.Fields()
+	common := set(FieldID, FieldNowMS)
+	for f := range NumFields {
+		if has.Has(f) && !spec.allowed.Has(f) && !common.Has(f) {
+			return Errorf(CodeUnknownField, "field %q: is not a field of op %q", FieldNames[f], c.Op)
+		}
+		if spec.required.Has(f) && !has.Has(f) {
+			return Errorf(CodeInvalidField, "field %q: required by op %q", FieldNames[f], c.Op)
+		}
+		if has.Has(f) {
+			if msg := CheckValue(c, f); msg != "" {
+				return Errorf(CodeInvalidField, "field %q: %s", FieldNames[f], msg)
+			}
+		}
+	}
+	for i := range c.Events {
+		if path, msg := c.Events[i].check(); msg != "" {
+			return Errorf(CodeInvalidField, "field \"events[%d].%s\": %s", i, path, msg)
+		}
+	}
+	if c.Op != OpPlace {
+		return nil
+	}
+	if c.Tokens != nil && c.BlockHashes != nil {
+		return Errorf(CodeInvalidField, `field "block_hashes": give tokens or block_hashes, not both`)
+	}
+	if c.SequenceHashes != nil {
+		if c.BlockHashes == nil {
+			return Errorf(CodeInvalidField, `field "sequence_hashes": only goes with block_hashes`)
+		}
+		if len(c.SequenceHashes) != len(c.BlockHashes) {
+			return Errorf(CodeInvalidField, `field "sequence_hashes": expected %d hashes (as many as block_hashes), got %d`, len(c.BlockHashes), len(c.SequenceHashes))
+		}
+	}
+	if c.DPRank != nil && c.WorkerID == nil {
+		return Errorf(CodeInvalidField, `field "dp_rank": pins a rank of worker_id, which is missing`)
+	}
+	if c.InputTokens == nil && c.Tokens == nil && c.BlockHashes != nil {
+		return Errorf(CodeInvalidField, `field "input_tokens": required with block_hashes (the prompt length is not implied by them)`)
+	}
+	if c.InputTokens != nil && c.Tokens != nil && *c.InputTokens < uint64(len(c.Tokens)) {
+		return Errorf(CodeInvalidField, `field "input_tokens": %d is shorter than tokens (%d)`, *c.InputTokens, len(c.Tokens))
+	}
+	return nil
+}
+
+// ISL is the request's input length in tokens.
+func (c *Command) ISL() uint64 {
+	if c.InputTokens != nil {
+		return *c.InputTokens
+	}
+	return uint64(len(c.Tokens))
+}

@@ -1,0 +1,191 @@
+package protocol
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Config is the router configuration of PROTOCOL.md §2.
+type Config struct {
+	Policy                           Policy           `json:"policy"`
+	BlockSize                        uint64           `json:"block_size"`
+	Seed                             uint64           `json:"seed"`
+	Temperature                      float64          `json:"temperature"`
+	OverlapScoreCredit               float64          `json:"overlap_score_credit"`
+	PrefillLoadScale                 float64          `json:"prefill_load_scale"`
+	KVEvents                         bool             `json:"kv_events"`
+	ApproxTTLMS                      float64          `json:"approx_ttl_ms"`
+	QueueThreshold                   *float64         `json:"queue_threshold"`
+	QueuePolicy                      QueuePolicy      `json:"queue_policy"`
+	QueueTimeoutMS                   *float64         `json:"queue_timeout_ms"`
+	ActiveDecodeBlocksThreshold      *float64         `json:"active_decode_blocks_threshold"`
+	ActivePrefillTokensThreshold     *float64         `json:"active_prefill_tokens_threshold"`
+	ActivePrefillTokensThresholdFrac *float64         `json:"active_prefill_tokens_threshold_frac"`
+	PrefillLoadModel                 PrefillLoadModel `json:"prefill_load_model"`
+	PrefillTokensPerMS               *float64         `json:"prefill_tokens_per_ms"`
+	Affinity                         AffinityConfig   `json:"affinity"`
+	Evidence                         Evidence         `json:"evidence"`
+	WorkerDefaults                   WorkerDefaults   `json:"worker_defaults"`
+}
+
+// AffinityConfig configures session affinity.
+type AffinityConfig struct {
+	Mode  AffinityMode `json:"mode"`
+	TTLMS float64      `json:"ttl_ms"`
+	Key   AffinityKey  `json:"key"`
+}
+
+// WorkerDefaults fills worker_ready fields a command leaves out.
+type WorkerDefaults struct {
+	Role                Role    `json:"role"`
+	DPSize              *uint32 `json:"dp_size"`
+	DPStart             *uint32 `json:"dp_start"`
+	TotalKVBlocks       *uint64 `json:"total_kv_blocks"`
+	MaxNumBatchedTokens *uint64 `json:"max_num_batched_tokens"`
+	MaxNumSeqs          *uint64 `json:"max_num_seqs"`
+}
+
+// Policy is how a rank is chosen among the candidates.
+type Policy string
+
+// Policies.
+const (
+	PolicyKV          Policy = "kv"
+	PolicyRoundRobin  Policy = "round_robin"
+	PolicyRandom      Policy = "random"
+	PolicyLeastLoaded Policy = "least_loaded"
+)
+
+// QueuePolicy orders the policy queue.
+type QueuePolicy string
+
+// Queue policies.
+const (
+	QueueFCFS QueuePolicy = "fcfs"
+	QueueWSPT QueuePolicy = "wspt"
+	QueueLCFS QueuePolicy = "lcfs"
+)
+
+// PrefillLoadModel is how booked prefill tokens age.
+type PrefillLoadModel string
+
+// Prefill load models.
+const (
+	PrefillLoadNone   PrefillLoadModel = "none"
+	PrefillLoadLinear PrefillLoadModel = "linear"
+)
+
+// AffinityMode is how strongly a session sticks to its rank.
+type AffinityMode string
+
+// Affinity modes.
+const (
+	AffinityOff  AffinityMode = "off"
+	AffinityHard AffinityMode = "hard"
+	AffinitySoft AffinityMode = "soft"
+)
+
+// AffinityKey is what a binding is keyed by.
+type AffinityKey string
+
+// Affinity keys.
+const (
+	AffinityKeySession      AffinityKey = "session"
+	AffinityKeySiblingGroup AffinityKey = "sibling_group"
+)
+
+// Evidence is how much of a placement's reasoning a response carries.
+type Evidence string
+
+// Evidence levels.
+const (
+	EvidenceNone    Evidence = "none"
+	EvidenceSummary Evidence = "summary"
+	EvidenceFull    Evidence = "full"
+)
+
+// DefaultConfig returns the configuration with every default of §2. The
+// CLI's flags take their defaults from it.
+func DefaultConfig() Config {
+	return Config{
+		Policy:             PolicyKV,
+		BlockSize:          16,
+		OverlapScoreCredit: 1,
+		PrefillLoadScale:   1,
+		KVEvents:           true,
+		ApproxTTLMS:        120000,
+		QueuePolicy:        QueueFCFS,
+		PrefillLoadModel:   PrefillLoadNone,
+		Affinity:           AffinityConfig{Mode: AffinityOff, TTLMS: 3600000, Key: AffinityKeySession},
+		Evidence:           EvidenceSummary,
+	}
+}
+
+func oneOf[T ~string](key string, v T, allowed ...T) error {
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	names := make([]string, len(allowed))
+	for i, a := range allowed {
+		names[i] = string(a)
+	}
+	return fmt.Errorf("config %s: %q is not one of %s", key, v, strings.Join(names, ", "))
+}
+
+// Validate checks every key's range and the rules between keys.
+func (c *Config) Validate() error {
+	nonNeg := func(key string, v *float64) error {
+		if v != nil && (*v < 0 || math.IsNaN(*v) || math.IsInf(*v, 0)) {
+			return fmt.Errorf("config %s: expected a finite number >= 0, got %v", key, *v)
+		}
+		return nil
+	}
+	positive := func(key string, v *float64) error {
+		if v != nil && !(*v > 0 && !math.IsInf(*v, 0)) {
+			return fmt.Errorf("config %s: expected a finite number > 0, got %v", key, *v)
+		}
+		return nil
+	}
+	errs := []error{
+		oneOf("policy", c.Policy, PolicyKV, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded),
+		oneOf("queue_policy", c.QueuePolicy, QueueFCFS, QueueWSPT, QueueLCFS),
+		oneOf("prefill_load_model", c.PrefillLoadModel, PrefillLoadNone, PrefillLoadLinear),
+		oneOf("affinity.mode", c.Affinity.Mode, AffinityOff, AffinityHard, AffinitySoft),
+		oneOf("affinity.key", c.Affinity.Key, AffinityKeySession, AffinityKeySiblingGroup),
+		oneOf("evidence", c.Evidence, EvidenceNone, EvidenceSummary, EvidenceFull),
+		nonNeg("temperature", &c.Temperature),
+		nonNeg("prefill_load_scale", &c.PrefillLoadScale),
+		positive("approx_ttl_ms", &c.ApproxTTLMS),
+		nonNeg("queue_threshold", c.QueueThreshold),
+		positive("queue_timeout_ms", c.QueueTimeoutMS),
+		nonNeg("active_decode_blocks_threshold", c.ActiveDecodeBlocksThreshold),
+		nonNeg("active_prefill_tokens_threshold", c.ActivePrefillTokensThreshold),
+		nonNeg("active_prefill_tokens_threshold_frac", c.ActivePrefillTokensThresholdFrac),
+		positive("prefill_tokens_per_ms", c.PrefillTokensPerMS),
+		nonNeg("affinity.ttl_ms", &c.Affinity.TTLMS),
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	if c.BlockSize == 0 || c.BlockSize > 1<<20 {
+		return fmt.Errorf("config block_size: expected 1 to %d tokens, got %d", 1<<20, c.BlockSize)
+	}
+	if c.OverlapScoreCredit < 0 || c.OverlapScoreCredit > 1 || math.IsNaN(c.OverlapScoreCredit) {
+		return fmt.Errorf("config overlap_score_credit: expected a number in [0,1], got %v", c.OverlapScoreCredit)
+	}
+	if c.PrefillLoadModel == PrefillLoadLinear && c.PrefillTokensPerMS == nil {
+		return fmt.Errorf("config prefill_tokens_per_ms: required by prefill_load_model \"linear\"")
+	}
+	if c.WorkerDefaults.Role != "" && !c.WorkerDefaults.Role.Valid() {
+		return fmt.Errorf("config worker_defaults.role: %q is not one of aggregated, prefill, decode", c.WorkerDefaults.Role)
+	}
+	if c.WorkerDefaults.DPSize != nil && *c.WorkerDefaults.DPSize == 0 {
+		return fmt.Errorf("config worker_defaults.dp_size: expected at least 1, got 0")
+	}
+	return nil
+}

@@ -1,0 +1,69 @@
+package protocol
+
+// LocalBlockHash is the hash of one block's tokens alone (Dynamo's
+// LocalBlockHash): what a place's block_hashes and a stored block's
+// tokens_hash hold, and what the index matches prompts by.
+type LocalBlockHash uint64
+
+// SequenceHash is the hash of a block and everything before it (Dynamo's
+// ExternalSequenceBlockHash): what a place's sequence_hashes, a stored
+// block's block_hash, a parent_hash and a removed block name.
+type SequenceHash uint64
+
+// KVEvent is one KV event as Dynamo serialises a RouterEvent: the worker
+// and rank it comes from, and what happened in Data.
+type KVEvent struct {
+	WorkerID    uint64
+	StorageTier string // "device" when absent from the line
+	EventID     uint64
+	DPRank      uint32
+	Data        EventData // Stored, Removed or Cleared
+}
+
+// EventData is what a KV event did: Stored, Removed or Cleared.
+type EventData interface{ eventData() }
+
+// Stored is a run of blocks a rank cached, each the child of the one before,
+// the first the child of ParentHash (nil: the root).
+type Stored struct {
+	ParentHash *SequenceHash
+	Blocks     []StoredBlock
+}
+
+// StoredBlock is one block of a Stored event.
+type StoredBlock struct {
+	BlockHash  SequenceHash
+	TokensHash LocalBlockHash
+}
+
+// Removed is blocks a rank evicted.
+type Removed struct {
+	BlockHashes []SequenceHash
+}
+
+// Cleared is a rank dropping its whole cache.
+type Cleared struct{}
+
+func (Stored) eventData()  {}
+func (Removed) eventData() {}
+func (Cleared) eventData() {}
+
+// check reports the path inside the event and what is missing, or "" for
+// the message when the event is whole. The decoder refuses the same lines
+// as it reads them.
+func (ev *KVEvent) check() (path, msg string) {
+	switch d := ev.Data.(type) {
+	case Stored:
+		if d.Blocks == nil {
+			return "event.data.stored.blocks", "required"
+		}
+	case Removed:
+		if d.BlockHashes == nil {
+			return "event.data.removed.block_hashes", "required"
+		}
+	case Cleared:
+	default:
+		return "event.data", "required"
+	}
+	return "", ""
+}

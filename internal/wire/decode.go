@@ -1,0 +1,243 @@
+package wire
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/offline-router/offline-router/internal/protocol"
+)
+
+// Decoded is the outcome of decoding one line: the command, or an error with
+// as much of op and id as could be recovered for the response.
+type Decoded struct {
+	Cmd protocol.Command
+	Op  *string // nil when the line could not be read
+	ID  []byte
+	Err *protocol.Error
+}
+
+// Decode parses and validates one command line. Only what can be checked
+// without engine state is checked here.
+func Decode(line []byte, out *Decoded) {
+	*out = Decoded{}
+	s := scanner{b: line}
+	c := &out.Cmd
+	var opSeen bool
+	var opText string
+	if s.peek() != '{' {
+		out.Err = protocol.Errorf(protocol.CodeParse, "a command line must be a JSON object, got %s", s.describe())
+		return
+	}
+	err := s.object(func(key string) *fieldError {
+		if key == "op" {
+			v, err := s.str()
+			opText, opSeen = v, err == nil
+			return err.orNil("op")
+		}
+		f, ok := fieldIndex[key]
+		if !ok {
+			return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a protocol field" + suggest(key)}
+		}
+		if s.null() {
+			return nil
+		}
+		if err := decodeField(&s, c, f); err != nil {
+			return err.within(key)
+		}
+		if msg := protocol.CheckValue(c, f); msg != "" {
+			return &fieldError{code: protocol.CodeInvalidField, path: key, msg: msg}
+		}
+		return nil
+	})
+	if err == nil && s.peek() != 0 {
+		err = s.syntax("unexpected data after the object")
+	}
+	if err != nil {
+		recoverHeader(line, out)
+		if err.code == protocol.CodeParse && out.Op == nil {
+			out.ID = nil
+		}
+		out.Err = err.wire()
+		return
+	}
+	if c.ID != nil {
+		out.ID = c.ID
+	}
+	if !opSeen {
+		out.Err = protocol.Errorf(protocol.CodeInvalidField, `field "op": required`)
+		return
+	}
+	out.Op = &opText
+	c.Op = protocol.Op(opText)
+	out.Err = c.Validate()
+}
+
+func (e *fieldError) orNil(key string) *fieldError {
+	if e == nil {
+		return nil
+	}
+	return e.within(key)
+}
+
+// protocolKeys are every key a command line may hold: the command's fields,
+// and those of its KV events (events.go).
+var protocolKeys = func() map[string]string {
+	m := map[string]string{"op": "op"}
+	for _, k := range append(protocol.FieldNames[:], eventKeys...) {
+		m[k] = k
+	}
+	return m
+}()
+
+var fieldIndex = func() map[string]protocol.Field {
+	m := make(map[string]protocol.Field, protocol.NumFields)
+	for f, name := range protocol.FieldNames {
+		m[name] = protocol.Field(f)
+	}
+	return m
+}()
+
+// suggest names a protocol field that differs from key only in case or
+// separators, the usual slip of a hand-written host.
+func suggest(key string) string {
+	norm := func(s string) string { return strings.ReplaceAll(strings.ToLower(s), "-", "_") }
+	for _, name := range append([]string{"op"}, protocol.FieldNames[:]...) {
+		if norm(key) == name {
+			return fmt.Sprintf(" (did you mean %q?)", name)
+		}
+	}
+	return ""
+}
+
+// recoverHeader fills op and id from a line that failed, when its top level
+// is a readable object, so the error response can still echo them.
+func recoverHeader(line []byte, out *Decoded) {
+	s := scanner{b: line, allowRepeats: true}
+	var op *string
+	var id []byte
+	ok := s.object(func(key string) *fieldError {
+		start := s.i
+		if !s.skip() {
+			return &fieldError{code: protocol.CodeParse}
+		}
+		raw := line[start:s.i]
+		switch key {
+		case "op":
+			sub := scanner{b: raw}
+			if v, err := sub.str(); err == nil {
+				op = &v
+			}
+		case "id":
+			sub := scanner{b: raw}
+			if validID(&sub) {
+				id = trimSpace(raw)
+			}
+		}
+		return nil
+	}) == nil && s.peek() == 0
+	if ok {
+		out.Op, out.ID = op, id
+	}
+}
+
+func trimSpace(b []byte) []byte {
+	s := scanner{b: b}
+	s.peek()
+	start := s.i
+	end := len(b)
+	for end > start && (b[end-1] == ' ' || b[end-1] == '\t' || b[end-1] == '\r' || b[end-1] == '\n') {
+		end--
+	}
+	return b[start:end]
+}
+
+// validID consumes an id value: a string or a number, echoed verbatim.
+func validID(s *scanner) bool {
+	c := s.peek()
+	return (c == '"' || c == '-' || (c >= '0' && c <= '9')) && s.skipScalar()
+}
+
+func decodeField(s *scanner, c *protocol.Command, f protocol.Field) *fieldError {
+	var err *fieldError
+	switch f {
+	case protocol.FieldID:
+		s.peek()
+		start := s.i
+		if !validID(s) {
+			s.i = start
+			return s.expected("a string or a number")
+		}
+		c.ID = s.b[start:s.i]
+	case protocol.FieldNowMS:
+		c.NowMS, err = ptr(s.float())
+	case protocol.FieldWorkerID:
+		c.WorkerID, err = ptr(s.u64())
+	case protocol.FieldRole:
+		var v string
+		v, err = s.str()
+		c.Role = protocol.Role(v)
+	case protocol.FieldDPSize:
+		c.DPSize, err = ptr(s.u32())
+	case protocol.FieldDPStart:
+		c.DPStart, err = ptr(s.u32())
+	case protocol.FieldTotalKVBlocks:
+		c.TotalKVBlocks, err = ptr(s.u64())
+	case protocol.FieldMaxNumBatchedTokens:
+		c.MaxNumBatchedTokens, err = ptr(s.u64())
+	case protocol.FieldMaxNumSeqs:
+		c.MaxNumSeqs, err = ptr(s.u64())
+	case protocol.FieldEvents:
+		c.Events = make([]protocol.KVEvent, 0, 4)
+		err = s.array(func(int) *fieldError {
+			c.Events = append(c.Events, protocol.KVEvent{})
+			return decodeEvent(s, &c.Events[len(c.Events)-1])
+		})
+	case protocol.FieldRequestID:
+		c.RequestID, err = s.str()
+	case protocol.FieldInputTokens:
+		c.InputTokens, err = ptr(s.u64())
+	case protocol.FieldOutputTokens:
+		c.OutputTokens, err = ptr(s.u64())
+	case protocol.FieldTokens:
+		c.Tokens = make([]uint32, 0, 256)
+		err = s.array(func(int) *fieldError {
+			v, err := s.u32()
+			c.Tokens = append(c.Tokens, v)
+			return err
+		})
+	case protocol.FieldBlockHashes:
+		c.BlockHashes, err = u64s[protocol.LocalBlockHash](s)
+	case protocol.FieldSequenceHashes:
+		c.SequenceHashes, err = u64s[protocol.SequenceHash](s)
+	case protocol.FieldAllowedWorkers:
+		c.AllowedWorkers, err = u64s[uint64](s)
+	case protocol.FieldSessionID:
+		c.SessionID, err = ptr(s.str())
+	case protocol.FieldParentSessionID:
+		c.ParentSessionID, err = ptr(s.str())
+	case protocol.FieldPriority:
+		c.Priority, err = ptr(s.float())
+	case protocol.FieldStrictPriority:
+		c.StrictPriority, err = ptr(s.int64())
+	case protocol.FieldDPRank:
+		c.DPRank, err = ptr(s.u32())
+	}
+	return err
+}
+
+func ptr[T any](v T, err *fieldError) (*T, *fieldError) {
+	if err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+func u64s[T ~uint64](s *scanner) ([]T, *fieldError) {
+	out := make([]T, 0, 16)
+	err := s.array(func(int) *fieldError {
+		v, err := s.u64()
+		out = append(out, T(v))
+		return err
+	})
+	return out, err
+}
