@@ -15,14 +15,15 @@ import (
 )
 
 type replayOptions struct {
-	serve        serveOptions // the router's config file and flags (bindConfig only)
-	cluster      replay.ClusterConfig
-	sessions     int
-	compare      bool
-	reportFile   string
-	emitCommands string
-	plotFile     string
-	quiet        bool
+	serve         serveOptions // the router's config file and flags (bindConfig only)
+	cluster       replay.ClusterConfig
+	sessions      int
+	compare       bool
+	reportFile    string
+	emitCommands  string
+	emitResponses string
+	plotFile      string
+	quiet         bool
 }
 
 func newReplayCommand() *cobra.Command {
@@ -70,6 +71,7 @@ defaults to 512 here, as in Mooncake traces.`,
 	f.BoolVar(&o.compare, "compare", false, "run kv and the baselines (round_robin, random, least_loaded) and print them side by side")
 	f.StringVar(&o.reportFile, "report", "", "write the report(s) as JSON to this file")
 	f.StringVar(&o.emitCommands, "emit-commands", "", "write every command sent to the router to this file")
+	f.StringVar(&o.emitResponses, "emit-responses", "", "write every response the router gave to this file (what serve answers to the --emit-commands stream)")
 	f.StringVar(&o.plotFile, "plot", "", "draw per-worker load and the running hit rate over simulated time (.png or .svg)")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress bar")
 	return cmd
@@ -86,8 +88,8 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	if err != nil {
 		return &exitError{2, err}
 	}
-	if o.compare && (o.emitCommands != "" || o.plotFile != "") {
-		return &exitError{2, fmt.Errorf("--emit-commands and --plot describe one run; drop --compare or them")}
+	if o.compare && (o.emitCommands != "" || o.emitResponses != "" || o.plotFile != "") {
+		return &exitError{2, fmt.Errorf("--emit-commands, --emit-responses and --plot describe one run; drop --compare or them")}
 	}
 	if o.cluster.Workers < 1 || o.cluster.TotalKVBlocks < 1 || o.cluster.MaxNumSeqs < 1 ||
 		!(o.cluster.PrefillTokensPerMS > 0) || o.cluster.DecodeMSPerToken < 0 {
@@ -138,13 +140,19 @@ func (o *replayOptions) run(trace []replay.Request, cfg protocol.Config) (*repla
 	opt := replay.Options{Cluster: o.cluster, Router: cfg}
 	// Each run gets its own copy: later turns' arrival times are filled in.
 	trace = append([]replay.Request(nil), trace...)
-	if o.emitCommands != "" {
-		f, err := os.Create(o.emitCommands)
+	for _, out := range []struct {
+		path string
+		to   *io.Writer
+	}{{o.emitCommands, &opt.Commands}, {o.emitResponses, &opt.Responses}} {
+		if out.path == "" {
+			continue
+		}
+		f, err := os.Create(out.path)
 		if err != nil {
 			return nil, err
 		}
 		defer f.Close()
-		opt.Commands = f
+		*out.to = f
 	}
 	var plot *loadPlot
 	if o.plotFile != "" {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"reflect"
 	"runtime/pprof"
+	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -28,31 +30,63 @@ type serveOptions struct {
 	cpuProfile   string
 }
 
-// configFlags maps each config key to its flag; the flag's type is the key's.
-var configFlags = []struct {
-	key, usage string
-	def        any
-}{
-	{"policy", "placement policy: kv, round_robin, random or least_loaded", "kv"},
-	{"block_size", "tokens per KV block (Mooncake traces use 512)", uint64(16)},
-	{"seed", "seed of the one deterministic random stream (ties, softmax)", uint64(0)},
-	{"temperature", "0 = cheapest rank; > 0 = softmax over range-normalised costs", 0.0},
-	{"overlap_score_credit", "credit per cached block, in [0,1]", 1.0},
-	{"prefill_load_scale", "weight of the prefill term of the cost", 1.0},
-	{"kv_events", "false = approximate mode: the index learns from placements", true},
-	{"approx_ttl_ms", "lifetime of an approximate-mode block, refreshed when routed again", 120000.0},
-	{"active_decode_blocks_threshold", "busy filter: fraction of total_kv_blocks (unset = off)", 0.0},
-	{"active_prefill_tokens_threshold", "busy filter: absolute prefill tokens (unset = off)", 0.0},
-	{"active_prefill_tokens_threshold_frac", "busy filter: fraction of max_num_batched_tokens (unset = off)", 0.0},
-	{"evidence", "placement evidence: none, summary or full", "summary"},
-	{"queue_threshold", "enable the policy queue: a rank is busy above this × max_num_batched_tokens prefill tokens (unset = no queue)", 0.0},
-	{"queue_policy", "queue order: fcfs, wspt or lcfs", "fcfs"},
-	{"queue_timeout_ms", "reject a request that waited this long (unset = never)", 0.0},
-	{"prefill_load_model", "none, or linear: booked prefill decays at prefill_tokens_per_ms", "none"},
-	{"prefill_tokens_per_ms", "prefill rate of the linear model", 0.0},
-	{"affinity.mode", "session affinity: off, hard or soft", "off"},
-	{"affinity.ttl_ms", "idle lifetime of a session binding, in virtual ms", 3600000.0},
-	{"affinity.key", "affinity key: session, or sibling_group (parent_session_id)", "session"},
+// configFlags are the config keys that have a flag, with its usage; the
+// flag's type and default come from the key's field in
+// protocol.DefaultConfig, so the two cannot disagree.
+var configFlags = []struct{ key, usage string }{
+	{"policy", "placement policy: kv, round_robin, random or least_loaded"},
+	{"block_size", "tokens per KV block (Mooncake traces use 512)"},
+	{"seed", "seed of the one deterministic random stream (ties, softmax)"},
+	{"temperature", "0 = cheapest rank; > 0 = softmax over range-normalised costs"},
+	{"overlap_score_credit", "credit per cached block, in [0,1]"},
+	{"prefill_load_scale", "weight of the prefill term of the cost"},
+	{"kv_events", "false = approximate mode: the index learns from placements"},
+	{"approx_ttl_ms", "lifetime of an approximate-mode block, refreshed when routed again"},
+	{"active_decode_blocks_threshold", "busy filter: fraction of total_kv_blocks (unset = off)"},
+	{"active_prefill_tokens_threshold", "busy filter: absolute prefill tokens (unset = off)"},
+	{"active_prefill_tokens_threshold_frac", "busy filter: fraction of max_num_batched_tokens (unset = off)"},
+	{"evidence", "placement evidence: none, summary or full"},
+	{"queue_threshold", "enable the policy queue: a rank is busy above this × max_num_batched_tokens prefill tokens (unset = no queue)"},
+	{"queue_policy", "queue order: fcfs, wspt or lcfs"},
+	{"queue_timeout_ms", "reject a request that waited this long (unset = never)"},
+	{"prefill_load_model", "none, or linear: booked prefill decays at prefill_tokens_per_ms"},
+	{"prefill_tokens_per_ms", "prefill rate of the linear model"},
+	{"affinity.mode", "session affinity: off, hard or soft"},
+	{"affinity.ttl_ms", "idle lifetime of a session binding, in virtual ms"},
+	{"affinity.key", "affinity key: session, or sibling_group (parent_session_id)"},
+}
+
+// configDefault is the default of a dotted config key, as a string, uint64,
+// float64 or bool (an optional key that is unset by default gives its zero).
+func configDefault(key string) any {
+	v := reflect.ValueOf(protocol.DefaultConfig())
+	for _, part := range strings.Split(key, ".") {
+		t := v.Type()
+		found := false
+		for i := range t.NumField() {
+			if strings.Split(t.Field(i).Tag.Get("json"), ",")[0] == part {
+				v, found = v.Field(i), true
+				break
+			}
+		}
+		if !found {
+			panic("no config key " + key)
+		}
+	}
+	if v.Kind() == reflect.Pointer {
+		v = reflect.Zero(v.Type().Elem())
+	}
+	switch v.Kind() {
+	case reflect.String:
+		return v.String()
+	case reflect.Uint64:
+		return v.Uint()
+	case reflect.Float64:
+		return v.Float()
+	case reflect.Bool:
+		return v.Bool()
+	}
+	panic("config key " + key + " has no flag type")
 }
 
 func flagName(key string) string {
@@ -81,7 +115,7 @@ func (o *serveOptions) bindConfig(cmd *cobra.Command) {
 	f.StringVar(&o.configFile, "config", "", "JSON config file (keys of docs/PROTOCOL.md §2; unknown keys are an error)")
 	for _, cf := range configFlags {
 		usage := "config " + cf.key + ": " + cf.usage
-		switch d := cf.def.(type) {
+		switch d := configDefault(cf.key).(type) {
 		case string:
 			f.String(flagName(cf.key), d, usage)
 		case uint64:
@@ -111,7 +145,7 @@ func (o *serveOptions) loadConfig(flags *pflag.FlagSet) (protocol.Config, error)
 		}
 		var v any
 		var err error
-		switch cf.def.(type) {
+		switch configDefault(cf.key).(type) {
 		case string:
 			v, err = flags.GetString(fl.Name)
 		case uint64:

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/offline-router/offline-router/internal/protocol"
@@ -56,20 +57,36 @@ func TestPickSoftmaxProbabilities(t *testing.T) {
 }
 
 func TestPickTieBreakIsUniformAndSeeded(t *testing.T) {
-	counts := make([]int, 3)
-	e, _ := New(protocol.DefaultConfig())
-	for range 3000 {
-		scores := []score{{cost: 1}, {cost: 1}, {cost: 1}, {cost: 2}}
-		i, ties, _ := e.pick(scores, nil, -1)
-		if ties != 3 || i == 3 {
-			t.Fatalf("pick %d of %d ties", i, ties)
+	picks := func(seed uint64) []int {
+		cfg := protocol.DefaultConfig()
+		cfg.Seed = seed
+		e, _ := New(cfg)
+		var out []int
+		for range 3000 {
+			scores := []score{{cost: 1}, {cost: 1}, {cost: 1}, {cost: 2}}
+			i, ties, _ := e.pick(scores, nil, -1)
+			if ties != 3 || i == 3 {
+				t.Fatalf("pick %d of %d ties", i, ties)
+			}
+			out = append(out, i)
 		}
+		return out
+	}
+	first := picks(0)
+	counts := make([]int, 3)
+	for _, i := range first {
 		counts[i]++
 	}
 	for i, n := range counts {
 		if n < 850 || n > 1150 {
 			t.Errorf("tie %d chosen %d times of 3000: not uniform", i, n)
 		}
+	}
+	if !slices.Equal(first, picks(0)) {
+		t.Error("the same seed picked a different sequence of ties")
+	}
+	if slices.Equal(first, picks(1)) {
+		t.Error("seeds 0 and 1 picked the same 3000 ties: the seed is not used")
 	}
 }
 

@@ -5,8 +5,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/offline-router/offline-router/internal/protocol"
 	"pgregory.net/rapid"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // TestActiveTreeMatchesAModel books and releases random prompts over a tiny

@@ -8,9 +8,8 @@ import (
 	"github.com/goccy/go-json"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/offline-router/offline-router/internal/protocol"
-
 	_ "github.com/offline-router/offline-router/internal/golden" // registers -update for go test ./... -update
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // TestHashKnownValues pins values cross-checked against Dynamo's own tests,

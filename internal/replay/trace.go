@@ -4,8 +4,6 @@
 package replay
 
 import (
-	"github.com/offline-router/offline-router/internal/protocol"
-
 	"bufio"
 	"bytes"
 	"fmt"
@@ -14,6 +12,8 @@ import (
 	"strconv"
 
 	"github.com/goccy/go-json"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // Request is one request of a trace.

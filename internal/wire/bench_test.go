@@ -2,9 +2,10 @@ package wire
 
 import (
 	"fmt"
-	"github.com/offline-router/offline-router/internal/protocol"
 	"strings"
 	"testing"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 func placeLine(blocks int) []byte {

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"github.com/offline-router/offline-router/internal/protocol"
 	"math"
 	"strings"
 	"testing"
@@ -9,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	_ "github.com/offline-router/offline-router/internal/golden" // registers -update for go test ./... -update
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 func decode(t *testing.T, line string) Decoded {

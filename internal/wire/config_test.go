@@ -1,11 +1,12 @@
 package wire
 
 import (
-	"github.com/offline-router/offline-router/internal/protocol"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 func TestConfigDefaults(t *testing.T) {

@@ -1,8 +1,9 @@
 package wire
 
 import (
-	"github.com/offline-router/offline-router/internal/protocol"
 	"strconv"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // AppendCommand appends c as one JSON line (without the newline), fields in

@@ -1,11 +1,12 @@
 package wire
 
 import (
-	"github.com/offline-router/offline-router/internal/protocol"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // TestAppendCommandRoundTrips: every command written by AppendCommand

@@ -1,10 +1,11 @@
 package wire
 
 import (
-	"github.com/offline-router/offline-router/internal/protocol"
 	"strconv"
 
 	"github.com/goccy/go-json"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // Every line gets a response, so the response and what most lines carry

@@ -1,11 +1,12 @@
 package wire
 
 import (
-	"github.com/offline-router/offline-router/internal/protocol"
 	"testing"
 
 	"github.com/goccy/go-json"
 	"pgregory.net/rapid"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // TestEncodeMatchesGoccy: the hand-written encoder gives the bytes goccy

@@ -2,13 +2,14 @@ package wire
 
 import (
 	"bytes"
-	"github.com/offline-router/offline-router/internal/protocol"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // FuzzDecode: no input makes the decoder panic, every error names a code,

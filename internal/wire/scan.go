@@ -2,11 +2,12 @@ package wire
 
 import (
 	"fmt"
-	"github.com/offline-router/offline-router/internal/protocol"
 	"math"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // scanner is a strict pull decoder over one JSON line. It exists because the

@@ -5,9 +5,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/offline-router/offline-router/internal/protocol"
 	"io"
 	"sync/atomic"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // Stepper is what Serve drives: an engine that applies commands and reports

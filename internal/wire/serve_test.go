@@ -4,13 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"github.com/offline-router/offline-router/internal/protocol"
 	"io"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/goccy/go-json"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // echo is a Stepper that accepts every command and counts them.
@@ -83,13 +84,13 @@ func TestServeLineTooLongIsDiscardedAndServingGoesOn(t *testing.T) {
 
 func TestServeLineExactlyAtTheLimitIsRead(t *testing.T) {
 	line := `{"op":"inspect"}`
-	resps, _, _ := serveString(t, line+"\n"+line, ServeOptions{MaxLineBytes: len(line)})
-	if len(resps) != 2 || resps[0]["ok"] != true || resps[1]["ok"] != true {
-		t.Fatalf("lines of exactly max bytes must be read: %v", resps)
+	resps, _, err := serveString(t, line+"\n"+line, ServeOptions{MaxLineBytes: len(line)})
+	if err != nil || len(resps) != 2 || resps[0]["ok"] != true || resps[1]["ok"] != true {
+		t.Fatalf("lines of exactly max bytes must be read: %v, %v", resps, err)
 	}
-	resps, _, _ = serveString(t, line+" \n", ServeOptions{MaxLineBytes: len(line)})
-	if resps[0]["ok"] != false {
-		t.Fatalf("a line one byte over must be refused: %v", resps)
+	resps, _, err = serveString(t, line+" \n", ServeOptions{MaxLineBytes: len(line)})
+	if err != nil || len(resps) != 1 || resps[0]["ok"] != false {
+		t.Fatalf("a line one byte over must be refused: %v, %v", resps, err)
 	}
 }
 

@@ -3,14 +3,13 @@
 package workload
 
 import (
-	"github.com/offline-router/offline-router/internal/protocol"
-
 	"bufio"
 	"io"
 	"math/rand/v2"
 	"strconv"
 
 	"github.com/offline-router/offline-router/internal/kvindex"
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // Mixed describes a synthetic host session: workers come up, requests with
