@@ -11,6 +11,7 @@ import (
 	"github.com/offline-router/offline-router/examples"
 	"github.com/offline-router/offline-router/internal/engine"
 	"github.com/offline-router/offline-router/internal/protocol"
+	"github.com/offline-router/offline-router/internal/scenario"
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
@@ -27,8 +28,9 @@ offline-router.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
+			session := scenario.Commands(examples.Session) // without its recorded responses
 			if raw {
-				_, err := out.Write(examples.Session)
+				_, err := out.Write(session)
 				return err
 			}
 			eng, err := engine.New(protocol.DefaultConfig())
@@ -36,12 +38,12 @@ offline-router.`,
 				return err
 			}
 			var responses bytes.Buffer
-			if _, err := wire.Serve(bytes.NewReader(examples.Session), &responses, eng, wire.ServeOptions{}); err != nil {
+			if _, err := wire.Serve(bytes.NewReader(session), &responses, eng, wire.ServeOptions{}); err != nil {
 				return err
 			}
 			resp := bufio.NewScanner(&responses)
 			resp.Buffer(nil, 1<<20)
-			for _, line := range bytes.Split(bytes.TrimRight(examples.Session, "\n"), []byte("\n")) {
+			for _, line := range bytes.Split(bytes.TrimRight(session, "\n"), []byte("\n")) {
 				if wire.IsComment(line) {
 					fmt.Fprintf(out, "%s\n", line)
 					continue

@@ -9,8 +9,6 @@ import (
 	"testing"
 
 	"github.com/goccy/go-json"
-
-	_ "github.com/offline-router/offline-router/internal/golden" // registers -update for go test ./... -update
 )
 
 var binary string

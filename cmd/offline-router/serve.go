@@ -130,14 +130,22 @@ func (o *serveOptions) bindConfig(cmd *cobra.Command) {
 
 // loadConfig reads the config file, then applies the flags that were set.
 func (o *serveOptions) loadConfig(flags *pflag.FlagSet) (protocol.Config, error) {
-	var file []byte
+	src, err := o.configSource(flags)
+	if err != nil {
+		return protocol.Config{}, err
+	}
+	return src.Load()
+}
+
+// configSource is the config file and the config flags that were set.
+func (o *serveOptions) configSource(flags *pflag.FlagSet) (wire.ConfigSource, error) {
+	src := wire.ConfigSource{FileName: o.configFile}
 	if o.configFile != "" {
 		var err error
-		if file, err = os.ReadFile(o.configFile); err != nil {
-			return protocol.Config{}, err
+		if src.File, err = os.ReadFile(o.configFile); err != nil {
+			return src, err
 		}
 	}
-	var overrides []wire.Override
 	for _, cf := range configFlags {
 		fl := flags.Lookup(flagName(cf.key))
 		if fl == nil || !fl.Changed {
@@ -156,15 +164,19 @@ func (o *serveOptions) loadConfig(flags *pflag.FlagSet) (protocol.Config, error)
 			v, err = flags.GetBool(fl.Name)
 		}
 		if err != nil {
-			return protocol.Config{}, err
+			return src, err
 		}
-		overrides = append(overrides, wire.Override{Key: cf.key, Value: v})
+		src.Overrides = append(src.Overrides, wire.Override{Key: cf.key, Value: v, Flag: "--" + fl.Name})
 	}
-	return wire.LoadConfig(file, overrides)
+	return src, nil
 }
 
 func runServe(cmd *cobra.Command, o *serveOptions, log *zerolog.Logger) error {
-	cfg, err := o.loadConfig(cmd.Flags())
+	src, err := o.configSource(cmd.Flags())
+	if err != nil {
+		return &exitError{2, err}
+	}
+	cfg, err := src.Load()
 	if err != nil {
 		return &exitError{2, err}
 	}
@@ -200,7 +212,8 @@ func runServe(cmd *cobra.Command, o *serveOptions, log *zerolog.Logger) error {
 			os.Exit(exitCodeFor(sig))
 		}
 	}()
-	st, err := wire.Serve(os.Stdin, os.Stdout, eng, wire.ServeOptions{MaxLineBytes: o.maxLineBytes, FailFast: o.failFast, Stopper: stopper})
+	st, err := wire.Serve(os.Stdin, os.Stdout, eng, wire.ServeOptions{MaxLineBytes: o.maxLineBytes, FailFast: o.failFast,
+		Stopper: stopper, Configure: src.Configure(newEngine)})
 	if o.verbose {
 		info := log.Level(zerolog.InfoLevel)
 		info.Info().Int("commands", st.Commands).Int("errors", st.Errors).Msg("served")
@@ -217,6 +230,9 @@ func runServe(cmd *cobra.Command, o *serveOptions, log *zerolog.Logger) error {
 	}
 	return nil
 }
+
+// newEngine builds the engine a stream's config command asks for.
+func newEngine(cfg protocol.Config) (wire.Stepper, error) { return engine.New(cfg) }
 
 // exitCodeFor is the conventional status of a process ended by sig.
 func exitCodeFor(sig os.Signal) int {

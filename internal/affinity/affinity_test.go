@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	_ "github.com/offline-router/offline-router/internal/golden" // registers -update for go test ./... -update
 )
 
 var conv = Key{Role: "aggregated", Kind: KindSession, ID: "c1"}

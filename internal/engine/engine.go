@@ -196,6 +196,8 @@ func (e *Engine) checkPlace(c *protocol.Command, t float64) (*demand, candidateS
 // does can make a command that passed here fail.
 func (e *Engine) check(c *protocol.Command) *protocol.Error {
 	switch c.Op {
+	case protocol.OpConfig:
+		return protocol.Errorf(protocol.CodeConfigTooLate, "an engine keeps the config it was built with; a config command is taken only as the first command of a stream")
 	case protocol.OpWorkerReady:
 		if w, ok := e.fleet.byID[*c.WorkerID]; ok {
 			return protocol.Errorf(protocol.CodeDuplicateWorker, "worker %d is already %s; it can come back only after worker_removed", w.id, w.status)

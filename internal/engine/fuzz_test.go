@@ -34,7 +34,10 @@ func fuzzConfigs() []protocol.Config {
 // every command, the engine's invariants, and that a rejected command left
 // inspect unchanged. Seeds: every golden scenario.
 func FuzzEngine(f *testing.F) {
-	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "commands", "*.jsonl"))
+	files, err := filepath.Glob(filepath.Join("..", "..", "testdata", "commands", "*.jsonl"))
+	if err != nil || len(files) == 0 {
+		f.Fatalf("no golden scenarios to seed from: %v", err)
+	}
 	for i, path := range files {
 		data, err := os.ReadFile(path)
 		if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -14,54 +13,42 @@ import (
 	"github.com/offline-router/offline-router/internal/engine"
 	"github.com/offline-router/offline-router/internal/golden"
 	"github.com/offline-router/offline-router/internal/protocol"
+	"github.com/offline-router/offline-router/internal/scenario"
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
-// scenario is a golden case: NAME.jsonl in, NAME.golden.jsonl out. Header
-// comments may set the config ("# config: {json}", merged in order) and the
-// line limit ("# max_line_bytes: N").
-type scenario struct {
-	name  string
-	input []byte
-	cfg   protocol.Config
-	opts  wire.ServeOptions
+// A golden scenario (internal/scenario) is a command stream that carries
+// its expected responses on "#< " lines; its config, if any, is its first
+// command, as a host would send it.
+type goldenScenario struct {
+	name, path string
+	text       []byte
+	opts       wire.ServeOptions
 }
 
-func loadScenario(t *testing.T, path string) scenario {
+func loadScenario(t *testing.T, path string) goldenScenario {
 	t.Helper()
-	input, err := os.ReadFile(path)
+	text, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := scenario{name: strings.TrimSuffix(filepath.Base(path), ".jsonl"), input: input}
-	var overrides []wire.Override
-	for _, line := range strings.Split(string(input), "\n") {
-		if v, ok := strings.CutPrefix(line, "# config: "); ok {
-			var m map[string]json.RawMessage
-			if err := json.Unmarshal([]byte(v), &m); err != nil {
-				t.Fatalf("%s: config line: %v", path, err)
-			}
-			for k, raw := range m {
-				overrides = append(overrides, wire.Override{Key: k, Value: raw})
-			}
-		}
-		if v, ok := strings.CutPrefix(line, "# max_line_bytes: "); ok {
-			if sc.opts.MaxLineBytes, err = strconv.Atoi(v); err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
-		}
-	}
-	if sc.cfg, err = wire.LoadConfig(nil, overrides); err != nil {
+	sc := goldenScenario{name: strings.TrimSuffix(filepath.Base(path), ".jsonl"), path: path, text: text}
+	if sc.opts.MaxLineBytes, err = scenario.MaxLineBytes(text); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
+	if sc.opts.MaxLineBytes == 0 {
+		sc.opts.MaxLineBytes = wire.DefaultMaxLineBytes
+	}
+	sc.opts.Configure = wire.ConfigSource{}.Configure(func(cfg protocol.Config) (wire.Stepper, error) { return engine.New(cfg) })
 	return sc
 }
 
-func (sc scenario) run(t *testing.T, input []byte) []byte {
+// run serves input as serve does with no flags, config command included.
+func (sc goldenScenario) run(t *testing.T, input []byte) []byte {
 	t.Helper()
-	eng, err := engine.New(sc.cfg)
+	eng, err := engine.New(protocol.DefaultConfig())
 	if err != nil {
-		t.Fatalf("%s: %v", sc.name, err)
+		t.Fatal(err)
 	}
 	var out bytes.Buffer
 	if _, err := wire.Serve(bytes.NewReader(input), &out, eng, sc.opts); err != nil {
@@ -70,59 +57,75 @@ func (sc scenario) run(t *testing.T, input []byte) []byte {
 	return out.Bytes()
 }
 
+// answered tells the lines serve answers from comments.
+func (sc goldenScenario) answered(line []byte) bool {
+	return !wire.IsComment(line) || len(line) > sc.opts.MaxLineBytes
+}
+
 func scenarioPaths(t *testing.T) []string {
 	paths, err := filepath.Glob(filepath.Join("..", "..", "testdata", "commands", "*.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var inputs []string
-	for _, p := range paths {
-		if !strings.HasSuffix(p, ".golden.jsonl") {
-			inputs = append(inputs, p)
-		}
-	}
-	if len(inputs) == 0 {
+	if len(paths) == 0 {
 		t.Fatal("no scenarios found")
 	}
-	return append(inputs, filepath.Join("..", "..", "examples", "session.jsonl"))
+	return append(paths, filepath.Join("..", "..", "examples", "session.jsonl"))
 }
 
-// TestGolden replays every scenario and compares with its reviewed output.
+// TestGolden runs every scenario and compares the responses with those its
+// "#< " lines record (go test ./internal/engine/ -run TestGolden -update
+// rewrites them: review every diff).
 func TestGolden(t *testing.T) {
 	for _, path := range scenarioPaths(t) {
 		sc := loadScenario(t, path)
 		t.Run(sc.name, func(t *testing.T) {
-			if !bytes.HasPrefix(sc.input, []byte("#")) {
+			if !bytes.HasPrefix(sc.text, []byte("#")) {
 				t.Errorf("%s must open with # comments that say what it proves", path)
 			}
-			got := sc.run(t, sc.input)
-			if again := sc.run(t, sc.input); !bytes.Equal(got, again) {
+			input := scenario.Commands(sc.text)
+			out := sc.run(t, input)
+			if again := sc.run(t, input); !bytes.Equal(out, again) {
 				t.Fatal("two runs of the same input differ")
 			}
-			golden.Check(t, strings.TrimSuffix(path, ".jsonl")+".golden.jsonl", got)
+			got, err := scenario.Render(sc.text, out, sc.answered)
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			golden.Check(t, path, got)
 		})
 	}
 }
 
-// TestErrorsChangeNothing checks, for every error response of every
-// scenario, that an inspect just before the failing line and one just after
+// TestErrorsChangeNothing checks, for every error response a scenario
+// records, that an inspect just before the failing line and one just after
 // it see the same state.
 func TestErrorsChangeNothing(t *testing.T) {
+	examined, recorded := 0, 0
 	for _, path := range scenarioPaths(t) {
 		sc := loadScenario(t, path)
 		t.Run(sc.name, func(t *testing.T) {
-			lines := strings.SplitAfter(string(sc.input), "\n")
-			responses := bytes.Split(bytes.TrimSpace(sc.run(t, sc.input)), []byte("\n"))
+			lines := strings.SplitAfter(string(scenario.Commands(sc.text)), "\n")
+			responses := scenario.Responses(sc.text)
+			for _, r := range responses {
+				if bytes.Contains(r, []byte(`"ok":false`)) {
+					recorded++
+				}
+			}
 			cmd := 0
 			for i, line := range lines {
-				if wire.IsComment([]byte(strings.TrimSuffix(line, "\n"))) {
+				if !sc.answered([]byte(strings.TrimSuffix(line, "\n"))) {
 					continue
+				}
+				if cmd >= len(responses) {
+					t.Fatalf("line %d has no recorded response", i+1)
 				}
 				resp := responses[cmd]
 				cmd++
 				if !bytes.Contains(resp, []byte(`"ok":false`)) {
 					continue
 				}
+				examined++
 				before := sc.lastState(t, strings.Join(lines[:i], ""))
 				after := sc.lastState(t, strings.Join(lines[:i+1], ""))
 				if diff := cmp.Diff(before, after); diff != "" {
@@ -131,10 +134,13 @@ func TestErrorsChangeNothing(t *testing.T) {
 			}
 		})
 	}
+	if examined == 0 || examined != recorded {
+		t.Fatalf("examined %d error responses of the %d the scenarios record", examined, recorded)
+	}
 }
 
 // lastState runs input followed by an inspect and returns the snapshot.
-func (sc scenario) lastState(t *testing.T, input string) string {
+func (sc goldenScenario) lastState(t *testing.T, input string) string {
 	if input != "" && !strings.HasSuffix(input, "\n") {
 		input += "\n"
 	}

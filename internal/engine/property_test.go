@@ -133,10 +133,10 @@ func TestAdmissionInvariants(t *testing.T) {
 			before := e.inspect()
 			var resp protocol.Response
 			e.Apply(c, &resp)
-			if debugSteps {
-				out, _ := wire.Encode(nil, &resp)
-				t.Logf("%s req=%s now=%v pin=%v hashes=%v -> %s", c.Op, c.RequestID, ptrVal(c.NowMS), ptrVal(c.WorkerID), c.BlockHashes, out)
-			}
+			// rapid shows a case's log only when it fails: each step of the
+			// shrunk counterexample with what the engine answered.
+			out, _ := wire.Encode(nil, &resp)
+			t.Logf("%s req=%s now=%v pin=%v hashes=%v -> %s", c.Op, c.RequestID, ptrVal(c.NowMS), ptrVal(c.WorkerID), c.BlockHashes, out)
 			if resp.Error != nil {
 				if diff := cmp.Diff(before, e.inspect()); diff != "" {
 					t.Fatalf("step %d: failed %s (%s) changed the state:\n%s", i, c.Op, resp.Error.Message, diff)
@@ -276,8 +276,6 @@ func endEverything(t *rapid.T, e *Engine) {
 		}
 	}
 }
-
-const debugSteps = false
 
 func ptrVal[T any](p *T) any {
 	if p == nil {

@@ -8,7 +8,6 @@ import (
 	"github.com/goccy/go-json"
 	"github.com/google/go-cmp/cmp"
 
-	_ "github.com/offline-router/offline-router/internal/golden" // registers -update for go test ./... -update
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 

@@ -30,6 +30,8 @@ const (
 	OpCancelPending     Op = "cancel_pending"
 	OpAdvanceClock      Op = "advance_clock"
 	OpInspect           Op = "inspect"
+	// OpConfig sets the router's config, as the first command of a stream.
+	OpConfig Op = "config"
 )
 
 // Role is the serving role of a worker and of the requests it takes.
@@ -77,6 +79,18 @@ type Command struct {
 	StrictPriority  *int64
 	AllowedWorkers  []uint64
 	DPRank          *uint32
+
+	// Config is what op config sets (its keys sit at the top level of the
+	// line, beside op); no other op has it.
+	Config *ConfigUpdate
+}
+
+// ConfigUpdate is what a config command sets: the config its keys give
+// over the defaults, and those keys, dotted ("affinity.mode"), in the
+// order of Config's fields.
+type ConfigUpdate struct {
+	Config Config
+	Keys   []string
 }
 
 // Field is one field of a command, other than op.
@@ -198,6 +212,7 @@ var ops = map[Op]opSpec{
 	OpCancelPending:     requestOnly,
 	OpAdvanceClock:      {required: set(FieldNowMS)},
 	OpInspect:           {},
+	OpConfig:            {},
 }
 
 // OpNames lists the ops in a stable order, for messages.
@@ -250,8 +265,14 @@ func (c *Command) Validate() *Error {
 	if !ok {
 		return Errorf(CodeUnknownOp, "op %q is not one of %s", c.Op, strings.Join(OpNames(), ", "))
 	}
+	if (c.Op == OpConfig) != (c.Config != nil) {
+		return Errorf(CodeInvalidField, "op %q and config keys go together: a config command sets them, no other command may", OpConfig)
+	}
 	has := c.Fields()
 	common := set(FieldID, FieldNowMS)
+	if c.Op == OpConfig {
+		common = set(FieldID)
+	}
 	for f := range NumFields {
 		if has.Has(f) && !spec.allowed.Has(f) && !common.Has(f) {
 			return Errorf(CodeUnknownField, "field %q: is not a field of op %q", FieldNames[f], c.Op)

@@ -23,6 +23,7 @@ const (
 	CodeAffinityConflict        Code = "affinity_conflict"
 	CodeKVEventsDisabled        Code = "kv_events_disabled"
 	CodeQueueTimeout            Code = "queue_timeout"
+	CodeConfigTooLate           Code = "config_too_late"
 )
 
 // Error is the error object of a response.

@@ -39,6 +39,7 @@ type Response struct {
 	Rejected     []Rejection      `json:"rejected,omitempty"`
 	Evidence     *CommandEvidence `json:"evidence,omitempty"`
 	State        *State           `json:"state,omitempty"`
+	Config       *Config          `json:"config,omitempty"` // the effective config, in a config command's response
 	Error        *Error           `json:"error,omitempty"`
 	PendingCount int              `json:"pending_count"`
 	NextWakeupMS *Num             `json:"next_wakeup_ms"`

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/offline-router/offline-router/internal/engine"
-	_ "github.com/offline-router/offline-router/internal/golden" // registers -update for go test ./... -update
 	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
 )

@@ -15,6 +15,104 @@ import (
 type Override struct {
 	Key   string
 	Value any
+	Flag  string // the flag that set it ("--queue-threshold"), for messages
+}
+
+// ConfigSource is the config a serve starts from, before its stream says
+// anything: a config file and flags, each setting some keys explicitly.
+type ConfigSource struct {
+	File      []byte
+	FileName  string
+	Overrides []Override
+}
+
+// Load builds the config of the source alone.
+func (cs ConfigSource) Load() (protocol.Config, error) { return LoadConfig(cs.File, cs.Overrides) }
+
+// Merge is the config a config command makes of the source: the command's
+// keys over the file and flags. A key the file or a flag set explicitly to
+// another value is a conflict, and an error naming both.
+func (cs ConfigSource) Merge(u *protocol.ConfigUpdate) (protocol.Config, *protocol.Error) {
+	base, err := cs.Load()
+	if err != nil {
+		return base, protocol.Errorf(protocol.CodeInvalidField, "%v", err)
+	}
+	given, had := configValues(&u.Config), configValues(&base)
+	explicit := cs.explicitKeys()
+	overrides := append([]Override(nil), cs.Overrides...)
+	for _, k := range u.Keys {
+		if src, ok := explicit[k]; ok && !bytes.Equal(given[k], had[k]) {
+			return base, protocol.Errorf(protocol.CodeInvalidField, "field %q: the config command sets %s, but %s set %s; give it in one place", k, given[k], src, had[k])
+		}
+		overrides = append(overrides, Override{Key: k, Value: json.RawMessage(given[k])})
+	}
+	cfg, err := LoadConfig(cs.File, overrides)
+	if err != nil {
+		return base, protocol.Errorf(protocol.CodeInvalidField, "%v", err)
+	}
+	return cfg, nil
+}
+
+// Configure is what ServeOptions.Configure wants: it merges a stream's
+// config command into the source and builds the stepper with newStepper.
+func (cs ConfigSource) Configure(newStepper func(protocol.Config) (Stepper, error)) func(*protocol.ConfigUpdate) (Stepper, *protocol.Config, *protocol.Error) {
+	return func(u *protocol.ConfigUpdate) (Stepper, *protocol.Config, *protocol.Error) {
+		cfg, perr := cs.Merge(u)
+		if perr != nil {
+			return nil, nil, perr
+		}
+		eng, err := newStepper(cfg)
+		if err != nil {
+			return nil, nil, protocol.Errorf(protocol.CodeInvalidField, "%v", err)
+		}
+		return eng, &cfg, nil
+	}
+}
+
+// explicitKeys maps each key the file or a flag set to where it was set.
+func (cs ConfigSource) explicitKeys() map[string]string {
+	out := map[string]string{}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(cs.File, &top) == nil {
+		for k, v := range top {
+			var group map[string]json.RawMessage
+			if !configGroups[k] || json.Unmarshal(v, &group) != nil {
+				out[k] = "--config " + cs.FileName
+				continue
+			}
+			for sub := range group {
+				out[k+"."+sub] = "--config " + cs.FileName
+			}
+		}
+	}
+	for _, o := range cs.Overrides {
+		out[o.Key] = o.Flag
+	}
+	return out
+}
+
+// configValues maps every config key, dotted, to its value as JSON.
+func configValues(c *protocol.Config) map[string][]byte {
+	out := map[string][]byte{}
+	data, err := json.Marshal(c)
+	if err != nil {
+		panic(err) // a validated Config always encodes
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(data, &top); err != nil {
+		panic(err)
+	}
+	for k, v := range top {
+		var group map[string]json.RawMessage
+		if configGroups[k] && json.Unmarshal(v, &group) == nil {
+			for sub, sv := range group {
+				out[k+"."+sub] = sv
+			}
+			continue
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // LoadConfig builds a Config from the defaults, then the JSON file contents

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -56,3 +57,108 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigCommandDecodes(t *testing.T) {
+	d := decode(t, `{"queue_threshold":0.5,"affinity":{"ttl_ms":10,"mode":"hard"},"op":"config","id":"c","policy":"random"}`)
+	if d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	u := d.Cmd.Config
+	if d.Cmd.Op != protocol.OpConfig || string(d.ID) != `"c"` || u == nil {
+		t.Fatalf("decoded %+v", d.Cmd)
+	}
+	if diff := cmp.Diff([]string{"policy", "queue_threshold", "affinity.mode", "affinity.ttl_ms"}, u.Keys); diff != "" {
+		t.Fatalf("keys, in Config's order (-want +got):\n%s", diff)
+	}
+	want := protocol.DefaultConfig()
+	want.Policy, want.QueueThreshold, want.Affinity.Mode, want.Affinity.TTLMS = protocol.PolicyRandom, ptrTo(0.5), protocol.AffinityHard, 10
+	if diff := cmp.Diff(want, u.Config); diff != "" {
+		t.Fatalf("config (-want +got):\n%s", diff)
+	}
+}
+
+func TestConfigCommandRefusals(t *testing.T) {
+	for line, want := range map[string]string{
+		`{"op":"config","queue_treshold":1}`:                  `unknown_field: field "queue_treshold": is not a config key`,
+		`{"op":"config","affinity":{"mod":"hard"}}`:           `unknown_field: field "affinity.mod": is not a config key`,
+		`{"op":"config","now_ms":3}`:                          `unknown_field: field "now_ms": is not a config key`,
+		`{"op":"config","block_size":"16"}`:                   `invalid_field: field "block_size": expected a whole number from 0 to 18446744073709551615`,
+		`{"op":"config","queue_threshold":"x"}`:               `invalid_field: field "queue_threshold": expected a number, or null`,
+		`{"op":"config","affinity":3}`:                        `invalid_field: field "affinity": expected an object`,
+		`{"op":"config","queue_policy":"fifo"}`:               `invalid_field: config queue_policy: "fifo" is not one of fcfs, wspt, lcfs`,
+		`{"op":"config","policy":"kv","policy":"random"}`:     `appears more than once`,
+		`{"op":"config","prefill_load_model":"linear"}`:       `invalid_field: config prefill_tokens_per_ms: required`,
+		`{"op":"config","block_size":16`:                      `parse_error`,
+		`{"block_size":16,"op":"config","worker_id":1}`:       `unknown_field: field "worker_id": is not a config key`,
+		`{"op":"place","request_id":"r","queue_threshold":1}`: `unknown_field: field "queue_threshold": is not a protocol field`,
+	} {
+		d := decode(t, line)
+		if d.Err == nil || !strings.Contains(d.Err.Error(), want) {
+			t.Errorf("%s: got %v, want %q", line, d.Err, want)
+		}
+	}
+}
+
+// TestConfigSourceMerge: a config command's keys go over the file and the
+// flags; a key either of them set explicitly to another value is an error
+// naming both places, and one set to the same value is fine.
+func TestConfigSourceMerge(t *testing.T) {
+	src := ConfigSource{File: []byte(`{"affinity":{"mode":"hard"},"seed":3}`), FileName: "router.json",
+		Overrides: []Override{{Key: "queue_threshold", Value: 0.5, Flag: "--queue-threshold"}}}
+	update := func(line string) *protocol.ConfigUpdate {
+		d := decode(t, line)
+		if d.Err != nil {
+			t.Fatal(d.Err)
+		}
+		return d.Cmd.Config
+	}
+	cfg, err := src.Merge(update(`{"op":"config","queue_threshold":0.5,"affinity":{"mode":"hard","ttl_ms":9},"policy":"random"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Policy != protocol.PolicyRandom || cfg.Affinity.TTLMS != 9 || cfg.Affinity.Mode != protocol.AffinityHard || cfg.Seed != 3 || *cfg.QueueThreshold != 0.5 {
+		t.Fatalf("merged %+v", cfg)
+	}
+	for line, want := range map[string]string{
+		`{"op":"config","queue_threshold":1}`:        `field "queue_threshold": the config command sets 1, but --queue-threshold set 0.5`,
+		`{"op":"config","affinity":{"mode":"soft"}}`: `field "affinity.mode": the config command sets "soft", but --config router.json set "hard"`,
+		`{"op":"config","seed":4}`:                   `--config router.json set 3`,
+	} {
+		if _, err := src.Merge(update(line)); err == nil || !strings.Contains(err.Message, want) {
+			t.Errorf("%s: got %v, want %q", line, err, want)
+		}
+	}
+}
+
+// TestServeTakesConfigFirstOnly: a config command that opens the stream
+// swaps the stepper for the one Configure builds; a refused one keeps the
+// old; one after any other command goes to the stepper, which refuses it.
+func TestServeTakesConfigFirstOnly(t *testing.T) {
+	first, second := &echo{}, &echo{}
+	configured := 0
+	opt := ServeOptions{Configure: func(u *protocol.ConfigUpdate) (Stepper, *protocol.Config, *protocol.Error) {
+		configured++
+		if u.Config.Seed == 13 {
+			return nil, nil, protocol.Errorf(protocol.CodeInvalidField, "unlucky")
+		}
+		return second, &u.Config, nil
+	}}
+	var out bytes.Buffer
+	in := `{"op":"config","seed":5}` + "\n" + `{"op":"inspect"}` + "\n" + `{"op":"config","seed":6}` + "\n"
+	if _, err := Serve(strings.NewReader(in), &out, first, opt); err != nil {
+		t.Fatal(err)
+	}
+	resps := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if configured != 1 || first.applied != 0 || second.applied != 2 || len(resps) != 3 || !strings.Contains(resps[0], `"config":{"policy":"kv","block_size":16,"seed":5,`) {
+		t.Fatalf("configured %d, first applied %d, second %d:\n%s", configured, first.applied, second.applied, out.String())
+	}
+	out.Reset()
+	if _, err := Serve(strings.NewReader(`{"op":"config","seed":13}`+"\n"+`{"op":"inspect"}`+"\n"), &out, first, opt); err != nil {
+		t.Fatal(err)
+	}
+	if first.applied != 1 || !strings.Contains(out.String(), `"message":"unlucky"`) {
+		t.Fatalf("a refused config must keep the stepper: first applied %d:\n%s", first.applied, out.String())
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -16,6 +16,10 @@ type Decoded struct {
 	Err *protocol.Error
 }
 
+// errConfigOp stops Decode when op is "config", whose keys are not command
+// fields: the line goes to decodeConfigCommand.
+var errConfigOp = &fieldError{}
+
 // Decode parses and validates one command line. Only what can be checked
 // without engine state is checked here.
 func Decode(line []byte, out *Decoded) {
@@ -32,6 +36,9 @@ func Decode(line []byte, out *Decoded) {
 		if key == "op" {
 			v, err := s.str()
 			opText, opSeen = v, err == nil
+			if v == string(protocol.OpConfig) {
+				return errConfigOp
+			}
 			return err.orNil("op")
 		}
 		f, ok := fieldIndex[key]
@@ -54,6 +61,10 @@ func Decode(line []byte, out *Decoded) {
 	}
 	if err != nil {
 		recoverHeader(line, out)
+		if err == errConfigOp || (out.Op != nil && *out.Op == string(protocol.OpConfig)) {
+			decodeConfigCommand(line, out)
+			return
+		}
 		if err.code == protocol.CodeParse && out.Op == nil {
 			out.ID = nil
 		}

@@ -1,7 +1,9 @@
 package wire
 
 import (
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -61,7 +63,40 @@ func AppendCommand(b []byte, c *protocol.Command) []byte {
 	if c.Events != nil {
 		b = appendArray(append(b, `,"events":`...), c.Events, appendEvent)
 	}
+	if c.Config != nil {
+		b = appendConfigKeys(b, c.Config)
+	}
 	return append(b, '}')
+}
+
+// appendConfigKeys writes the keys a config command set, in the order of
+// protocol.Config's fields, so those of a group ("affinity.mode",
+// "affinity.ttl_ms") share one object.
+func appendConfigKeys(b []byte, u *protocol.ConfigUpdate) []byte {
+	values := configValues(&u.Config)
+	keys := slices.Clone(u.Keys)
+	sortConfigKeys(keys)
+	open := ""
+	for _, k := range keys {
+		group, sub, nested := strings.Cut(k, ".")
+		if open != "" && (!nested || group != open) {
+			b, open = append(b, '}'), ""
+		}
+		switch {
+		case !nested:
+			b = appendString(append(b, ','), k)
+		case group == open:
+			b = appendString(append(b, ','), sub)
+		default:
+			b = append(appendString(append(b, ','), group), ":{"...)
+			b, open = appendString(b, sub), group
+		}
+		b = append(append(b, ':'), values[k]...)
+	}
+	if open != "" {
+		b = append(b, '}')
+	}
+	return b
 }
 
 func appendEvent(b []byte, ev *protocol.KVEvent) []byte {

@@ -32,6 +32,11 @@ func TestAppendCommandRoundTrips(t *testing.T) {
 			{WorkerID: 2, StorageTier: "device", EventID: 10, Data: protocol.Cleared{}},
 		}},
 		{Op: protocol.OpAdvanceClock, NowMS: f(12.5)},
+		{Op: protocol.OpConfig, ID: []byte(`7`), Config: func() *protocol.ConfigUpdate {
+			c := protocol.DefaultConfig()
+			c.Affinity.Mode, c.QueueThreshold, c.Affinity.TTLMS = protocol.AffinityHard, f(0.5), 10
+			return &protocol.ConfigUpdate{Config: c, Keys: []string{"queue_threshold", "affinity.mode", "affinity.ttl_ms"}}
+		}()},
 		{Op: protocol.OpRequestTerminal, RequestID: "r"},
 		// Characters Go's strconv.Quote would write as non-JSON escapes.
 		{Op: protocol.OpPlace, RequestID: "del\x7f ctl\x01 ls\u2028 \U0001F600 back\\slash", SessionID: s("\x1f")},

@@ -55,6 +55,11 @@ func Encode(b []byte, r *protocol.Response) ([]byte, error) {
 			return b, err
 		}
 	}
+	if r.Config != nil {
+		if b, err = appendGoccy(append(b, `,"config":`...), r.Config); err != nil {
+			return b, err
+		}
+	}
 	if r.Error != nil {
 		b = appendGoccyString(append(b, `,"error":{"code":`...), string(r.Error.Code))
 		b = append(appendGoccyString(append(b, `,"message":`...), r.Error.Message), '}')

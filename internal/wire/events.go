@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"fmt"
 
 	"github.com/offline-router/offline-router/internal/protocol"
@@ -28,7 +27,7 @@ func decodeEvent(s *scanner, ev *protocol.KVEvent) *fieldError {
 		case "storage_tier":
 			// Nearly every event is on "device": interned, so that an
 			// event costs no allocation for it (boxing its data costs one).
-			if s.peek() == '"' && bytes.HasPrefix(s.b[s.i:], []byte(`"device"`)) {
+			if s.literal(`"device"`) {
 				s.i += len(`"device"`)
 				ev.StorageTier = "device"
 				return nil

@@ -15,7 +15,10 @@ import (
 // FuzzDecode: no input makes the decoder panic, every error names a code,
 // and every command that decodes survives AppendCommand unchanged.
 func FuzzDecode(f *testing.F) {
-	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "commands", "*.jsonl"))
+	files, err := filepath.Glob(filepath.Join("..", "..", "testdata", "commands", "*.jsonl"))
+	if err != nil || len(files) == 0 {
+		f.Fatalf("no golden scenarios to seed from: %v", err)
+	}
 	for _, path := range files {
 		data, err := os.ReadFile(path)
 		if err != nil {

@@ -23,6 +23,11 @@ type ServeOptions struct {
 	MaxLineBytes int      // longer lines get line_too_long and are discarded
 	FailFast     bool     // stop at the first error response
 	Stopper      *Stopper // if set, lets a signal handler stop Serve
+	// Configure, if set, takes a config command that opens the stream and
+	// returns the stepper to serve the rest with and the config it runs on
+	// (ConfigSource.Merge makes that config). Without it, or after the
+	// first command, the stepper is handed the config command and refuses it.
+	Configure func(*protocol.ConfigUpdate) (Stepper, *protocol.Config, *protocol.Error)
 }
 
 // Stopper lets another goroutine (a signal handler) stop Serve between
@@ -107,7 +112,25 @@ func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, e
 			resp.Error = protocol.Errorf(protocol.CodeLineTooLong, "line is %d bytes, over --max-line-bytes %d; it was discarded", lr.discarded, opt.MaxLineBytes)
 			eng.Status(&resp)
 		} else {
-			Answer(line, &d, eng, &resp)
+			Decode(line, &d)
+			resp.Op, resp.ID = d.Op, d.ID
+			switch {
+			case d.Err != nil:
+				resp.Error = d.Err
+				eng.Status(&resp)
+			case d.Cmd.Op == protocol.OpConfig && st.Commands == 1 && opt.Configure != nil:
+				// The stream's first command sets the config: serving goes
+				// on with an engine built on it. Later, the engine refuses.
+				next, cfg, err := opt.Configure(d.Cmd.Config)
+				if err != nil {
+					resp.Error = err
+				} else {
+					eng, resp.OK, resp.Config = next, true, cfg
+				}
+				eng.Status(&resp)
+			default:
+				eng.Apply(&d.Cmd, &resp)
+			}
 		}
 		if buf, err = Encode(buf[:0], &resp); err != nil {
 			return st, fmt.Errorf("encoding response %d: %w", resp.Seq, err)
@@ -125,21 +148,6 @@ func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, e
 			}
 		}
 	}
-}
-
-// Answer decodes one command line into d and fills resp (whose Seq the
-// caller set): an unreadable or invalid line gets its error and the engine's
-// status, a valid one is applied. Serve and any in-process host use it, so
-// that a stream they write answers the same way wherever it is read.
-func Answer(line []byte, d *Decoded, eng Stepper, resp *protocol.Response) {
-	Decode(line, d)
-	resp.Op, resp.ID = d.Op, d.ID
-	if d.Err != nil {
-		resp.Error = d.Err
-		eng.Status(resp)
-		return
-	}
-	eng.Apply(&d.Cmd, resp)
 }
 
 // IsComment reports whether a line is blank or a # comment: no response.

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"testing"
 
-	_ "github.com/offline-router/offline-router/internal/golden" // registers -update for go test ./... -update
 	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
 )
