@@ -59,7 +59,7 @@ func (sc goldenScenario) run(t *testing.T, input []byte) []byte {
 
 // answered tells the lines serve answers from comments.
 func (sc goldenScenario) answered(line []byte) bool {
-	return !wire.IsComment(line) || len(line) > sc.opts.MaxLineBytes
+	return wire.Answered(line, sc.opts.MaxLineBytes)
 }
 
 func scenarioPaths(t *testing.T) []string {

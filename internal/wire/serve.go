@@ -103,7 +103,7 @@ func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, e
 		if err != nil && err != io.EOF {
 			return st, fmt.Errorf("reading commands: %w", err)
 		}
-		if !tooLong && IsComment(line) {
+		if (!tooLong && IsComment(line)) || (tooLong && lr.comment) {
 			continue
 		}
 		st.Commands++
@@ -156,6 +156,19 @@ func IsComment(line []byte) bool {
 	return len(t) == 0 || t[0] == '#'
 }
 
+// isHashComment reports whether a line opens, after blanks, with '#': a
+// comment however long (a scenario records long responses on "#< " lines).
+func isHashComment(line []byte) bool {
+	t := bytes.TrimLeft(line, " \t\r\n")
+	return len(t) > 0 && t[0] == '#'
+}
+
+// Answered reports whether Serve answers line under a limit of
+// maxLineBytes: a command, or a line too long that is not a # comment.
+func Answered(line []byte, maxLineBytes int) bool {
+	return !IsComment(line) || (len(line) > maxLineBytes && !isHashComment(line))
+}
+
 // lineReader yields lines without their newline, never holding more than
 // max bytes of one line: the rest of a longer line is read and dropped.
 type lineReader struct {
@@ -163,6 +176,7 @@ type lineReader struct {
 	max       int
 	line      []byte
 	discarded int
+	comment   bool // the line too long opened with '#'
 }
 
 func newLineReader(in io.Reader, max int) *lineReader {
@@ -180,6 +194,7 @@ func (l *lineReader) next() (line []byte, tooLong bool, err error) {
 		if !tooLong {
 			if total > l.max+1 || (total == l.max+1 && (len(chunk) == 0 || chunk[len(chunk)-1] != '\n')) {
 				tooLong = true
+				l.comment = isHashComment(append(l.line, chunk...))
 				l.line = l.line[:0]
 			} else {
 				l.line = append(l.line, chunk...)

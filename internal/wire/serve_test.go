@@ -145,3 +145,23 @@ func TestServeReportsClosedOutput(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestServeSkipsLongComments: a # line over the limit is still a comment
+// (a scenario records long responses on "#< " lines), while a long line
+// of anything else is line_too_long.
+func TestServeSkipsLongComments(t *testing.T) {
+	long := strings.Repeat("x", 200)
+	in := "  #< " + long + "\n" + `{"op":"inspect"}` + "\n" + long + "\n"
+	resps, st, err := serveString(t, in, ServeOptions{MaxLineBytes: 100})
+	if err != nil || st.Commands != 2 || len(resps) != 2 || resps[0]["ok"] != true {
+		t.Fatalf("got %v, %+v, %v", resps, st, err)
+	}
+	if e, _ := resps[1]["error"].(map[string]any); e["code"] != "line_too_long" {
+		t.Fatalf("the long command line: %v", resps[1])
+	}
+	for line, want := range map[string]bool{"#<" + long: false, long: true, "   ": false, `{"op":"inspect"}`: true} {
+		if Answered([]byte(line), 100) != want {
+			t.Errorf("Answered(%.20q) = %v", line, !want)
+		}
+	}
+}

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/offline-router/offline-router/internal/scenario"
+)
+
+// TestScenariosRunAsTheyAre pipes every golden scenario, "#< " lines and
+// all, into the binary with no config flag, as a user would, and checks that
+// it answers exactly the recorded responses: the config command at a
+// scenario's head is all the config it needs.
+func TestScenariosRunAsTheyAre(t *testing.T) {
+	paths, err := filepath.Glob(filepath.Join("..", "..", "testdata", "commands", "*.jsonl"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no scenarios: %v", err)
+	}
+	for _, path := range paths {
+		text, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var args []string
+		if n, err := scenario.MaxLineBytes(text); err != nil {
+			t.Fatal(err)
+		} else if n > 0 {
+			args = []string{"--max-line-bytes", strconv.Itoa(n)}
+		}
+		stdout, stderr, _ := run(t, string(text), args...)
+		var want []byte
+		for _, r := range scenario.Responses(text) {
+			want = append(append(want, r...), '\n')
+		}
+		if diff := cmp.Diff(string(want), stdout); diff != "" {
+			t.Errorf("%s (-recorded +binary):\n%s\n%s", path, diff, stderr)
+		}
+	}
+}
