@@ -7,6 +7,7 @@ package engine
 import (
 	"math"
 
+	"github.com/offline-router/offline-router/internal/active"
 	"github.com/offline-router/offline-router/internal/affinity"
 	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/protocol"
@@ -19,7 +20,7 @@ type Engine struct {
 	fleet      fleet
 	index      *kvindex.Index
 	approx     *approxIndex
-	active     *activeTree
+	active     *active.Tree
 	requests   map[string]*request
 	queue      policyQueue
 	bindings   *affinity.Table[*rank]
@@ -32,7 +33,7 @@ type Engine struct {
 	// indexed by rank slot.
 	overlap []uint32
 	hits    []uint32
-	walk    walkEnd         // where countActive stopped, for booking
+	walk    active.Walk     // where the active-block count stopped, for booking
 	scores  []score         // the costs of one placement
 	blocks  []kvindex.Block // blocks to store (an event's, or an approximate placement's), as the index takes them
 }
@@ -55,7 +56,7 @@ func New(cfg protocol.Config) (*Engine, error) {
 		fleet:    newFleet(),
 		index:    kvindex.New(),
 		approx:   newApproxIndex(),
-		active:   newActiveTree(),
+		active:   active.New(),
 		requests: map[string]*request{},
 		queue:    newPolicyQueue(),
 		bindings: affinity.NewTable[*rank](cfg.Affinity.TTLMS),

@@ -28,7 +28,9 @@ func (r *request) waiting() bool { return r.queueIndex >= 0 || r.bindRole == bin
 func (e *Engine) book(req *request, r *rank, prefillTokens uint64) {
 	req.rank = r
 	req.prefill = r.prefill.add(e.now, prefillTokens)
-	e.bookBlocks(req, r)
+	var added uint64
+	req.end, added = e.active.Book(e.walk, req.d.local, r.slot)
+	r.distinctBlocks += added
 	r.activeRequests++
 	r.privateBlocks += req.d.privateBlocks
 }
@@ -40,7 +42,7 @@ func (e *Engine) unbook(req *request) {
 	}
 	r := req.rank
 	r.prefill.remove(e.now, req.prefill)
-	e.releaseBlocks(req, r)
+	r.distinctBlocks -= e.active.Release(req.end, r.slot)
 	r.activeRequests--
 	r.privateBlocks -= req.d.privateBlocks
 }

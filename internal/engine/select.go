@@ -227,7 +227,7 @@ type score struct {
 func (e *Engine) place(req *request, cs candidateSet) protocol.Placement {
 	d := req.d
 	e.index.FindMatches(d.local, e.overlap)
-	e.countActive(d.local)
+	e.walk = e.active.Count(d.local, e.hits)
 
 	best := uint64(0)
 	for _, w := range e.fleet.ready {

@@ -1,21 +1,20 @@
-package engine
-
-import "github.com/offline-router/offline-router/internal/protocol"
-
-// Load booking: what each rank is busy with, from the router's own
-// placements. The prompts of the placed requests form a radix tree keyed by
-// local block hashes, like the cache index; a block is active on the ranks
-// whose requests include its prefix, with a reference count per rank, so
-// requests sharing a prefix on one rank count it once. Because a prefix
-// active on a rank has all its own prefixes active there too, counting a new
-// prompt's active blocks on every rank is one walk down the tree that stops
-// where the prompt leaves it, and booking extends that walk.
+// Package active is the router's account of what each rank is busy with,
+// from its own placements: the prompts of the booked requests form a radix
+// tree keyed by local block hashes, like the cache index; a block is active
+// on the ranks whose requests include its prefix, with a reference count
+// per rank, so requests sharing a prefix on one rank count it once. Because
+// a prefix active on a rank has all its own prefixes active there too,
+// counting a new prompt's active blocks on every rank is one walk down the
+// tree that stops where the prompt leaves it, and booking extends that walk.
 //
 // The tree is path-compressed: a segment is a run of blocks that every
 // request through it holds whole, so a prompt is a few segments (a shared
 // prefix, its own tail) and booking or releasing it touches those, not
 // every block. Segments split where a new prompt leaves one or ends inside
-// it, and go when no request holds them.
+// it, and go when no request holds them. Ranks are named by dense slots.
+package active
+
+import "github.com/offline-router/offline-router/internal/protocol"
 
 // rankRef is one rank's reference count on an active segment.
 type rankRef struct {
@@ -44,99 +43,103 @@ type segmentEdge struct {
 	first  protocol.LocalBlockHash
 }
 
-// activeTree holds segments by id; 0 is the root, the empty prefix.
-type activeTree struct {
+// Tree holds segments by id; 0 is the root, the empty prefix. Not safe for
+// concurrent use.
+type Tree struct {
 	segs     []segment
 	free     []uint32
 	children map[segmentEdge]uint32
 }
 
-// walkEnd is where countActive's walk stopped: blocks of the prompt found,
-// and the segment holding the last of them with how many of its blocks
-// the prompt matched (fewer than it has when the prompt left it midway).
-type walkEnd struct {
+// Walk is where Count's walk stopped: blocks of the prompt found, and the
+// segment holding the last of them with how many of its blocks the prompt
+// matched (fewer than it has when the prompt left it midway). Book extends
+// it, so nothing may change the tree between the two.
+type Walk struct {
 	blocks  int
 	seg     uint32
 	matched int
 }
 
-func newActiveTree() *activeTree {
-	return &activeTree{segs: make([]segment, 1), children: map[segmentEdge]uint32{}}
+// New returns an empty tree.
+func New() *Tree {
+	return &Tree{segs: make([]segment, 1), children: map[segmentEdge]uint32{}}
 }
 
 // Len returns how many segments the tree holds, the root excluded.
-func (t *activeTree) Len() int { return len(t.segs) - 1 - len(t.free) }
+func (t *Tree) Len() int { return len(t.segs) - 1 - len(t.free) }
 
-// countActive walks the prompt down the active tree, adding to hits[slot]
-// the blocks active on every rank, and keeps where it stopped in e.walk for
-// book. hits must cover every slot.
-func (e *Engine) countActive(local []protocol.LocalBlockHash) {
-	clear(e.hits)
-	t := e.active
-	e.walk = walkEnd{}
-	for e.walk.blocks < len(local) {
-		c, ok := t.children[segmentEdge{e.walk.seg, local[e.walk.blocks]}]
+// Count walks the prompt down the tree, setting hits[slot] to the prompt's
+// blocks active on each rank, and returns where it stopped, for Book. hits
+// must cover every slot.
+func (t *Tree) Count(local []protocol.LocalBlockHash, hits []uint32) Walk {
+	clear(hits)
+	w := Walk{}
+	for w.blocks < len(local) {
+		c, ok := t.children[segmentEdge{w.seg, local[w.blocks]}]
 		if !ok {
-			return
+			return w
 		}
 		s := &t.segs[c]
-		rest := local[e.walk.blocks:]
+		rest := local[w.blocks:]
 		m := 1 // the edge matched the first block
 		for m < len(s.local) && m < len(rest) && s.local[m] == rest[m] {
 			m++
 		}
-		e.hits[s.holders.first.slot] += uint32(m)
+		hits[s.holders.first.slot] += uint32(m)
 		for _, ref := range s.holders.more {
-			e.hits[ref.slot] += uint32(m)
+			hits[ref.slot] += uint32(m)
 		}
-		e.walk = walkEnd{blocks: e.walk.blocks + m, seg: c, matched: m}
+		w = Walk{blocks: w.blocks + m, seg: c, matched: m}
 		if m < len(s.local) {
-			return
+			return w
 		}
 	}
+	return w
 }
 
-// bookBlocks makes the request's prompt active on rank rk, extending the
-// walk countActive just made for it, and remembers where it ends.
-func (e *Engine) bookBlocks(req *request, rk *rank) {
-	local := req.d.local
-	t := e.active
-	end := e.walk.seg
-	if e.walk.matched < len(t.segs[end].local) {
-		end = t.split(end, e.walk.matched)
+// Book makes the prompt active on slot, extending w, the walk Count just
+// made for it. It returns the segment the prompt ends at, which Release
+// takes, and how many blocks became active on slot that were not.
+// The tree keeps local: the caller must not change it afterwards.
+func (t *Tree) Book(w Walk, local []protocol.LocalBlockHash, slot uint32) (end uint32, added uint64) {
+	end = w.seg
+	if w.matched < len(t.segs[end].local) {
+		end = t.split(end, w.matched)
 	}
-	if e.walk.blocks < len(local) {
-		end = t.add(end, local[e.walk.blocks:])
+	if w.blocks < len(local) {
+		end = t.add(end, local[w.blocks:])
 	}
-	req.end = end
 	for s := end; s != 0; s = t.segs[s].parent {
-		if t.segs[s].holders.add(rk.slot) {
-			rk.distinctBlocks += uint64(len(t.segs[s].local))
+		if t.segs[s].holders.add(slot) {
+			added += uint64(len(t.segs[s].local))
 		}
 	}
+	return end, added
 }
 
-// releaseBlocks undoes bookBlocks from the request's last segment up,
-// dropping segments left unused.
-func (e *Engine) releaseBlocks(req *request, rk *rank) {
-	t := e.active
-	for s := req.end; s != 0; {
+// Release undoes a Book of slot that ended at end, from there up, dropping
+// segments left unused, and returns how many blocks stopped being active
+// on slot.
+func (t *Tree) Release(end, slot uint32) (removed uint64) {
+	for s := end; s != 0; {
 		seg := &t.segs[s]
 		parent := seg.parent
-		if seg.holders.remove(rk.slot) {
-			rk.distinctBlocks -= uint64(len(seg.local))
+		if seg.holders.remove(slot) {
+			removed += uint64(len(seg.local))
 		}
 		if seg.holders.first.refs == 0 && seg.nchildren == 0 {
 			t.drop(s)
 		}
 		s = parent
 	}
+	return removed
 }
 
 // split cuts segment s after its first n blocks and returns the new segment
 // holding those; s keeps the rest, its id and its children, so requests
 // ending at s still do. Both halves keep s's holders.
-func (t *activeTree) split(s uint32, n int) uint32 {
+func (t *Tree) split(s uint32, n int) uint32 {
 	old := t.segs[s]
 	top := t.alloc(segment{parent: old.parent, nchildren: 1, local: old.local[:n],
 		holders: holders{first: old.holders.first, more: append([]rankRef(nil), old.holders.more...)}})
@@ -149,7 +152,7 @@ func (t *activeTree) split(s uint32, n int) uint32 {
 
 // add makes a segment of blocks under parent, which has no child starting
 // with the first of them.
-func (t *activeTree) add(parent uint32, local []protocol.LocalBlockHash) uint32 {
+func (t *Tree) add(parent uint32, local []protocol.LocalBlockHash) uint32 {
 	s := t.alloc(segment{parent: parent, local: local})
 	t.children[segmentEdge{parent, local[0]}] = s
 	t.segs[parent].nchildren++
@@ -157,7 +160,7 @@ func (t *activeTree) add(parent uint32, local []protocol.LocalBlockHash) uint32 
 }
 
 // drop removes segment s, which has no holders and no children.
-func (t *activeTree) drop(s uint32) {
+func (t *Tree) drop(s uint32) {
 	seg := t.segs[s]
 	delete(t.children, segmentEdge{seg.parent, seg.local[0]})
 	t.segs[seg.parent].nchildren--
@@ -165,7 +168,7 @@ func (t *activeTree) drop(s uint32) {
 	t.free = append(t.free, s)
 }
 
-func (t *activeTree) alloc(seg segment) uint32 {
+func (t *Tree) alloc(seg segment) uint32 {
 	if n := len(t.free); n > 0 {
 		s := t.free[n-1]
 		t.free = t.free[:n-1]
