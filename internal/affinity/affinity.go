@@ -58,7 +58,9 @@ func (s State) String() string {
 	return "bound"
 }
 
-// Binding ties a key to a target (a rank, for the engine).
+// Binding ties a key to a target (a rank, for the engine). Its fields are
+// for reading: the Table's transitions (Stage, Wait, Leave, Placed,
+// Commit, Abort, AddLease, EndLease, Move, Expire, Invalidate) change it.
 type Binding[T comparable] struct {
 	Key         Key
 	State       State
@@ -115,16 +117,44 @@ func (x *Table[T]) Stage(key Key, initializer string) *Binding[T] {
 	return b
 }
 
-// Bind settles a staged binding on target with one lease: its initializer's.
-func (x *Table[T]) Bind(b *Binding[T], target T) {
+// Wait adds a request that waits for a staged binding to settle.
+func (x *Table[T]) Wait(b *Binding[T], id string) { b.Waiters = append(b.Waiters, id) }
+
+// Leave takes a waiting request off a staged binding.
+func (x *Table[T]) Leave(b *Binding[T], id string) {
+	b.Waiters = slices.DeleteFunc(b.Waiters, func(w string) bool { return w == id })
+}
+
+// Placed records the rank a staged binding's initializer was placed on.
+func (x *Table[T]) Placed(b *Binding[T], target T) { b.Target, b.HasTarget = target, true }
+
+// Commit settles a staged binding on target, its initializer's rank, with
+// one lease (the initializer's), and hands back the waiters it releases,
+// each of which the caller gives a lease with AddLease.
+func (x *Table[T]) Commit(b *Binding[T], target T) (released []string) {
+	released, b.Waiters = b.Waiters, nil
 	b.State, b.Target, b.HasTarget, b.Initializer, b.Leases = Bound, target, true, "", 1
+	return released
+}
+
+// Abort ends a staged binding whose initializer went away (aborted, or its
+// rank drained or went away): the binding leaves the table, and when it had
+// waiters, the first becomes the initializer of a fresh staged binding that
+// the others wait for, which Abort returns (nil without waiters).
+func (x *Table[T]) Abort(b *Binding[T]) *Binding[T] {
+	x.drop(b)
+	waiters := b.Waiters
+	b.Waiters = nil
+	if len(waiters) == 0 {
+		return nil
+	}
+	nb := x.Stage(b.Key, waiters[0])
+	nb.Waiters = waiters[1:]
+	return nb
 }
 
 // Move re-binds a bound binding to another target (soft affinity).
 func (x *Table[T]) Move(b *Binding[T], target T) { b.Target = target }
-
-// Drop removes a binding (a staged binding whose initializer was aborted).
-func (x *Table[T]) Drop(b *Binding[T]) { x.drop(b) }
 
 func (x *Table[T]) drop(b *Binding[T]) {
 	if b != nil && !b.gone {

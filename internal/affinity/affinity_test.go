@@ -1,6 +1,7 @@
 package affinity
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -14,7 +15,7 @@ func TestExpiryIsExactlyTTLAfterTheLastLease(t *testing.T) {
 	if x.LiveAt(conv, 1e12) != b {
 		t.Fatal("a staged binding never expires")
 	}
-	x.Bind(b, 7)
+	x.Commit(b, 7)
 	x.AddLease(b)
 	x.EndLease(b, 10)
 	if got := x.Expire(1e9); len(got) != 0 || x.LiveAt(conv, 1e9) != b {
@@ -35,7 +36,7 @@ func TestExpiryIsExactlyTTLAfterTheLastLease(t *testing.T) {
 func TestALeaseTakenAgainCancelsThePendingExpiry(t *testing.T) {
 	x := NewTable[int](100)
 	b := x.Stage(conv, "r1")
-	x.Bind(b, 1)
+	x.Commit(b, 1)
 	x.EndLease(b, 0)
 	x.AddLease(b)
 	if got := x.Expire(500); len(got) != 0 {
@@ -58,8 +59,8 @@ func TestInvalidateByTarget(t *testing.T) {
 	x := NewTable[int](100)
 	other := Key{Role: "aggregated", Kind: KindGroup, ID: "p"}
 	a, b := x.Stage(conv, "r1"), x.Stage(other, "r2")
-	x.Bind(a, 3)
-	x.Bind(b, 4)
+	x.Commit(a, 3)
+	x.Commit(b, 4)
 	staged := x.Stage(Key{Role: "prefill", Kind: KindSession, ID: "c1"}, "r3") // no target yet
 	got := x.Invalidate(func(target int) bool { return target == 3 })
 	if len(got) != 1 || got[0] != a || !a.Gone() || b.Gone() || staged.Gone() {
@@ -73,7 +74,7 @@ func TestInvalidateByTarget(t *testing.T) {
 func TestStageReplacesTheOldBinding(t *testing.T) {
 	x := NewTable[int](100)
 	old := x.Stage(conv, "r1")
-	x.Bind(old, 1)
+	x.Commit(old, 1)
 	x.EndLease(old, 0)
 	fresh := x.Stage(conv, "r9")
 	if !old.Gone() || x.LiveAt(conv, 0) != fresh || fresh.State != Staged {
@@ -81,5 +82,35 @@ func TestStageReplacesTheOldBinding(t *testing.T) {
 	}
 	if got := x.Expire(1000); len(got) != 0 {
 		t.Fatalf("the replaced binding's expiry must not touch the new one: %v", got)
+	}
+}
+
+// TestStagedTransitions: waiters join and leave a staged binding; a commit
+// binds it and hands its waiters back; an abort hands the binding to the
+// first waiter as a fresh staged binding the others wait for, and an abort
+// without waiters leaves nothing.
+func TestStagedTransitions(t *testing.T) {
+	x := NewTable[int](10)
+	k := Key{Role: "aggregated", Kind: KindSession, ID: "s"}
+	b := x.Stage(k, "a")
+	for _, id := range []string{"b", "c", "d"} {
+		x.Wait(b, id)
+	}
+	x.Leave(b, "c")
+	x.Placed(b, 3)
+	if !b.HasTarget || b.Target != 3 || b.State != Staged {
+		t.Fatalf("placed: %+v", b)
+	}
+	nb := x.Abort(b)
+	if !b.Gone() || nb == nil || nb.Initializer != "b" || !slices.Equal(nb.Waiters, []string{"d"}) || nb.HasTarget || x.LiveAt(k, 0) != nb {
+		t.Fatalf("abort: old %+v, new %+v", b, nb)
+	}
+	released := x.Commit(nb, 5)
+	if !slices.Equal(released, []string{"d"}) || nb.State != Bound || nb.Target != 5 || nb.Leases != 1 || nb.Initializer != "" || len(nb.Waiters) != 0 {
+		t.Fatalf("commit: released %v, binding %+v", released, nb)
+	}
+	lone := x.Stage(Key{Role: "aggregated", Kind: KindSession, ID: "t"}, "e")
+	if x.Abort(lone) != nil || !lone.Gone() || x.LiveAt(lone.Key, 0) != nil {
+		t.Fatal("an abort without waiters must leave no binding")
 	}
 }

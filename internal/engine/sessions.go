@@ -87,7 +87,7 @@ func (e *Engine) join(req *request) bool {
 		req.binding, req.bindRole = e.bindings.Stage(*d.key, d.id), bindInitializer
 	case b.State == affinity.Staged:
 		req.binding, req.bindRole = b, bindWaiter
-		b.Waiters = append(b.Waiters, d.id)
+		e.bindings.Wait(b, d.id)
 		e.held++
 		e.trackDeadline(req)
 		e.out.queued = append(e.out.queued, d.id)
@@ -115,7 +115,7 @@ func (e *Engine) placedUnder(req *request) string {
 	}
 	switch req.bindRole {
 	case bindInitializer:
-		req.binding.Target, req.binding.HasTarget = req.rank, true
+		e.bindings.Placed(req.binding, req.rank)
 		return "staged"
 	case bindLeaseholder:
 		return "bound"
@@ -133,11 +133,8 @@ func (e *Engine) committed(req *request) {
 	}
 	switch req.bindRole {
 	case bindInitializer:
-		waiters := b.Waiters
-		b.Waiters = nil
-		e.bindings.Bind(b, req.rank)
 		req.bindRole = bindLeaseholder
-		for _, id := range waiters {
+		for _, id := range e.bindings.Commit(b, req.rank) {
 			w := e.requests[id]
 			e.held--
 			w.bindRole = bindLeaseholder
@@ -165,30 +162,27 @@ func (e *Engine) leftBinding(req *request) {
 	}
 	switch role {
 	case bindInitializer:
-		e.bindings.Drop(b)
-		e.promote(b)
+		e.abort(b)
 	case bindWaiter:
-		b.Waiters = slices.DeleteFunc(b.Waiters, func(id string) bool { return id == req.d.id })
+		e.bindings.Leave(b, req.d.id)
 		e.held--
 	case bindLeaseholder:
 		e.bindings.EndLease(b, e.now)
 	}
 }
 
-// promote makes the first waiter of a staged binding that went away the
-// initializer of a fresh one, selected afresh; the others wait for it.
-func (e *Engine) promote(old *binding) {
-	waiters := old.Waiters
-	old.Waiters = nil
-	if len(waiters) == 0 {
+// abort ends a staged binding whose initializer went away; its first
+// waiter, if any, becomes the initializer of a fresh one and is selected
+// afresh, and the others wait for it.
+func (e *Engine) abort(b *binding) {
+	nb := e.bindings.Abort(b)
+	if nb == nil {
 		return
 	}
-	first := e.requests[waiters[0]]
-	nb := e.bindings.Stage(old.Key, first.d.id)
-	nb.Waiters = waiters[1:]
 	for _, id := range nb.Waiters {
 		e.requests[id].binding = nb
 	}
+	first := e.requests[nb.Initializer]
 	e.held--
 	first.binding, first.bindRole = nb, bindInitializer
 	e.release(first)
@@ -201,7 +195,7 @@ func (e *Engine) invalidate(w *worker) {
 	for _, b := range e.bindings.Invalidate(func(r *rank) bool { return r.w == w }) {
 		e.out.ev.BindingsInvalidated = append(e.out.ev.BindingsInvalidated, protocol.BindingRef{Role: protocol.Role(b.Key.Role), Key: b.Key.String()})
 		if b.State == affinity.Staged {
-			e.promote(b)
+			e.abort(b)
 		}
 	}
 }
