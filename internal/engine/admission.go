@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -44,16 +45,26 @@ func (e *Engine) queueBusy(r *rank, t float64) bool {
 	return q != nil && r.w.maxNumBatchedTokens != nil && r.prefill.at(t) > *q*float64(*r.w.maxNumBatchedTokens)
 }
 
+// preferred is the index of the rank a soft-affinity request should go to
+// while that rank passes the filters and is not queue-busy, or -1.
+func (e *Engine) preferred(d *demand, ranks []*rank) int {
+	target := d.boundTarget()
+	if target == nil || e.queueBusy(target, e.now) {
+		return -1
+	}
+	return slices.Index(ranks, target)
+}
+
 // placeOrWait places a request now, or queues it when its role already has
 // waiting requests (no overtaking) or it is not admissible. Without a queue
 // it places among cs, which the caller found.
 func (e *Engine) placeOrWait(req *request, cs candidateSet) (protocol.Placement, bool) {
 	if !e.queueEnabled() {
-		return e.place(req, cs), true
+		return e.place(req, cs, e.preferred(req.d, cs.ranks)), true
 	}
 	if e.queue.head(req.d.role) == nil {
 		if cs, ok := e.admissible(req.d, e.now); ok {
-			return e.place(req, cs), true
+			return e.place(req, cs, e.preferred(req.d, cs.ranks)), true
 		}
 	}
 	req.score = e.queueScore(req.d)
@@ -147,7 +158,7 @@ func (e *Engine) drain() {
 			}
 			heap.Pop(rq)
 			e.queue.count--
-			e.out.released = append(e.out.released, e.place(req, cs))
+			e.out.released = append(e.out.released, e.place(req, cs, e.preferred(req.d, cs.ranks)))
 		}
 	}
 }

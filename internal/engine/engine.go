@@ -11,31 +11,34 @@ import (
 	"github.com/offline-router/offline-router/internal/affinity"
 	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/protocol"
+	"github.com/offline-router/offline-router/internal/selector"
 )
 
 // Engine routes requests to workers. Not safe for concurrent use.
 type Engine struct {
-	cfg        protocol.Config
-	now        float64
-	fleet      fleet
-	index      *kvindex.Index
-	approx     *approxIndex
-	active     *active.Tree
-	requests   map[string]*request
-	queue      policyQueue
-	bindings   *affinity.Table[*rank]
-	held       int // requests waiting for a staged binding
-	rng        *stream
-	roundRobin uint64 // the round_robin policy's counter
-	out        output // what the current command did
+	cfg      protocol.Config
+	now      float64
+	fleet    fleet
+	index    *kvindex.Index
+	approx   *approxIndex
+	active   *active.Tree
+	requests map[string]*request
+	queue    policyQueue
+	bindings *affinity.Table[*rank]
+	held     int // requests waiting for a staged binding
+	rng      *stream
+	draws    *selectionDraws // rng and the round_robin counter, as selection takes them
+	params   selector.Params
+	out      output // what the current command did
 
 	// Scratch reused from command to command; overlap and hits are
 	// indexed by rank slot.
 	overlap []uint32
 	hits    []uint32
-	walk    active.Walk     // where the active-block count stopped, for booking
-	scores  []score         // the costs of one placement
-	blocks  []kvindex.Block // blocks to store (an event's, or an approximate placement's), as the index takes them
+	walk    active.Walk          // where the active-block count stopped, for booking
+	cands   []selector.Candidate // the candidates of one placement
+	scores  []selector.Score     // and their scores
+	blocks  []kvindex.Block      // blocks to store (an event's, or an approximate placement's), as the index takes them
 }
 
 // output collects what one command did, in the order it happened.
@@ -51,6 +54,7 @@ func New(cfg protocol.Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	rng := newStream(cfg.Seed)
 	return &Engine{
 		cfg:      cfg,
 		fleet:    newFleet(),
@@ -60,7 +64,9 @@ func New(cfg protocol.Config) (*Engine, error) {
 		requests: map[string]*request{},
 		queue:    newPolicyQueue(),
 		bindings: affinity.NewTable[*rank](cfg.Affinity.TTLMS),
-		rng:      newStream(cfg.Seed),
+		rng:      rng,
+		draws:    &selectionDraws{rng: rng},
+		params:   selector.ParamsOf(&cfg),
 	}, nil
 }
 

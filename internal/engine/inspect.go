@@ -13,7 +13,7 @@ import (
 func (e *Engine) inspect() *protocol.State {
 	st := &protocol.State{
 		IndexNodes: e.index.Nodes(), Workers: []protocol.WorkerState{}, Requests: []protocol.RequestState{},
-		Queue: []protocol.QueuedState{}, Bindings: e.bindingStates(), RandomDraws: e.rng.draws, RoundRobinNext: e.roundRobin,
+		Queue: []protocol.QueuedState{}, Bindings: e.bindingStates(), RandomDraws: e.rng.draws, RoundRobinNext: e.draws.next,
 	}
 	ids := make([]uint64, 0, len(e.fleet.byID))
 	for id := range e.fleet.byID {

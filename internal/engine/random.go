@@ -31,3 +31,19 @@ func (s *stream) unit() float64 {
 	s.draws++
 	return float64(s.pcg.Uint64()>>11) / (1 << 53)
 }
+
+// selectionDraws is what selection draws on: the engine's random stream,
+// and the round_robin policy's counter.
+type selectionDraws struct {
+	rng  *stream
+	next uint64 // the round_robin counter
+}
+
+func (d *selectionDraws) Index(n int) int { return d.rng.index(n) }
+func (d *selectionDraws) Unit() float64   { return d.rng.unit() }
+
+// Turn returns the round_robin counter and advances it.
+func (d *selectionDraws) Turn() uint64 {
+	d.next++
+	return d.next - 1
+}

@@ -1,0 +1,91 @@
+package engine
+
+import (
+	"github.com/offline-router/offline-router/internal/protocol"
+	"github.com/offline-router/offline-router/internal/selector"
+)
+
+// place chooses a rank among cs for a request (Dynamo's selector: the
+// selector package, which books nothing) and then books the request there,
+// now. preferred is the index in cs of the rank soft affinity asks for, or -1.
+func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Placement {
+	d := req.d
+	e.index.FindMatches(d.local, e.overlap)
+	e.walk = e.active.Count(d.local, e.hits)
+	cands := e.cands[:0]
+	for _, r := range cs.ranks {
+		newBlocks := uint64(len(d.local)) - uint64(e.hits[r.slot]) + d.privateBlocks
+		cands = append(cands, selector.Candidate{Overlap: uint64(e.overlap[r.slot]), PrefillTokens: r.prefill.at(e.now),
+			DecodeBlocks: r.activeDecodeBlocks() + newBlocks, ActiveRequests: r.activeRequests})
+	}
+	e.cands = cands
+	sel := selector.Select(e.params, d.isl, cands, preferred, e.draws, e.scores)
+	e.scores = sel.Scores // scratch for the next placement: the evidence copies what it keeps
+	chosen, chosenRank := sel.Scores[sel.Index], cs.ranks[sel.Index]
+
+	cached := min(chosen.Overlap*e.cfg.BlockSize, d.isl)
+	e.book(req, chosenRank, d.isl-cached)
+	p := protocol.Placement{
+		RequestID: d.id, WorkerID: chosenRank.w.id, DPRank: chosenRank.dp, Role: d.role,
+		OverlapBlocks: chosen.Overlap, BestAvailableOverlapBlocks: e.bestOverlap(d), ISLBlocks: d.islBlocks,
+		CachedTokens: cached, PrefillTokens: d.isl - cached, QueuedMS: protocol.Num(e.now - d.arrival),
+		Reason: e.reason(d, chosenRank, len(cs.ranks)), Binding: e.placedUnder(req),
+	}
+	if e.cfg.Evidence != protocol.EvidenceNone {
+		p.Evidence = e.evidence(cs, sel)
+	}
+	e.approxRecord(d, chosenRank)
+	return p
+}
+
+// bestOverlap is the most blocks of d's prompt any ready rank of its role
+// caches, filtered or not, from the index walk place just made.
+func (e *Engine) bestOverlap(d *demand) uint64 {
+	best := uint64(0)
+	for _, w := range e.fleet.ready {
+		if w.role == d.role {
+			for _, r := range w.ranks {
+				best = max(best, uint64(e.overlap[r.slot]))
+			}
+		}
+	}
+	return best
+}
+
+func (e *Engine) reason(d *demand, chosen *rank, candidates int) string {
+	switch {
+	case chosen == d.boundTarget():
+		return protocol.ReasonAffinity
+	case d.pin != nil:
+		return protocol.ReasonPinned
+	case candidates == 1:
+		return protocol.ReasonOnlyCandidate
+	}
+	return string(e.cfg.Policy)
+}
+
+// evidence is why the selection chose as it did: the summary, and with
+// evidence "full" every candidate's score and every filtered rank.
+func (e *Engine) evidence(cs candidateSet, sel selector.Result) *protocol.PlacementEvidence {
+	scores := sel.Scores
+	ev := &protocol.PlacementEvidence{
+		Candidates: len(scores), Ties: sel.Ties, SelectedCost: protocol.Num(scores[sel.Index].Cost), BestCost: protocol.Num(sel.BestCost),
+	}
+	if cs.filtered != (protocol.FilterCounts{}) {
+		f := cs.filtered
+		ev.Filtered = &f
+	}
+	if e.cfg.Evidence == protocol.EvidenceFull {
+		ev.CandidateSet = make([]protocol.CandidateScore, len(scores))
+		for i, s := range scores {
+			r := cs.ranks[i]
+			ev.CandidateSet[i] = protocol.CandidateScore{
+				WorkerID: r.w.id, DPRank: r.dp, OverlapBlocks: s.Overlap,
+				PrefillBlocks: protocol.Num(s.Prefill), DecodeBlocks: s.Decode,
+				Cost: protocol.Num(s.Cost), Probability: protocol.Num(s.Prob),
+			}
+		}
+		ev.FilteredSet = cs.filteredSet
+	}
+	return ev
+}

@@ -1,0 +1,200 @@
+// Package selector chooses a rank for one request among its candidates, as
+// Dynamo's scheduler does with its worker selector: given what each
+// candidate caches and carries, it costs them and picks one, and returns
+// the choice with the scores behind it. It books nothing and keeps no state:
+// its only inputs are its arguments, and its randomness and the
+// round_robin turn come from the Draws it is handed, so the caller decides
+// what selecting changes. Booking the request on the chosen rank is the
+// caller's next step.
+package selector
+
+import (
+	"math"
+
+	"github.com/offline-router/offline-router/internal/protocol"
+)
+
+// Params is the config selection reads.
+type Params struct {
+	Policy             protocol.Policy
+	BlockSize          uint64
+	Temperature        float64
+	OverlapScoreCredit float64
+	PrefillLoadScale   float64
+}
+
+// ParamsOf takes the selection params from a config.
+func ParamsOf(cfg *protocol.Config) Params {
+	return Params{Policy: cfg.Policy, BlockSize: cfg.BlockSize, Temperature: cfg.Temperature,
+		OverlapScoreCredit: cfg.OverlapScoreCredit, PrefillLoadScale: cfg.PrefillLoadScale}
+}
+
+// Candidate is one rank the request may go to, as selection sees it.
+type Candidate struct {
+	Overlap        uint64  // leading blocks of the prompt the rank caches
+	PrefillTokens  float64 // prefill tokens booked on the rank now
+	DecodeBlocks   uint64  // the rank's active blocks once the request's new ones join
+	ActiveRequests uint64  // requests booked on the rank (least_loaded)
+}
+
+// Score is one candidate's cost and its chance of being chosen. It holds no
+// pointer, so filling one per candidate needs no write barrier while the
+// garbage collector runs (on a large heap, much of the time).
+type Score struct {
+	Overlap uint64
+	Prefill float64 // blocks of prefill work, after the overlap credit
+	Decode  uint64  // active blocks after placement
+	Cost    float64
+	Prob    float64
+}
+
+// Draws is where selection takes its randomness and the round_robin turn
+// from: the engine's seeded stream and counter.
+type Draws interface {
+	Index(n int) int // uniform in [0, n)
+	Unit() float64   // uniform in [0, 1)
+	Turn() uint64    // the round_robin counter, which advances by one
+}
+
+// Result is a selection: the chosen candidate, how many candidates share
+// the lowest cost, that cost, and every candidate's score.
+type Result struct {
+	Index    int
+	Ties     int
+	BestCost float64
+	Scores   []Score
+}
+
+// Select chooses among cands for a request of isl input tokens: the
+// preferred index when there is one (>= 0; soft affinity), else by the
+// policy. scratch is reused for the scores (Result.Scores aliases it).
+func Select(p Params, isl uint64, cands []Candidate, preferred int, draws Draws, scratch []Score) Result {
+	scores := scratch[:0]
+	for _, c := range cands {
+		scores = append(scores, Cost(p, isl, c))
+	}
+	index, ties, best := pick(p, scores, cands, preferred, draws)
+	return Result{Index: index, Ties: ties, BestCost: best, Scores: scores}
+}
+
+// Cost is Dynamo's cost of a candidate (lower wins): the prefill work in
+// blocks after crediting the cached overlap, weighted, plus the candidate's
+// active blocks once the request's new blocks join them.
+func Cost(p Params, isl uint64, c Candidate) Score {
+	bs := float64(p.BlockSize)
+	// float64() rounds each product on its own: no fused multiply-add (exp.go).
+	prefill := max((c.PrefillTokens+float64(isl))/bs-float64(p.OverlapScoreCredit*float64(c.Overlap)), 0)
+	return Score{Overlap: c.Overlap, Prefill: prefill, Decode: c.DecodeBlocks,
+		Cost: float64(p.PrefillLoadScale*prefill) + float64(c.DecodeBlocks)}
+}
+
+// pick chooses among scores: the preferred index when there is one, else
+// the cheapest (ties broken by a draw) at temperature 0, else a softmax draw
+// over range-normalised costs. It fills every score's probability and
+// returns the chosen index, the number of candidates at the minimum cost,
+// and that cost.
+func pick(p Params, scores []Score, cands []Candidate, preferred int, draws Draws) (int, int, float64) {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, s := range scores {
+		lo, hi = min(lo, s.Cost), max(hi, s.Cost)
+	}
+	ties := 0
+	for _, s := range scores {
+		if s.Cost == lo {
+			ties++
+		}
+	}
+	if len(scores) == 1 {
+		preferred = 0 // nothing to choose: no policy counter or draw is used
+	}
+	if preferred >= 0 {
+		for i := range scores {
+			scores[i].Prob = 0
+		}
+		scores[preferred].Prob = 1
+		return preferred, ties, lo
+	}
+	if p.Policy != protocol.PolicyKV {
+		return pickBaseline(p.Policy, scores, cands, draws), ties, lo
+	}
+	t := p.Temperature
+	if t == 0 || hi == lo {
+		chosen := 0
+		if ties > 1 {
+			chosen = draws.Index(ties)
+		}
+		seen := 0
+		pick := 0
+		for i := range scores {
+			if scores[i].Cost == lo {
+				scores[i].Prob = 1 / float64(ties)
+				if seen == chosen {
+					pick = i
+				}
+				seen++
+			}
+		}
+		return pick, ties, lo
+	}
+	total := 0.0
+	for i := range scores {
+		scores[i].Prob = portableExp(-(scores[i].Cost - lo) / ((hi - lo) * t))
+		total += scores[i].Prob
+	}
+	u := draws.Unit() * total
+	// The last candidate takes any rounding shortfall of the running sum.
+	pick := -1
+	acc := 0.0
+	for i := range scores {
+		acc += scores[i].Prob
+		if pick < 0 && u < acc {
+			pick = i
+		}
+		scores[i].Prob /= total
+	}
+	if pick < 0 {
+		pick = len(scores) - 1
+	}
+	return pick, ties, lo
+}
+
+// pickBaseline chooses by a baseline policy, ignoring cost (the costs are
+// still computed, for the evidence): round_robin takes the candidates in
+// turn from one counter, random draws uniformly, least_loaded takes the
+// fewest active requests with ties drawn uniformly.
+func pickBaseline(policy protocol.Policy, scores []Score, cands []Candidate, draws Draws) int {
+	for i := range scores {
+		scores[i].Prob = 0
+	}
+	var pick int
+	switch policy {
+	case protocol.PolicyRoundRobin:
+		pick = int(draws.Turn() % uint64(len(scores)))
+		scores[pick].Prob = 1
+		return pick
+	case protocol.PolicyRandom:
+		pick = draws.Index(len(scores))
+		for i := range scores {
+			scores[i].Prob = 1 / float64(len(scores))
+		}
+		return pick
+	}
+	least := cands[0].ActiveRequests
+	for _, c := range cands {
+		least = min(least, c.ActiveRequests)
+	}
+	var tied []int
+	for i, c := range cands {
+		if c.ActiveRequests == least {
+			tied = append(tied, i)
+		}
+	}
+	pick = tied[0]
+	if len(tied) > 1 {
+		pick = tied[draws.Index(len(tied))]
+	}
+	for _, i := range tied {
+		scores[i].Prob = 1 / float64(len(tied))
+	}
+	return pick
+}
