@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"slices"
+
 	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/selector"
 )
@@ -12,13 +14,13 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 	d := req.d
 	e.index.FindMatches(d.local, e.overlap)
 	e.walk = e.active.Count(d.local, e.hits)
-	cands := e.cands[:0]
-	for _, r := range cs.ranks {
-		newBlocks := uint64(len(d.local)) - uint64(e.hits[r.slot]) + d.privateBlocks
-		cands = append(cands, selector.Candidate{Overlap: uint64(e.overlap[r.slot]), PrefillTokens: r.prefill.at(e.now),
-			DecodeBlocks: r.activeDecodeBlocks() + newBlocks, ActiveRequests: r.activeRequests})
-	}
+	cands := slices.Grow(e.cands[:0], len(cs.ranks))[:len(cs.ranks)]
 	e.cands = cands
+	for i, r := range cs.ranks {
+		newBlocks := uint64(len(d.local)) - uint64(e.hits[r.slot]) + d.privateBlocks
+		cands[i] = selector.Candidate{Overlap: uint64(e.overlap[r.slot]), PrefillTokens: r.prefill.at(e.now),
+			DecodeBlocks: r.activeDecodeBlocks() + newBlocks, ActiveRequests: r.activeRequests}
+	}
 	sel := selector.Select(e.params, d.isl, cands, preferred, e.draws, e.scores)
 	e.scores = sel.Scores // scratch for the next placement: the evidence copies what it keeps
 	chosen, chosenRank := sel.Scores[sel.Index], cs.ranks[sel.Index]

@@ -185,40 +185,48 @@ func (c *Command) Fields() FieldSet {
 // opSpec lists the fields an op takes beyond op, id and now_ms.
 type opSpec struct{ allowed, required FieldSet }
 
-var requestOnly = opSpec{allowed: set(FieldRequestID), required: set(FieldRequestID)}
-
-// ops is the one table of which fields each op takes; the decoder and
-// Validate both read it.
-var ops = map[Op]opSpec{
-	OpWorkerReady: {
-		allowed: set(FieldWorkerID, FieldRole, FieldDPSize, FieldDPStart, FieldTotalKVBlocks,
-			FieldMaxNumBatchedTokens, FieldMaxNumSeqs),
-		required: set(FieldWorkerID),
-	},
-	OpWorkerDraining:  {allowed: set(FieldWorkerID), required: set(FieldWorkerID)},
-	OpWorkerRemoved:   {allowed: set(FieldWorkerID), required: set(FieldWorkerID)},
-	OpTopologySettled: {},
-	OpPlace: {
-		allowed: set(FieldRequestID, FieldInputTokens, FieldOutputTokens, FieldTokens, FieldBlockHashes,
-			FieldSequenceHashes, FieldRole, FieldSessionID, FieldParentSessionID, FieldPriority,
-			FieldStrictPriority, FieldAllowedWorkers, FieldWorkerID, FieldDPRank),
-		required: set(FieldRequestID),
-	},
-	OpObserve:           {allowed: set(FieldEvents), required: set(FieldEvents)},
-	OpDispatchCommitted: requestOnly,
-	OpDispatchAborted:   requestOnly,
-	OpPrefillCompleted:  requestOnly,
-	OpRequestTerminal:   requestOnly,
-	OpCancelPending:     requestOnly,
-	OpAdvanceClock:      {required: set(FieldNowMS)},
-	OpInspect:           {},
-	OpConfig:            {},
+// specOf is the one table of which fields each op takes; the decoder and
+// Validate both read it. A switch, not a map: every command looks its op
+// up, twice (decoded, then applied), and a map's string hash was most of
+// Validate's cost.
+func specOf(op Op) (opSpec, bool) {
+	switch op {
+	case OpWorkerReady:
+		return opSpec{
+			allowed: set(FieldWorkerID, FieldRole, FieldDPSize, FieldDPStart, FieldTotalKVBlocks,
+				FieldMaxNumBatchedTokens, FieldMaxNumSeqs),
+			required: set(FieldWorkerID),
+		}, true
+	case OpWorkerDraining, OpWorkerRemoved:
+		return opSpec{allowed: set(FieldWorkerID), required: set(FieldWorkerID)}, true
+	case OpPlace:
+		return opSpec{
+			allowed: set(FieldRequestID, FieldInputTokens, FieldOutputTokens, FieldTokens, FieldBlockHashes,
+				FieldSequenceHashes, FieldRole, FieldSessionID, FieldParentSessionID, FieldPriority,
+				FieldStrictPriority, FieldAllowedWorkers, FieldWorkerID, FieldDPRank),
+			required: set(FieldRequestID),
+		}, true
+	case OpObserve:
+		return opSpec{allowed: set(FieldEvents), required: set(FieldEvents)}, true
+	case OpDispatchCommitted, OpDispatchAborted, OpPrefillCompleted, OpRequestTerminal, OpCancelPending:
+		return opSpec{allowed: set(FieldRequestID), required: set(FieldRequestID)}, true
+	case OpAdvanceClock:
+		return opSpec{required: set(FieldNowMS)}, true
+	case OpTopologySettled, OpInspect, OpConfig:
+		return opSpec{}, true
+	}
+	return opSpec{}, false
 }
+
+// ops are every op, for messages.
+var ops = []Op{OpWorkerReady, OpWorkerDraining, OpWorkerRemoved, OpTopologySettled, OpPlace, OpObserve,
+	OpDispatchCommitted, OpDispatchAborted, OpPrefillCompleted, OpRequestTerminal, OpCancelPending,
+	OpAdvanceClock, OpInspect, OpConfig}
 
 // OpNames lists the ops in a stable order, for messages.
 func OpNames() []string {
 	names := make([]string, 0, len(ops))
-	for op := range ops {
+	for _, op := range ops {
 		names = append(names, string(op))
 	}
 	slices.Sort(names)
@@ -227,6 +235,16 @@ func OpNames() []string {
 
 // MaxRequestIDBytes bounds request_id.
 const MaxRequestIDBytes = 256
+
+// badValues reports whether a field of has fails CheckValue.
+func (c *Command) badValues(has FieldSet) bool {
+	for _, f := range [...]Field{FieldNowMS, FieldRole, FieldDPSize, FieldRequestID, FieldPriority} {
+		if has.Has(f) && CheckValue(c, f) != "" {
+			return true
+		}
+	}
+	return false
+}
 
 // CheckValue checks the value of one field that c holds, apart from the
 // other fields, and returns what is wrong with it ("" when nothing is). The
@@ -261,7 +279,7 @@ func CheckValue(c *Command, f Field) string {
 // Validate checks c against its op and the rules between fields that need
 // no engine state. A command that passes is safe to apply.
 func (c *Command) Validate() *Error {
-	spec, ok := ops[c.Op]
+	spec, ok := specOf(c.Op)
 	if !ok {
 		return Errorf(CodeUnknownOp, "op %q is not one of %s", c.Op, strings.Join(OpNames(), ", "))
 	}
@@ -273,16 +291,20 @@ func (c *Command) Validate() *Error {
 	if c.Op == OpConfig {
 		common = set(FieldID)
 	}
-	for f := range NumFields {
-		if has.Has(f) && !spec.allowed.Has(f) && !common.Has(f) {
-			return Errorf(CodeUnknownField, "field %q: is not a field of op %q", FieldNames[f], c.Op)
-		}
-		if spec.required.Has(f) && !has.Has(f) {
-			return Errorf(CodeInvalidField, "field %q: required by op %q", FieldNames[f], c.Op)
-		}
-		if has.Has(f) {
-			if msg := CheckValue(c, f); msg != "" {
-				return Errorf(CodeInvalidField, "field %q: %s", FieldNames[f], msg)
+	// The walk over every field, in order, runs only when one is wrong, to
+	// name the first.
+	if has&^(spec.allowed|common) != 0 || spec.required&^has != 0 || c.badValues(has) {
+		for f := range NumFields {
+			if has.Has(f) && !spec.allowed.Has(f) && !common.Has(f) {
+				return Errorf(CodeUnknownField, "field %q: is not a field of op %q", FieldNames[f], c.Op)
+			}
+			if spec.required.Has(f) && !has.Has(f) {
+				return Errorf(CodeInvalidField, "field %q: required by op %q", FieldNames[f], c.Op)
+			}
+			if has.Has(f) {
+				if msg := CheckValue(c, f); msg != "" {
+					return Errorf(CodeInvalidField, "field %q: %s", FieldNames[f], msg)
+				}
 			}
 		}
 	}

@@ -10,6 +10,7 @@ package selector
 
 import (
 	"math"
+	"slices"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -69,18 +70,18 @@ type Result struct {
 // preferred index when there is one (>= 0; soft affinity), else by the
 // policy. scratch is reused for the scores (Result.Scores aliases it).
 func Select(p Params, isl uint64, cands []Candidate, preferred int, draws Draws, scratch []Score) Result {
-	scores := scratch[:0]
-	for _, c := range cands {
-		scores = append(scores, Cost(p, isl, c))
+	scores := slices.Grow(scratch[:0], len(cands))[:len(cands)]
+	for i := range cands {
+		scores[i] = Cost(&p, isl, &cands[i])
 	}
-	index, ties, best := pick(p, scores, cands, preferred, draws)
+	index, ties, best := pick(&p, scores, cands, preferred, draws)
 	return Result{Index: index, Ties: ties, BestCost: best, Scores: scores}
 }
 
 // Cost is Dynamo's cost of a candidate (lower wins): the prefill work in
 // blocks after crediting the cached overlap, weighted, plus the candidate's
 // active blocks once the request's new blocks join them.
-func Cost(p Params, isl uint64, c Candidate) Score {
+func Cost(p *Params, isl uint64, c *Candidate) Score {
 	bs := float64(p.BlockSize)
 	// float64() rounds each product on its own: no fused multiply-add (exp.go).
 	prefill := max((c.PrefillTokens+float64(isl))/bs-float64(p.OverlapScoreCredit*float64(c.Overlap)), 0)
@@ -93,7 +94,7 @@ func Cost(p Params, isl uint64, c Candidate) Score {
 // over range-normalised costs. It fills every score's probability and
 // returns the chosen index, the number of candidates at the minimum cost,
 // and that cost.
-func pick(p Params, scores []Score, cands []Candidate, preferred int, draws Draws) (int, int, float64) {
+func pick(p *Params, scores []Score, cands []Candidate, preferred int, draws Draws) (int, int, float64) {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, s := range scores {
 		lo, hi = min(lo, s.Cost), max(hi, s.Cost)

@@ -24,7 +24,7 @@ func TestCostFormula(t *testing.T) {
 		{0, 24, 0, 2, 1.5, 5},
 	}
 	for _, c := range cases {
-		s := Cost(p, c.isl, Candidate{Overlap: c.overlap, PrefillTokens: c.activePrefill, DecodeBlocks: c.decode})
+		s := Cost(&p, c.isl, &Candidate{Overlap: c.overlap, PrefillTokens: c.activePrefill, DecodeBlocks: c.decode})
 		if s.Prefill != c.wantPrefill || s.Decode != c.decode || s.Cost != c.wantCost || s.Overlap != c.overlap {
 			t.Errorf("Cost(%v,%d,%d,%d) = %+v; want prefill %v, cost %v", c.activePrefill, c.isl, c.overlap, c.decode,
 				s, c.wantPrefill, c.wantCost)
