@@ -88,8 +88,15 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	if err != nil {
 		return &exitError{2, err}
 	}
-	if o.compare && (o.emitCommands != "" || o.emitResponses != "" || o.plotFile != "") {
-		return &exitError{2, fmt.Errorf("--emit-commands, --emit-responses and --plot describe one run; drop --compare or them")}
+	if o.compare {
+		for _, name := range []string{"emit-commands", "emit-responses", "plot"} {
+			if flags.Changed(name) {
+				return &exitError{2, fmt.Errorf("--%s describes one run, and --compare makes four: drop one of them", name)}
+			}
+		}
+	}
+	if o.emitCommands != "" && o.emitCommands == o.emitResponses {
+		return &exitError{2, fmt.Errorf("--emit-commands and --emit-responses name the same file, %s: give each its own", o.emitCommands)}
 	}
 	if o.cluster.Workers < 1 || o.cluster.TotalKVBlocks < 1 || o.cluster.MaxNumSeqs < 1 ||
 		!(o.cluster.PrefillTokensPerMS > 0) || o.cluster.DecodeMSPerToken < 0 {

@@ -68,6 +68,24 @@ func TestReplayEmitThenServe(t *testing.T) {
 	}
 }
 
+// TestReplayRefusesClashingOutputs: two streams into one file, or a
+// one-run output with --compare, are refused before anything runs.
+func TestReplayRefusesClashingOutputs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "both.jsonl")
+	for args, want := range map[string]string{
+		"--emit-commands " + path + " --emit-responses " + path: "name the same file",
+		"--compare --emit-responses " + path:                    "--emit-responses describes one run",
+	} {
+		_, stderr, code := run(t, "", append([]string{"replay", "--sessions", "5"}, strings.Fields(args)...)...)
+		if code != 2 || !strings.Contains(stderr, want) {
+			t.Errorf("%s: exit %d: %s", args, code, stderr)
+		}
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("a refused replay wrote %s", path)
+	}
+}
+
 func TestReplayBadTrace(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bad.jsonl")
 	os.WriteFile(path, []byte(`{"timestamp":0,"input_length":10,"output_length":1,"hash_ids":[1,2]}`+"\n"), 0o644)

@@ -30,21 +30,22 @@ type ConfigSource struct {
 func (cs ConfigSource) Load() (protocol.Config, error) { return LoadConfig(cs.File, cs.Overrides) }
 
 // Merge is the config a config command makes of the source: the command's
-// keys over the file and flags. A key the file or a flag set explicitly to
-// another value is a conflict, and an error naming both.
+// keys over the file and flags, validated as a whole. A key the file or a
+// flag set explicitly to another value is a conflict, and an error naming
+// both.
 func (cs ConfigSource) Merge(u *protocol.ConfigUpdate) (protocol.Config, *protocol.Error) {
 	base, err := cs.Load()
 	if err != nil {
 		return base, protocol.Errorf(protocol.CodeInvalidField, "%v", err)
 	}
-	given, had := configValues(&u.Config), configValues(&base)
 	explicit := cs.explicitKeys()
 	overrides := append([]Override(nil), cs.Overrides...)
 	for _, k := range u.Keys {
-		if src, ok := explicit[k]; ok && !bytes.Equal(given[k], had[k]) {
-			return base, protocol.Errorf(protocol.CodeInvalidField, "field %q: the config command sets %s, but %s set %s; give it in one place", k, given[k], src, had[k])
+		given, had := configValue(&u.Config, k), configValue(&base, k)
+		if src, ok := explicit[k]; ok && !bytes.Equal(given, had) {
+			return base, protocol.Errorf(protocol.CodeInvalidField, "field %q: the config command sets %s, but %s set %s; give it in one place", k, given, src, had)
 		}
-		overrides = append(overrides, Override{Key: k, Value: json.RawMessage(given[k])})
+		overrides = append(overrides, Override{Key: k, Value: json.RawMessage(given)})
 	}
 	cfg, err := LoadConfig(cs.File, overrides)
 	if err != nil {
@@ -72,17 +73,11 @@ func (cs ConfigSource) Configure(newStepper func(protocol.Config) (Stepper, erro
 // explicitKeys maps each key the file or a flag set to where it was set.
 func (cs ConfigSource) explicitKeys() map[string]string {
 	out := map[string]string{}
-	var top map[string]json.RawMessage
-	if json.Unmarshal(cs.File, &top) == nil {
-		for k, v := range top {
-			var group map[string]json.RawMessage
-			if !configGroups[k] || json.Unmarshal(v, &group) != nil {
-				out[k] = "--config " + cs.FileName
-				continue
-			}
-			for sub := range group {
-				out[k+"."+sub] = "--config " + cs.FileName
-			}
+	var keys []string
+	scratch := protocol.DefaultConfig()
+	if decodeConfigFile(cs.File, &scratch, &keys) == nil {
+		for _, k := range keys {
+			out[k] = "--config " + cs.FileName
 		}
 	}
 	for _, o := range cs.Overrides {
@@ -91,38 +86,12 @@ func (cs ConfigSource) explicitKeys() map[string]string {
 	return out
 }
 
-// configValues maps every config key, dotted, to its value as JSON.
-func configValues(c *protocol.Config) map[string][]byte {
-	out := map[string][]byte{}
-	data, err := json.Marshal(c)
-	if err != nil {
-		panic(err) // a validated Config always encodes
-	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(data, &top); err != nil {
-		panic(err)
-	}
-	for k, v := range top {
-		var group map[string]json.RawMessage
-		if configGroups[k] && json.Unmarshal(v, &group) == nil {
-			for sub, sv := range group {
-				out[k+"."+sub] = sv
-			}
-			continue
-		}
-		out[k] = v
-	}
-	return out
-}
-
 // LoadConfig builds a Config from the defaults, then the JSON file contents
 // (may be empty), then the overrides, and validates the result.
 func LoadConfig(file []byte, overrides []Override) (protocol.Config, error) {
 	c := protocol.DefaultConfig()
-	if len(bytes.TrimSpace(file)) > 0 {
-		if err := decodeStrict(file, &c); err != nil {
-			return c, fmt.Errorf("config file: %w", err)
-		}
+	if err := decodeConfigFile(file, &c, nil); err != nil {
+		return c, err
 	}
 	for _, o := range overrides {
 		v, err := json.Marshal(o.Value)
@@ -134,21 +103,30 @@ func LoadConfig(file []byte, overrides []Override) (protocol.Config, error) {
 		for i := len(parts) - 1; i >= 0; i-- {
 			doc = fmt.Sprintf("{%q:%s}", parts[i], doc)
 		}
-		if err := decodeStrict([]byte(doc), &c); err != nil {
-			return c, fmt.Errorf("config %s: %w", o.Key, err)
+		s := scanner{b: []byte(doc)}
+		if _, err := decodeConfigKeys(&s, &c, nil); err != nil {
+			return c, fmt.Errorf("config %s: %s", o.Key, err.wire().Message)
 		}
 	}
 	return c, c.Validate()
 }
 
-func decodeStrict(data []byte, c *protocol.Config) error {
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.DisallowUnknownFields()
-	if err := d.Decode(c); err != nil {
-		return err
+// decodeConfigFile reads a config file's keys into c (an empty file has
+// none), and into keys if it is set.
+func decodeConfigFile(file []byte, c *protocol.Config, keys *[]string) error {
+	if len(bytes.TrimSpace(file)) == 0 {
+		return nil
 	}
-	if d.More() {
-		return fmt.Errorf("unexpected data after the config object")
+	s := scanner{b: file}
+	got, err := decodeConfigKeys(&s, c, nil)
+	if err == nil && s.peek() != 0 {
+		err = s.syntax("unexpected data after the config object")
+	}
+	if err != nil {
+		return fmt.Errorf("config file: %s", err.wire().Message)
+	}
+	if keys != nil {
+		*keys = got
 	}
 	return nil
 }

@@ -1,141 +1,239 @@
 package wire
 
 import (
-	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
-// A config command is {"op":"config", KEYS...}: the keys of a config file
-// beside op (and id), so a scenario or a host can carry its config in the
-// stream. Its keys are not command fields, so it has a decoder of its own;
-// the values are read by the same strict decoder and checked by the same
-// Validate as a config file.
+// Config keys are read by the same strict scanner as commands, whether they
+// come from a config file, a flag or a config command: a key given twice,
+// an integer past its type's range, NaN or invalid UTF-8 are refused naming
+// the key, as in any command (goccy's decoder wrapped integers past 2^64
+// and took the last of two equal keys). A config command is
+// {"op":"config", KEYS...}: the keys of a config file beside op and id.
 
-// configKeys holds every config key, dotted for the keys of a group
-// ("affinity.mode"), with its Go type; configGroups the keys that hold an
-// object of keys; configOrder the place of each key in protocol.Config,
-// the order a ConfigUpdate lists them in.
-var configKeys, configGroups, configOrder = func() (map[string]reflect.Type, map[string]bool, map[string]int) {
-	keys, groups, order := map[string]reflect.Type{}, map[string]bool{}, map[string]int{}
-	var walk func(t reflect.Type, prefix string)
-	walk = func(t reflect.Type, prefix string) {
+// configField is where a config key lives in protocol.Config.
+type configField struct {
+	index []int
+	order int // its place among the keys, the order a ConfigUpdate lists them in
+}
+
+// configFields maps every config key, dotted for the keys of a group
+// ("affinity.mode"), to its field; configGroups are the keys that hold an
+// object of keys.
+var configFields, configGroups = func() (map[string]configField, map[string]bool) {
+	fields, groups := map[string]configField{}, map[string]bool{}
+	var walk func(t reflect.Type, prefix string, index []int)
+	walk = func(t reflect.Type, prefix string, index []int) {
 		for i := range t.NumField() {
 			name := prefix + strings.Split(t.Field(i).Tag.Get("json"), ",")[0]
-			if ft := t.Field(i).Type; ft.Kind() == reflect.Struct {
+			at := append(slices.Clone(index), i)
+			if t.Field(i).Type.Kind() == reflect.Struct {
 				groups[name] = true
-				walk(ft, name+".")
-			} else {
-				keys[name], order[name] = ft, len(order)
+				walk(t.Field(i).Type, name+".", at)
+				continue
 			}
+			fields[name] = configField{index: at, order: len(fields)}
 		}
 	}
-	walk(reflect.TypeFor[protocol.Config](), "")
-	return keys, groups, order
+	walk(reflect.TypeFor[protocol.Config](), "", nil)
+	return fields, groups
 }()
 
 // sortConfigKeys puts keys in the order of protocol.Config's fields.
 func sortConfigKeys(keys []string) {
-	slices.SortFunc(keys, func(a, b string) int { return configOrder[a] - configOrder[b] })
+	slices.SortFunc(keys, func(a, b string) int { return configFields[a].order - configFields[b].order })
 }
 
-// decodeConfigCommand decodes a line whose op is "config".
-func decodeConfigCommand(line []byte, out *Decoded) {
-	op := string(protocol.OpConfig)
-	*out = Decoded{Op: &op}
-	s := scanner{b: line}
-	var keys []string
-	unknown := func(key string) *fieldError {
-		return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a config key (docs/PROTOCOL.md §2)"}
+// unknownConfigKey names a key that is not a config key, with a suggestion
+// when it differs from one only in case or separators.
+func unknownConfigKey(path string) *fieldError {
+	msg := "is not a config key (docs/PROTOCOL.md §2)"
+	squash := strings.NewReplacer("_", "", "-", "")
+	for name := range configFields {
+		if strings.ToLower(squash.Replace(path)) == squash.Replace(name) {
+			msg += " (did you mean " + strconv.Quote(name) + "?)"
+		}
 	}
-	cfg := protocol.DefaultConfig()
-	// value reads one key's value into cfg, alone, so that a value of the
-	// wrong type is named by its key.
+	return &fieldError{code: protocol.CodeUnknownField, path: path[strings.LastIndexByte(path, '.')+1:], msg: msg}
+}
+
+// decodeConfigKeys reads the object of config keys at the scanner into cfg
+// and returns the keys it set, in Config's order. A null value unsets an
+// optional key and leaves any other as it was. other, if set, takes the
+// keys that are not config keys (a config command's op and id) and reports
+// whether it did.
+func decodeConfigKeys(s *scanner, cfg *protocol.Config, other func(key string) (bool, *fieldError)) ([]string, *fieldError) {
+	var keys []string
+	v := reflect.ValueOf(cfg).Elem()
 	value := func(key string) *fieldError {
-		s.peek()
-		start := s.i
-		if !s.skip() {
-			return s.syntax("invalid JSON value").within(key)
+		set, err := decodeConfigValue(s, v.FieldByIndex(configFields[key].index))
+		if set {
+			keys = append(keys, key)
 		}
-		doc := append(appendString([]byte{'{'}, key[strings.LastIndexByte(key, '.')+1:]), ':')
-		doc = append(append(doc, s.b[start:s.i]...), '}')
-		if group, _, nested := strings.Cut(key, "."); nested {
-			doc = append(append(appendString([]byte{'{'}, group), ':'), append(doc, '}')...)
-		}
-		if err := decodeStrict(doc, &cfg); err != nil {
-			return &fieldError{code: protocol.CodeInvalidField, path: key, msg: "expected " + expectation(configKeys[key])}
-		}
-		keys = append(keys, key)
-		return nil
+		return err
 	}
 	err := s.object(func(key string) *fieldError {
+		if other != nil {
+			if ok, err := other(key); ok {
+				return err
+			}
+		}
+		switch {
+		case configGroups[key]:
+			if s.null() {
+				return nil
+			}
+			return s.object(func(sub string) *fieldError {
+				if _, ok := configFields[key+"."+sub]; !ok {
+					return unknownConfigKey(key + "." + sub)
+				}
+				return value(key + "." + sub).orNil(sub)
+			}).orNil(key)
+		case configFields[key].index != nil:
+			return value(key).orNil(key)
+		}
+		return unknownConfigKey(key)
+	})
+	sortConfigKeys(keys)
+	return keys, err
+}
+
+// decodeConfigValue reads one value into the config field fv and reports
+// whether it set it.
+func decodeConfigValue(s *scanner, fv reflect.Value) (bool, *fieldError) {
+	t := fv.Type()
+	optional := t.Kind() == reflect.Pointer
+	if s.null() {
+		if optional {
+			fv.SetZero()
+		}
+		return optional, nil
+	}
+	if optional {
+		t = t.Elem()
+	}
+	var x any
+	var err *fieldError
+	switch t.Kind() {
+	case reflect.String:
+		x, err = s.str()
+	case reflect.Bool:
+		switch {
+		case s.literal("true"):
+			s.i, x = s.i+4, true
+		case s.literal("false"):
+			s.i, x = s.i+5, false
+		default:
+			err = s.expected("true or false")
+		}
+	case reflect.Float64:
+		x, err = s.float()
+	case reflect.Uint64:
+		x, err = s.u64()
+	case reflect.Uint32:
+		x, err = s.u32()
+	default:
+		panic("config field of kind " + t.Kind().String())
+	}
+	if err != nil {
+		return false, err
+	}
+	val := reflect.ValueOf(x).Convert(t)
+	if optional {
+		p := reflect.New(t)
+		p.Elem().Set(val)
+		val = p
+	}
+	fv.Set(val)
+	return true, nil
+}
+
+// decodeConfigCommand decodes a line whose op is "config". Its keys are
+// only read here: whether the config they make is valid is known once they
+// are merged over the file and flags (ConfigSource.Merge).
+func decodeConfigCommand(line []byte, out *Decoded) *fieldError {
+	s := scanner{b: line}
+	cfg := protocol.DefaultConfig()
+	var id []byte
+	keys, err := decodeConfigKeys(&s, &cfg, func(key string) (bool, *fieldError) {
 		switch key {
 		case "op":
 			_, err := s.str()
-			return err.orNil(key)
+			return true, err.orNil(key)
 		case "id":
 			s.peek()
 			start := s.i
 			if !validID(&s) {
 				s.i = start
-				return s.expected("a string or a number").within(key)
+				return true, s.expected("a string or a number").within(key)
 			}
-			out.ID = line[start:s.i]
-			return nil
+			id = line[start:s.i]
+			return true, nil
 		}
-		switch {
-		case configGroups[key]:
-			if err := s.object(func(sub string) *fieldError {
-				if configKeys[key+"."+sub] == nil {
-					return unknown(key + "." + sub)
-				}
-				return value(key + "." + sub)
-			}); err != nil {
-				if err.path == "" { // the group itself is not an object
-					err = err.within(key)
-				}
-				return err
-			}
-		case configKeys[key] != nil:
-			if err := value(key); err != nil {
-				return err
-			}
-		default:
-			return unknown(key)
-		}
-		return nil
+		return false, nil
 	})
 	if err == nil && s.peek() != 0 {
 		err = s.syntax("unexpected data after the object")
 	}
 	if err != nil {
-		out.Err = err.wire()
-		return
+		return err
 	}
-	if err := cfg.Validate(); err != nil {
-		out.Err = protocol.Errorf(protocol.CodeInvalidField, "%v", err)
-		return
-	}
-	sortConfigKeys(keys)
-	out.Cmd = protocol.Command{Op: protocol.OpConfig, ID: out.ID, Config: &protocol.ConfigUpdate{Config: cfg, Keys: keys}}
+	op := string(protocol.OpConfig)
+	*out = Decoded{Op: &op, ID: id,
+		Cmd: protocol.Command{Op: protocol.OpConfig, ID: id, Config: &protocol.ConfigUpdate{Config: cfg, Keys: keys}}}
+	out.Err = out.Cmd.Validate()
+	return nil
 }
 
-// expectation says what a config key of type t takes.
-func expectation(t reflect.Type) string {
-	null := ""
-	if t.Kind() == reflect.Pointer {
-		t, null = t.Elem(), ", or null"
+// appendConfigValue writes the value of a config field as JSON, numbers as
+// every response prints them.
+func appendConfigValue(b []byte, fv reflect.Value) []byte {
+	if fv.Kind() == reflect.Pointer {
+		if fv.IsNil() {
+			return append(b, "null"...)
+		}
+		fv = fv.Elem()
 	}
-	switch t.Kind() {
+	switch fv.Kind() {
 	case reflect.String:
-		return "a string" + null
+		return appendGoccyString(b, fv.String())
 	case reflect.Bool:
-		return "true or false" + null
+		return strconv.AppendBool(b, fv.Bool())
 	case reflect.Float64:
-		return "a number" + null
+		return protocol.AppendNum(b, fv.Float())
 	}
-	return fmt.Sprintf("a whole number from 0 to %d%s", uint64(1)<<(t.Bits())-1, null)
+	return strconv.AppendUint(b, fv.Uint(), 10)
+}
+
+// configValue is the value of one config key as JSON.
+func configValue(c *protocol.Config, key string) []byte {
+	return appendConfigValue(nil, reflect.ValueOf(c).Elem().FieldByIndex(configFields[key].index))
+}
+
+// appendConfig writes the whole config as a JSON object, keys in Config's
+// order, groups as objects.
+func appendConfig(b []byte, c *protocol.Config) []byte {
+	v := reflect.ValueOf(c).Elem()
+	var object func(b []byte, v reflect.Value) []byte
+	object = func(b []byte, v reflect.Value) []byte {
+		b = append(b, '{')
+		for i := range v.NumField() {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(appendGoccyString(b, strings.Split(v.Type().Field(i).Tag.Get("json"), ",")[0]), ':')
+			if f := v.Field(i); f.Kind() == reflect.Struct {
+				b = object(b, f)
+			} else {
+				b = appendConfigValue(b, f)
+			}
+		}
+		return append(b, '}')
+	}
+	return object(b, v)
 }

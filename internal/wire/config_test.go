@@ -2,10 +2,13 @@ package wire
 
 import (
 	"bytes"
+	"math"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"pgregory.net/rapid"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -79,18 +82,22 @@ func TestConfigCommandDecodes(t *testing.T) {
 
 func TestConfigCommandRefusals(t *testing.T) {
 	for line, want := range map[string]string{
-		`{"op":"config","queue_treshold":1}`:                  `unknown_field: field "queue_treshold": is not a config key`,
-		`{"op":"config","affinity":{"mod":"hard"}}`:           `unknown_field: field "affinity.mod": is not a config key`,
-		`{"op":"config","now_ms":3}`:                          `unknown_field: field "now_ms": is not a config key`,
-		`{"op":"config","block_size":"16"}`:                   `invalid_field: field "block_size": expected a whole number from 0 to 18446744073709551615`,
-		`{"op":"config","queue_threshold":"x"}`:               `invalid_field: field "queue_threshold": expected a number, or null`,
-		`{"op":"config","affinity":3}`:                        `invalid_field: field "affinity": expected an object`,
-		`{"op":"config","queue_policy":"fifo"}`:               `invalid_field: config queue_policy: "fifo" is not one of fcfs, wspt, lcfs`,
-		`{"op":"config","policy":"kv","policy":"random"}`:     `appears more than once`,
-		`{"op":"config","prefill_load_model":"linear"}`:       `invalid_field: config prefill_tokens_per_ms: required`,
-		`{"op":"config","block_size":16`:                      `parse_error`,
-		`{"block_size":16,"op":"config","worker_id":1}`:       `unknown_field: field "worker_id": is not a config key`,
-		`{"op":"place","request_id":"r","queue_threshold":1}`: `unknown_field: field "queue_threshold": is not a protocol field`,
+		`{"op":"config","queue_treshold":1}`:                       `unknown_field: field "queue_treshold": is not a config key`,
+		`{"op":"config","queueThreshold":1}`:                       `(did you mean "queue_threshold"?)`,
+		`{"op":"config","affinity":{"mod":"hard"}}`:                `unknown_field: field "affinity.mod": is not a config key`,
+		`{"op":"config","now_ms":3}`:                               `unknown_field: field "now_ms": is not a config key`,
+		`{"op":"config","block_size":"16"}`:                        `invalid_field: field "block_size": expected an unsigned 64-bit integer, got a string`,
+		`{"op":"config","block_size":18446744073709551617}`:        `field "block_size": expected an unsigned 64-bit integer, got 18446744073709551617 (above 18446744073709551615)`,
+		`{"op":"config","worker_defaults":{"dp_size":4294967296}}`: `field "worker_defaults.dp_size": expected an unsigned 32-bit integer`,
+		`{"op":"config","queue_threshold":"x"}`:                    `invalid_field: field "queue_threshold": expected a number, got a string`,
+		`{"op":"config","temperature":1e400}`:                      `field "temperature": expected a finite number, got 1e400 (out of range)`,
+		`{"op":"config","affinity":3}`:                             `invalid_field: field "affinity": expected an object`,
+		`{"op":"config","policy":"kv","policy":"random"}`:          `field "policy": appears more than once`,
+		`{"op":"config","affinity":{"mode":"hard","mode":"soft"}}`: `field "affinity.mode": appears more than once`,
+		"{\"op\":\"config\",\"policy\":\"k\xffv\"}":                `field "policy": expected a string of valid UTF-8`,
+		`{"op":"config","block_size":16`:                           `parse_error`,
+		`{"block_size":16,"op":"config","worker_id":1}`:            `unknown_field: field "worker_id": is not a config key`,
+		`{"op":"place","request_id":"r","queue_threshold":1}`:      `unknown_field: field "queue_threshold": is not a protocol field`,
 	} {
 		d := decode(t, line)
 		if d.Err == nil || !strings.Contains(d.Err.Error(), want) {
@@ -120,9 +127,11 @@ func TestConfigSourceMerge(t *testing.T) {
 		t.Fatalf("merged %+v", cfg)
 	}
 	for line, want := range map[string]string{
-		`{"op":"config","queue_threshold":1}`:        `field "queue_threshold": the config command sets 1, but --queue-threshold set 0.5`,
-		`{"op":"config","affinity":{"mode":"soft"}}`: `field "affinity.mode": the config command sets "soft", but --config router.json set "hard"`,
-		`{"op":"config","seed":4}`:                   `--config router.json set 3`,
+		`{"op":"config","queue_threshold":1}`:           `field "queue_threshold": the config command sets 1, but --queue-threshold set 0.5`,
+		`{"op":"config","affinity":{"mode":"soft"}}`:    `field "affinity.mode": the config command sets "soft", but --config router.json set "hard"`,
+		`{"op":"config","seed":4}`:                      `--config router.json set 3`,
+		`{"op":"config","queue_policy":"fifo"}`:         `config queue_policy: "fifo" is not one of fcfs, wspt, lcfs`,
+		`{"op":"config","prefill_load_model":"linear"}`: `config prefill_tokens_per_ms: required by prefill_load_model "linear"`,
 	} {
 		if _, err := src.Merge(update(line)); err == nil || !strings.Contains(err.Message, want) {
 			t.Errorf("%s: got %v, want %q", line, err, want)
@@ -162,3 +171,85 @@ func TestServeTakesConfigFirstOnly(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+var exponentOrNegativeZero = regexp.MustCompile(`[0-9][eE]|:-0[,}]`)
+
+// TestConfigEchoReadsBack: the effective config a config command's response
+// carries is JSON that reads back, as a config file, into the same config,
+// its numbers printed as every response prints them (no exponent, no -0).
+func TestConfigEchoReadsBack(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		num := rapid.SampledFrom([]float64{0, math.Copysign(0, -1), 1e-9, 0.5, 1, 1e21, 1e300, 123.456})
+		c := protocol.DefaultConfig()
+		c.Temperature = num.Draw(t, "temperature")
+		c.Seed = rapid.Uint64().Draw(t, "seed")
+		c.KVEvents = rapid.Bool().Draw(t, "kv_events")
+		if rapid.Bool().Draw(t, "queue") {
+			c.QueueThreshold = ptrTo(num.Draw(t, "queue_threshold"))
+		}
+		c.Affinity.Mode = protocol.AffinityMode(rapid.SampledFrom([]string{"off", "hard", "x\"y\\z\u2028"}).Draw(t, "mode"))
+		c.WorkerDefaults.DPSize = ptrTo(rapid.Uint32().Draw(t, "dp_size"))
+		echo := appendConfig(nil, &c)
+		got := protocol.DefaultConfig()
+		got.Affinity.Mode = "unset"
+		if err := decodeConfigFile(echo, &got, nil); err != nil {
+			t.Fatalf("%s: %v", echo, err)
+		}
+		if diff := cmp.Diff(c, got, cmp.Comparer(func(a, b float64) bool { return a == b })); diff != "" {
+			t.Fatalf("%s read back differently (-written +read):\n%s", echo, diff)
+		}
+		if exponentOrNegativeZero.Match(echo) {
+			t.Fatalf("a number with an exponent or -0: %s", echo)
+		}
+	})
+}
+
+// TestConfigCommandErrorsKeepTheHeader: a readable config line that fails
+// still echoes op and id, wherever the bad key stands; an unreadable one
+// has op null and no id, as any other line.
+func TestConfigCommandErrorsKeepTheHeader(t *testing.T) {
+	for _, line := range []string{`{"op":"config","bogus":1,"id":"y"}`, `{"op":"config","queue_threshold":"x","id":"y"}`, `{"bogus":1,"op":"config","id":"y"}`} {
+		d := decode(t, line)
+		if d.Err == nil || d.Op == nil || *d.Op != "config" || string(d.ID) != `"y"` {
+			t.Errorf("%s: op %v, id %s, error %v", line, d.Op, d.ID, d.Err)
+		}
+	}
+	for _, line := range []string{`{"op":"config","id":"y","temperature":1`, `{"op":"config","id":"y"} x`} {
+		d := decode(t, line)
+		if d.Err == nil || d.Err.Code != protocol.CodeParse || d.Op != nil || d.ID != nil {
+			t.Errorf("%s: op %v, id %s, error %v", line, d.Op, d.ID, d.Err)
+		}
+	}
+}
+
+// TestConfigNull: null unsets an optional key, and leaves any other key
+// absent, so it cannot clash with a flag.
+func TestConfigNull(t *testing.T) {
+	d := decode(t, `{"op":"config","block_size":null,"affinity":{"mode":null},"queue_threshold":null}`)
+	if d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	if diff := cmp.Diff([]string{"queue_threshold"}, d.Cmd.Config.Keys); diff != "" {
+		t.Fatalf("keys (-want +got):\n%s", diff)
+	}
+	src := ConfigSource{Overrides: []Override{{Key: "block_size", Value: uint64(512), Flag: "--block-size"}, {Key: "affinity.mode", Value: "hard", Flag: "--affinity-mode"}}}
+	cfg, err := src.Merge(d.Cmd.Config)
+	if err != nil || cfg.BlockSize != 512 || cfg.Affinity.Mode != protocol.AffinityHard || cfg.QueueThreshold != nil {
+		t.Fatalf("merged %+v, %v", cfg, err)
+	}
+}
+
+// TestConfigFileIsAsStrictAsACommand: a config file is read by the same
+// decoder: a repeated key or an integer past its range is refused, naming it.
+func TestConfigFileIsAsStrictAsACommand(t *testing.T) {
+	for file, want := range map[string]string{
+		`{"queue_threshold":1,"queue_threshold":2}`:            `config file: field "queue_threshold": appears more than once`,
+		`{"affinity":{"mode":"hard"},"affinity":{"ttl_ms":5}}`: `config file: field "affinity": appears more than once`,
+		`{"block_size":18446744073709551617}`:                  `(above 18446744073709551615)`,
+		`{"block_size":16} {}`:                                 `unexpected data after the config object`,
+	} {
+		if _, err := LoadConfig([]byte(file), nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want %q", file, err, want)
+		}
+	}
+}

@@ -62,8 +62,9 @@ func Decode(line []byte, out *Decoded) {
 	if err != nil {
 		recoverHeader(line, out)
 		if err == errConfigOp || (out.Op != nil && *out.Op == string(protocol.OpConfig)) {
-			decodeConfigCommand(line, out)
-			return
+			if err = decodeConfigCommand(line, out); err == nil {
+				return
+			}
 		}
 		if err.code == protocol.CodeParse && out.Op == nil {
 			out.ID = nil

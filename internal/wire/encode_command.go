@@ -73,7 +73,6 @@ func AppendCommand(b []byte, c *protocol.Command) []byte {
 // protocol.Config's fields, so those of a group ("affinity.mode",
 // "affinity.ttl_ms") share one object.
 func appendConfigKeys(b []byte, u *protocol.ConfigUpdate) []byte {
-	values := configValues(&u.Config)
 	keys := slices.Clone(u.Keys)
 	sortConfigKeys(keys)
 	open := ""
@@ -91,7 +90,7 @@ func appendConfigKeys(b []byte, u *protocol.ConfigUpdate) []byte {
 			b = append(appendString(append(b, ','), group), ":{"...)
 			b, open = appendString(b, sub), group
 		}
-		b = append(append(b, ':'), values[k]...)
+		b = append(append(b, ':'), configValue(&u.Config, k)...)
 	}
 	if open != "" {
 		b = append(b, '}')

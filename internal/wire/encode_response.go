@@ -56,9 +56,7 @@ func Encode(b []byte, r *protocol.Response) ([]byte, error) {
 		}
 	}
 	if r.Config != nil {
-		if b, err = appendGoccy(append(b, `,"config":`...), r.Config); err != nil {
-			return b, err
-		}
+		b = appendConfig(append(b, `,"config":`...), r.Config)
 	}
 	if r.Error != nil {
 		b = appendGoccyString(append(b, `,"error":{"code":`...), string(r.Error.Code))

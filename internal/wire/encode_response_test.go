@@ -90,12 +90,6 @@ func genResponse(t *rapid.T) *protocol.Response {
 	if rapid.Bool().Draw(t, "has_state") {
 		r.State = &protocol.State{IndexNodes: genCount(t, "nodes"), Bindings: []protocol.BindingState{{Key: genString(t, "key"), ExpiresAtMS: genPtr(t, "expires", genNum)}}}
 	}
-	if rapid.Bool().Draw(t, "has_config") {
-		c := protocol.DefaultConfig()
-		c.QueueThreshold = genPtr(t, "queue_threshold", func(t *rapid.T, l string) float64 { return float64(genNum(t, l)) })
-		c.Affinity.Mode = protocol.AffinityMode(genString(t, "affinity_mode"))
-		r.Config = &c
-	}
 	if rapid.Bool().Draw(t, "has_error") {
 		r.Error = &protocol.Error{Code: protocol.Code(genString(t, "code")), Message: genString(t, "message")}
 	}
