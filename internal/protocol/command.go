@@ -333,6 +333,9 @@ func (c *Command) Validate() *Error {
 	if c.InputTokens == nil && c.Tokens == nil && c.BlockHashes != nil {
 		return Errorf(CodeInvalidField, `field "input_tokens": required with block_hashes (the prompt length is not implied by them)`)
 	}
+	if c.InputTokens == nil && c.Tokens == nil {
+		return Errorf(CodeInvalidField, `field "input_tokens": required: give the prompt as tokens, or its length as input_tokens`)
+	}
 	if c.InputTokens != nil && c.Tokens != nil && *c.InputTokens < uint64(len(c.Tokens)) {
 		return Errorf(CodeInvalidField, `field "input_tokens": %d is shorter than tokens (%d)`, *c.InputTokens, len(c.Tokens))
 	}

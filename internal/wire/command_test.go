@@ -84,7 +84,11 @@ func TestDecodeNastyLines(t *testing.T) {
 		{`{"op":"observe","events":[{"event":{"event_id":1,"data":"cleared"}}]}`, "invalid_field", `events[0].worker_id`},
 		{`{"op":"observe","events":[{"worker_id":1,"event":{"event_id":1}}]}`, "invalid_field", `events[0].event.data`},
 		{`{"op":"observe","events":[{"worker_id":1,"event":{"event_id":1,"data":{"removed":{}}}}]}`, "invalid_field", `removed.block_hashes`},
-		{`{"op":"place","request_id":"a\u0000b\ud800"}`, "", ""}, // escapes decode; a lone surrogate becomes U+FFFD
+		{`{"op":"place","request_id":"a\u0000b\ud800","input_tokens":1}`, "", ""}, // escapes decode; a lone surrogate becomes U+FFFD
+		{`{"op":"place","request_id":"r"}`, "invalid_field", `"input_tokens": required: give the prompt as tokens`},
+		{"{\"op\":\"advance_clock\",\"now_ms\":50}\x00 garbage {{{", "parse_error", "unexpected data after the object"},
+		{`{"op":`, "parse_error", `"op": expected a string, got end of line`},
+		{`{"op":"place","request_id":`, "parse_error", `"request_id": expected a string, got end of line`},
 		{`{"op":"place","request_id":"bad\x"}`, "parse_error", "escape"},
 		{"{\"op\":\"place\",\"request_id\":\"a\nb\"}", "parse_error", "control character"},
 		{deep, "invalid_field", `"id"`},
@@ -119,7 +123,7 @@ func TestDecodeRecoversOpAndID(t *testing.T) {
 }
 
 func TestRequestIDEscapesAreDecoded(t *testing.T) {
-	d := decode(t, `{"op":"place","request_id":"caf\u00e9 \ud83d\ude00 \"q\""}`)
+	d := decode(t, `{"op":"place","request_id":"caf\u00e9 \ud83d\ude00 \"q\"","input_tokens":1}`)
 	if d.Err != nil || d.Cmd.RequestID != "café 😀 \"q\"" {
 		t.Fatalf("got %q, %v", d.Cmd.RequestID, d.Err)
 	}

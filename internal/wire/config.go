@@ -119,7 +119,7 @@ func decodeConfigFile(file []byte, c *protocol.Config, keys *[]string) error {
 	}
 	s := scanner{b: file}
 	got, err := decodeConfigKeys(&s, c, nil)
-	if err == nil && s.peek() != 0 {
+	if err == nil && !s.atEnd() {
 		err = s.syntax("unexpected data after the config object")
 	}
 	if err != nil {

@@ -177,7 +177,7 @@ func decodeConfigCommand(line []byte, out *Decoded) *fieldError {
 		}
 		return false, nil
 	})
-	if err == nil && s.peek() != 0 {
+	if err == nil && !s.atEnd() {
 		err = s.syntax("unexpected data after the object")
 	}
 	if err != nil {

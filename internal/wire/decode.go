@@ -56,7 +56,7 @@ func Decode(line []byte, out *Decoded) {
 		}
 		return nil
 	})
-	if err == nil && s.peek() != 0 {
+	if err == nil && !s.atEnd() {
 		err = s.syntax("unexpected data after the object")
 	}
 	if err != nil {
@@ -146,7 +146,7 @@ func recoverHeader(line []byte, out *Decoded) {
 			}
 		}
 		return nil
-	}) == nil && s.peek() == 0
+	}) == nil && s.atEnd()
 	if ok {
 		out.Op, out.ID = op, id
 	}

@@ -39,7 +39,7 @@ func TestAppendCommandRoundTrips(t *testing.T) {
 		}()},
 		{Op: protocol.OpRequestTerminal, RequestID: "r"},
 		// Characters Go's strconv.Quote would write as non-JSON escapes.
-		{Op: protocol.OpPlace, RequestID: "del\x7f ctl\x01 ls\u2028 \U0001F600 back\\slash", SessionID: s("\x1f")},
+		{Op: protocol.OpPlace, RequestID: "del\x7f ctl\x01 ls\u2028 \U0001F600 back\\slash", SessionID: s("\x1f"), InputTokens: u64(1)},
 	}
 	for _, c := range cmds {
 		line := AppendCommand(nil, &c)

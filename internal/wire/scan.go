@@ -34,18 +34,29 @@ func (s *scanner) peek() byte {
 	return 0
 }
 
+// atEnd reports whether only blanks are left. A NUL byte is not the end:
+// it is data, and JSON refuses it.
+func (s *scanner) atEnd() bool {
+	s.peek()
+	return s.i >= len(s.b)
+}
+
 func (s *scanner) syntax(format string, args ...any) *fieldError {
 	return &fieldError{code: protocol.CodeParse, msg: fmt.Sprintf(format, args...) + fmt.Sprintf(" at byte %d", s.i)}
 }
 
 // expected reports that the value at the cursor is not what the field takes.
 func (s *scanner) expected(what string) *fieldError {
-	return &fieldError{code: protocol.CodeInvalidField, msg: "expected " + what + ", got " + s.describe()}
+	code := protocol.CodeInvalidField
+	if s.atEnd() { // a line cut short is not JSON at all
+		code = protocol.CodeParse
+	}
+	return &fieldError{code: code, msg: "expected " + what + ", got " + s.describe()}
 }
 
 func (s *scanner) describe() string {
 	switch c := s.peek(); {
-	case c == 0:
+	case s.atEnd():
 		return "end of line"
 	case c == '"':
 		return "a string"
