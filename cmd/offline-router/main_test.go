@@ -60,6 +60,8 @@ func TestExitStatus(t *testing.T) {
 		{"bad flag value", good, []string{"--evidence", "loud"}, 2, "evidence"},
 		{"missing config file", good, []string{"--config", "/nonexistent.json"}, 2, "nonexistent"},
 		{"stray argument", good, []string{"trace.jsonl"}, 2, "unknown command"},
+		{"no line limit", good, []string{"--max-line-bytes", "0"}, 2, "--max-line-bytes 0: expected at least 1 byte"},
+		{"negative line limit", good, []string{"--max-line-bytes", "-5"}, 2, "--max-line-bytes -5"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -95,6 +95,9 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 			}
 		}
 	}
+	if o.sessions < 1 {
+		return &exitError{2, fmt.Errorf("--sessions %d: the built-in workload needs at least 1 session", o.sessions)}
+	}
 	if o.emitCommands != "" && o.emitCommands == o.emitResponses {
 		return &exitError{2, fmt.Errorf("--emit-commands and --emit-responses name the same file, %s: give each its own", o.emitCommands)}
 	}

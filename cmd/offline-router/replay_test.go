@@ -96,4 +96,17 @@ func TestReplayBadTrace(t *testing.T) {
 	if _, stderr, code := run(t, "", "replay", "/no/such/trace.jsonl"); code != 2 || !strings.Contains(stderr, "no such file") {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
+	for trace, want := range map[string]string{
+		`{"timestamp":-5,"input_length":10,"output_length":1}`: "trace line 1: timestamp -5: expected a time >= 0",
+		`{"timestamp":0,"input_length":10,"output_length":1,"session_id":"s"}` + "\n" +
+			`{"delay_ms":-1,"input_length":10,"output_length":1,"session_id":"s"}`: "trace line 2: delay_ms -1: expected a delay >= 0",
+	} {
+		os.WriteFile(path, []byte(trace+"\n"), 0o644)
+		if _, stderr, code := run(t, "", "replay", path); code != 2 || !strings.Contains(stderr, want) {
+			t.Errorf("%s: exit %d: %s", trace, code, stderr)
+		}
+	}
+	if _, stderr, code := run(t, "", "replay", "--sessions", "-5"); code != 2 || !strings.Contains(stderr, "--sessions -5") {
+		t.Errorf("--sessions -5: exit %d: %s", code, stderr)
+	}
 }

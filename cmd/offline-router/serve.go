@@ -176,6 +176,9 @@ func runServe(cmd *cobra.Command, o *serveOptions, log *zerolog.Logger) error {
 	if err != nil {
 		return &exitError{2, err}
 	}
+	if o.maxLineBytes < 1 {
+		return &exitError{2, fmt.Errorf("--max-line-bytes %d: expected at least 1 byte", o.maxLineBytes)}
+	}
 	cfg, err := src.Load()
 	if err != nil {
 		return &exitError{2, err}

@@ -218,6 +218,18 @@ func specOf(op Op) (opSpec, bool) {
 	return opSpec{}, false
 }
 
+// OpKnown reports whether op is one of the protocol's.
+func OpKnown(op Op) bool {
+	_, ok := specOf(op)
+	return ok
+}
+
+// Takes reports whether op has field f (false for an unknown op).
+func Takes(op Op, f Field) bool {
+	spec, ok := specOf(op)
+	return ok && (spec.allowed.Has(f) || f == FieldID || (f == FieldNowMS && op != OpConfig))
+}
+
 // ops are every op, for messages.
 var ops = []Op{OpWorkerReady, OpWorkerDraining, OpWorkerRemoved, OpTopologySettled, OpPlace, OpObserve,
 	OpDispatchCommitted, OpDispatchAborted, OpPrefillCompleted, OpRequestTerminal, OpCancelPending,

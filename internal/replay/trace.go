@@ -85,6 +85,9 @@ func (m *mooncakeLine) request(i int, blockSize uint64) (Request, error) {
 			len(m.HashIDs), req.InputTokens, blocks, blockSize)
 	}
 	if m.Timestamp != nil {
+		if !(*m.Timestamp >= 0) {
+			return req, fmt.Errorf("timestamp %v: expected a time >= 0 (ms)", *m.Timestamp)
+		}
 		req.Arrival = *m.Timestamp
 	}
 	if len(m.SessionID) > 0 && string(m.SessionID) != "null" {
@@ -97,6 +100,9 @@ func (m *mooncakeLine) request(i int, blockSize uint64) (Request, error) {
 	req.DelayMS = m.DelayMS
 	if req.DelayMS == nil {
 		req.DelayMS = m.Delay
+	}
+	if req.DelayMS != nil && !(*req.DelayMS >= 0) {
+		return req, fmt.Errorf("delay_ms %v: expected a delay >= 0 (ms)", *req.DelayMS)
 	}
 	if req.DelayMS != nil && req.Session == "" {
 		return req, fmt.Errorf("delay_ms needs a session_id (it counts from the session's previous turn)")

@@ -86,6 +86,11 @@ func TestDecodeNastyLines(t *testing.T) {
 		{`{"op":"observe","events":[{"worker_id":1,"event":{"event_id":1,"data":{"removed":{}}}}]}`, "invalid_field", `removed.block_hashes`},
 		{`{"op":"place","request_id":"a\u0000b\ud800","input_tokens":1}`, "", ""}, // escapes decode; a lone surrogate becomes U+FFFD
 		{`{"op":"place","request_id":"r"}`, "invalid_field", `"input_tokens": required: give the prompt as tokens`},
+		{`{"op":"worker_ready","worker_id":1,"events":5}`, "unknown_field", `"events": is not a field of op "worker_ready"`},
+		{`{"events":5,"op":"worker_ready","worker_id":1}`, "unknown_field", `"events": is not a field of op "worker_ready"`},
+		{`{"op":"inspect","request_id":{"a":1}}`, "unknown_field", `"request_id": is not a field of op "inspect"`},
+		{`{"op":"teleport","events":5}`, "unknown_op", `"teleport" is not one of`},
+		{`{"op":"place","request_id":7}`, "invalid_field", `"request_id": expected a string, got number 7`},
 		{"{\"op\":\"advance_clock\",\"now_ms\":50}\x00 garbage {{{", "parse_error", "unexpected data after the object"},
 		{`{"op":`, "parse_error", `"op": expected a string, got end of line`},
 		{`{"op":"place","request_id":`, "parse_error", `"request_id": expected a string, got end of line`},

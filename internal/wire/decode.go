@@ -69,6 +69,14 @@ func Decode(line []byte, out *Decoded) {
 		if err.code == protocol.CodeParse && out.Op == nil {
 			out.ID = nil
 		}
+		if err.code == protocol.CodeInvalidField && out.Op != nil {
+			op := protocol.Op(*out.Op)
+			if !protocol.OpKnown(op) { // the op decides first what fields mean
+				out.Err = (&protocol.Command{Op: op}).Validate()
+				return
+			}
+			err = notTakenFirst(op, err)
+		}
 		out.Err = err.wire()
 		return
 	}
@@ -82,6 +90,20 @@ func Decode(line []byte, out *Decoded) {
 	out.Op = &opText
 	c.Op = protocol.Op(opText)
 	out.Err = c.Validate()
+}
+
+// notTakenFirst turns a bad value of a field the op does not take into
+// that field's unknown_field: what the field holds does not matter.
+func notTakenFirst(op protocol.Op, err *fieldError) *fieldError {
+	top := err.path
+	if i := strings.IndexAny(top, ".["); i >= 0 {
+		top = top[:i]
+	}
+	f, ok := fieldIndex[top]
+	if !ok || protocol.Takes(op, f) {
+		return err
+	}
+	return &fieldError{code: protocol.CodeUnknownField, path: top, msg: fmt.Sprintf("is not a field of op %q", op)}
 }
 
 func (e *fieldError) orNil(key string) *fieldError {
