@@ -123,11 +123,21 @@ func (e *Engine) queueScore(d *demand) float64 {
 	return d.priority - arrivalS
 }
 
-// deadline is when a waiting request times out (its age reaches
-// queue_timeout_ms). Expiry and next_wakeup_ms both use this one sum, so
-// they cannot disagree by a rounding.
+// deadline is when a waiting request times out: the first time t at which
+// its age, t - arrival as the floating point computes it, reaches
+// queue_timeout_ms (arrival + timeout can round either way of that). Expiry
+// and next_wakeup_ms both use it, so they cannot disagree by a rounding, and
+// a request is never dropped an ulp short of its age.
 func (e *Engine) deadline(req *request) float64 {
-	return req.d.arrival + *e.cfg.QueueTimeoutMS
+	arrival, timeout := req.d.arrival, *e.cfg.QueueTimeoutMS
+	t := arrival + timeout
+	for t-arrival < timeout {
+		t = math.Nextafter(t, math.Inf(1))
+	}
+	for p := math.Nextafter(t, math.Inf(-1)); p-arrival >= timeout; p = math.Nextafter(t, math.Inf(-1)) {
+		t = p
+	}
+	return t
 }
 
 // expireQueue rejects every waiting request that has waited queue_timeout_ms.
@@ -241,11 +251,30 @@ func (e *Engine) admissibleAt(d *demand) float64 {
 	t := max(best, math.Nextafter(e.now, math.Inf(1)))
 	for range 64 {
 		if _, ok := e.admissible(d, t); ok {
-			return t
+			return e.earliestAdmissible(d, t)
 		}
 		t = math.Nextafter(t, math.Inf(1))
 	}
 	return math.Inf(1)
+}
+
+// earliestAdmissible steps back from t, at which d is admissible, while it
+// still is: the decay's inverse (reachTime) can overshoot by an ulp or two,
+// and a host that advances to just before next_wakeup_ms must see nothing
+// happen. Admissibility only grows with time, so the first time it fails
+// is the boundary.
+func (e *Engine) earliestAdmissible(d *demand, t float64) float64 {
+	for range 64 {
+		p := math.Nextafter(t, math.Inf(-1))
+		if p <= e.now {
+			return t
+		}
+		if _, ok := e.admissible(d, p); !ok {
+			return t
+		}
+		t = p
+	}
+	return t
 }
 
 // unloadedAt is when r stops exceeding every busy threshold that is set.
