@@ -54,7 +54,7 @@ func (e *Engine) newDemand(c *protocol.Command, t float64) (*demand, *protocol.E
 	if c.Priority != nil {
 		d.priority = *c.Priority
 	}
-	d.islBlocks = (d.isl + bs - 1) / bs
+	d.islBlocks = d.isl/bs + min(d.isl%bs, 1) // a partial block counts; no overflow near 2^64
 	switch {
 	case c.Tokens != nil:
 		d.local = kvindex.BlockHashes(c.Tokens, int(bs))

@@ -248,9 +248,14 @@ func OpNames() []string {
 // MaxRequestIDBytes bounds request_id.
 const MaxRequestIDBytes = 256
 
+// MaxTokens bounds input_tokens and output_tokens: 2^40, far past any
+// prompt, so that the router's sums of them over millions of requests stay
+// exact in u64 and in float64 (2^53).
+const MaxTokens = 1 << 40
+
 // badValues reports whether a field of has fails CheckValue.
 func (c *Command) badValues(has FieldSet) bool {
-	for _, f := range [...]Field{FieldNowMS, FieldRole, FieldDPSize, FieldRequestID, FieldPriority} {
+	for _, f := range [...]Field{FieldNowMS, FieldRole, FieldDPSize, FieldRequestID, FieldInputTokens, FieldOutputTokens, FieldPriority} {
 		if has.Has(f) && CheckValue(c, f) != "" {
 			return true
 		}
@@ -279,6 +284,14 @@ func CheckValue(c *Command, f Field) string {
 	case FieldRequestID:
 		if c.RequestID == "" || len(c.RequestID) > MaxRequestIDBytes {
 			return fmt.Sprintf("expected a non-empty string of at most %d bytes, got %d bytes", MaxRequestIDBytes, len(c.RequestID))
+		}
+	case FieldInputTokens, FieldOutputTokens:
+		v := c.InputTokens
+		if f == FieldOutputTokens {
+			v = c.OutputTokens
+		}
+		if *v > MaxTokens {
+			return fmt.Sprintf("expected at most %d tokens, got %d", uint64(MaxTokens), *v)
 		}
 	case FieldPriority:
 		if v := *c.Priority; math.IsNaN(v) || math.IsInf(v, 0) {

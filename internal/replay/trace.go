@@ -80,6 +80,9 @@ func (m *mooncakeLine) request(i int, blockSize uint64) (Request, error) {
 		return req, fmt.Errorf("timestamp is missing (and no delay_ms makes this a later turn)")
 	}
 	req.InputTokens, req.OutputTokens = *m.InputLength, *m.OutputLength
+	if max(req.InputTokens, req.OutputTokens) > protocol.MaxTokens {
+		return req, fmt.Errorf("input_length %d, output_length %d: the router takes at most %d tokens", req.InputTokens, req.OutputTokens, uint64(protocol.MaxTokens))
+	}
 	if blocks := (req.InputTokens + blockSize - 1) / blockSize; uint64(len(m.HashIDs)) > blocks {
 		return req, fmt.Errorf("%d hash_ids for input_length %d: more than %d blocks of %d tokens (is --block-size right?)",
 			len(m.HashIDs), req.InputTokens, blocks, blockSize)
