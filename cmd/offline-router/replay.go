@@ -95,6 +95,9 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 			}
 		}
 	}
+	if o.cluster.Workers > protocol.MaxRanks {
+		return &exitError{2, fmt.Errorf("--workers %d: the router holds at most %d ranks", o.cluster.Workers, protocol.MaxRanks)}
+	}
 	if o.sessions < 1 {
 		return &exitError{2, fmt.Errorf("--sessions %d: the built-in workload needs at least 1 session", o.sessions)}
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -178,4 +179,34 @@ func FuzzApplyBuiltCommands(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRankCap: the ranks of the workers that are up are capped; the worker
+// that would pass the cap is refused, naming dp_size, and changes nothing;
+// removing a worker makes room again.
+func TestRankCap(t *testing.T) {
+	e, _ := New(protocol.DefaultConfig())
+	full := uint32(protocol.MaxDPSize)
+	ready := func(id uint64, size uint32) *protocol.Response {
+		var resp protocol.Response
+		e.Apply(&protocol.Command{Op: protocol.OpWorkerReady, WorkerID: &id, DPSize: &size}, &resp)
+		return &resp
+	}
+	for id := range uint64(protocol.MaxRanks / protocol.MaxDPSize) {
+		if resp := ready(id, full); resp.Error != nil {
+			t.Fatal(resp.Error)
+		}
+	}
+	before := e.inspect()
+	if resp := ready(1000, 1); resp.Error == nil || resp.Error.Code != protocol.CodeInvalidField || !strings.Contains(resp.Error.Message, `"dp_size": 1 more ranks would pass the 65536`) {
+		t.Fatalf("past the cap: %+v", resp.Error)
+	}
+	if diff := cmp.Diff(before, e.inspect()); diff != "" {
+		t.Fatalf("a refused worker changed the state:\n%s", diff)
+	}
+	var resp protocol.Response
+	e.Apply(&protocol.Command{Op: protocol.OpWorkerRemoved, WorkerID: ptrTo(uint64(0))}, &resp)
+	if resp := ready(1000, full); resp.Error != nil {
+		t.Fatalf("after a removal: %v", resp.Error)
+	}
 }

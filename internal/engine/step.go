@@ -155,6 +155,9 @@ func (e *Engine) check(c *protocol.Command) *protocol.Error {
 		if uint64(start)+uint64(size) > math.MaxUint32+1 {
 			return protocol.Errorf(protocol.CodeInvalidField, `field "dp_start": dp_start + dp_size exceeds the dp_rank range`)
 		}
+		if up := len(e.fleet.slots) - len(e.fleet.freeSlots); up+int(size) > protocol.MaxRanks {
+			return protocol.Errorf(protocol.CodeInvalidField, `field "dp_size": %d more ranks would pass the %d the router holds at once (%d are up)`, size, protocol.MaxRanks, up)
+		}
 	case protocol.OpWorkerDraining, protocol.OpWorkerRemoved:
 		_, err := e.lookupWorker(*c.WorkerID)
 		return err

@@ -248,6 +248,13 @@ func OpNames() []string {
 // MaxRequestIDBytes bounds request_id.
 const MaxRequestIDBytes = 256
 
+// MaxDPSize bounds a worker's dp_size: data-parallel groups are a few to a
+// few hundred ranks, and each rank costs the router memory and a candidate.
+const MaxDPSize = 1024
+
+// MaxRanks bounds the ranks of all workers that are up at once.
+const MaxRanks = 1 << 16
+
 // MaxTokens bounds input_tokens and output_tokens: 2^40, far past any
 // prompt, so that the router's sums of them over millions of requests stay
 // exact in u64 and in float64 (2^53).
@@ -278,8 +285,8 @@ func CheckValue(c *Command, f Field) string {
 			return fmt.Sprintf("expected one of aggregated, prefill, decode, got %q", c.Role)
 		}
 	case FieldDPSize:
-		if *c.DPSize == 0 {
-			return "expected at least 1, got 0"
+		if *c.DPSize == 0 || *c.DPSize > MaxDPSize {
+			return fmt.Sprintf("expected 1 to %d ranks, got %d", MaxDPSize, *c.DPSize)
 		}
 	case FieldRequestID:
 		if c.RequestID == "" || len(c.RequestID) > MaxRequestIDBytes {

@@ -184,8 +184,8 @@ func (c *Config) Validate() error {
 	if c.WorkerDefaults.Role != "" && !c.WorkerDefaults.Role.Valid() {
 		return fmt.Errorf("config worker_defaults.role: %q is not one of aggregated, prefill, decode", c.WorkerDefaults.Role)
 	}
-	if c.WorkerDefaults.DPSize != nil && *c.WorkerDefaults.DPSize == 0 {
-		return fmt.Errorf("config worker_defaults.dp_size: expected at least 1, got 0")
+	if v := c.WorkerDefaults.DPSize; v != nil && (*v == 0 || *v > MaxDPSize) {
+		return fmt.Errorf("config worker_defaults.dp_size: expected 1 to %d ranks, got %d", MaxDPSize, *v)
 	}
 	return nil
 }
