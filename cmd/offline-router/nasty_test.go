@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	stdjson "encoding/json"
 	"io"
 	"strings"
 	"testing"
@@ -13,44 +14,65 @@ import (
 // nastyLines are lines a broken or hostile host might send. Each must get
 // exactly one error response, and the command after it must work.
 var nastyLines = map[string]string{
-	"truncated":            `{"op":"place","request_id":"r","input_tokens":1`,
-	"truncated string":     `{"op":"place","request_id":"r`,
-	"wrong type":           `{"op":"worker_ready","worker_id":"one"}`,
-	"wrong type in list":   `{"op":"place","request_id":"r","block_hashes":[1,"2"]}`,
-	"huge number":          `{"op":"worker_ready","worker_id":99999999999999999999999999999999}`,
-	"just above 2^64":      `{"op":"worker_ready","worker_id":18446744073709551616}`,
-	"negative count":       `{"op":"place","request_id":"r","input_tokens":-5}`,
-	"fraction":             `{"op":"place","request_id":"r","input_tokens":2.5}`,
-	"NaN":                  `{"op":"advance_clock","now_ms":NaN}`,
-	"Infinity":             `{"op":"advance_clock","now_ms":Infinity}`,
-	"-Infinity":            `{"op":"advance_clock","now_ms":-Infinity}`,
-	"exponent overflow":    `{"op":"advance_clock","now_ms":1e400}`,
-	"deeply nested":        `{"op":"place","request_id":"r","tokens":` + strings.Repeat("[", 200000) + strings.Repeat("]", 200000) + `}`,
-	"deeply nested id":     `{"op":"inspect","id":` + strings.Repeat(`{"a":`, 100000) + "1" + strings.Repeat("}", 100000) + `}`,
-	"invalid UTF-8":        "{\"op\":\"place\",\"request_id\":\"\xff\xfe\"}",
-	"invalid UTF-8 key":    "{\"op\":\"inspect\",\"\xc3\x28\":1}",
-	"duplicate key":        `{"op":"place","request_id":"a","request_id":"b"}`,
-	"empty object":         `{}`,
-	"null op":              `{"op":null}`,
-	"null required field":  `{"op":"worker_ready","worker_id":null}`,
-	"array":                `[]`,
-	"bare string":          `"place"`,
-	"bare number":          `42`,
-	"two objects":          `{"op":"inspect"}{"op":"inspect"}`,
-	"unknown op":           `{"op":"delete_everything"}`,
-	"unknown field":        `{"op":"inspect","verbose":true}`,
-	"control character":    "{\"op\":\"place\",\"request_id\":\"a\tb\"}",
-	"lone backslash":       `{"op":"place","request_id":"a\"}`,
-	"bad escape":           `{"op":"place","request_id":"\q"}`,
-	"nul byte":             "{\"op\":\"inspect\"\x00}",
-	"bom":                  "\xef\xbb\xbf{\"op\":\"inspect\"}",
-	"leading zero":         `{"op":"worker_ready","worker_id":007}`,
-	"plus sign":            `{"op":"worker_ready","worker_id":+7}`,
-	"true for a number":    `{"op":"worker_ready","worker_id":true}`,
-	"event of wrong shape": `{"op":"observe","events":[{"worker_id":1,"event":{"event_id":1,"data":{"stored":7}}}]}`,
-	"events not a list":    `{"op":"observe","events":{"worker_id":1}}`,
-	"request_id too long":  `{"op":"place","request_id":"` + strings.Repeat("r", 300) + `"}`,
-	"dp_size zero":         `{"op":"worker_ready","worker_id":5,"dp_size":0}`,
+	"truncated":             `{"op":"place","request_id":"r","input_tokens":1`,
+	"truncated string":      `{"op":"place","request_id":"r`,
+	"wrong type":            `{"op":"worker_ready","worker_id":"one"}`,
+	"wrong type in list":    `{"op":"place","request_id":"r","block_hashes":[1,"2"]}`,
+	"huge number":           `{"op":"worker_ready","worker_id":99999999999999999999999999999999}`,
+	"just above 2^64":       `{"op":"worker_ready","worker_id":18446744073709551616}`,
+	"negative count":        `{"op":"place","request_id":"r","input_tokens":-5}`,
+	"fraction":              `{"op":"place","request_id":"r","input_tokens":2.5}`,
+	"NaN":                   `{"op":"advance_clock","now_ms":NaN}`,
+	"Infinity":              `{"op":"advance_clock","now_ms":Infinity}`,
+	"-Infinity":             `{"op":"advance_clock","now_ms":-Infinity}`,
+	"exponent overflow":     `{"op":"advance_clock","now_ms":1e400}`,
+	"deeply nested":         `{"op":"place","request_id":"r","tokens":` + strings.Repeat("[", 200000) + strings.Repeat("]", 200000) + `}`,
+	"deeply nested id":      `{"op":"inspect","id":` + strings.Repeat(`{"a":`, 100000) + "1" + strings.Repeat("}", 100000) + `}`,
+	"invalid UTF-8":         "{\"op\":\"place\",\"request_id\":\"\xff\xfe\"}",
+	"invalid UTF-8 key":     "{\"op\":\"inspect\",\"\xc3\x28\":1}",
+	"duplicate key":         `{"op":"place","request_id":"a","request_id":"b"}`,
+	"empty object":          `{}`,
+	"null op":               `{"op":null}`,
+	"null required field":   `{"op":"worker_ready","worker_id":null}`,
+	"array":                 `[]`,
+	"bare string":           `"place"`,
+	"bare number":           `42`,
+	"two objects":           `{"op":"inspect"}{"op":"inspect"}`,
+	"unknown op":            `{"op":"delete_everything"}`,
+	"unknown field":         `{"op":"inspect","verbose":true}`,
+	"control character":     "{\"op\":\"place\",\"request_id\":\"a\tb\"}",
+	"lone backslash":        `{"op":"place","request_id":"a\"}`,
+	"bad escape":            `{"op":"place","request_id":"\q"}`,
+	"nul byte":              "{\"op\":\"inspect\"\x00}",
+	"bom":                   "\xef\xbb\xbf{\"op\":\"inspect\"}",
+	"leading zero":          `{"op":"worker_ready","worker_id":007}`,
+	"plus sign":             `{"op":"worker_ready","worker_id":+7}`,
+	"true for a number":     `{"op":"worker_ready","worker_id":true}`,
+	"event of wrong shape":  `{"op":"observe","events":[{"worker_id":1,"event":{"event_id":1,"data":{"stored":7}}}]}`,
+	"events not a list":     `{"op":"observe","events":{"worker_id":1}}`,
+	"request_id too long":   `{"op":"place","request_id":"` + strings.Repeat("r", 300) + `"}`,
+	"dp_size zero":          `{"op":"worker_ready","worker_id":5,"dp_size":0}`,
+	"dp_size of all memory": `{"op":"worker_ready","worker_id":5,"dp_size":4294967295}`,
+	"time past 2^53":        `{"op":"advance_clock","now_ms":1.7e308}`,
+	"priority past 2^53":    `{"op":"place","request_id":"r","input_tokens":16,"priority":1.7976931348623157e308}`,
+	"tokens past 2^40":      `{"op":"place","request_id":"r","input_tokens":18446744073709551615}`,
+}
+
+// TestAnIdPastFloatRangeIsEchoed: an id is echoed as it came, even a number
+// no float64 holds; after a thousand answered commands none is lost.
+func TestAnIdPastFloatRangeIsEchoed(t *testing.T) {
+	in := strings.Repeat(`{"op":"advance_clock","now_ms":1}`+"\n", 1000) + `{"op":"inspect","id":1e400}` + "\n" + `{"op":"inspect","id":-0.0e-999}` + "\n"
+	stdout, stderr, code := run(t, in)
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if code != 0 || len(lines) != 1002 {
+		t.Fatalf("exit %d, %d responses for 1002 commands: %s", code, len(lines), stderr)
+	}
+	for i, want := range map[int]string{1000: `{"seq":1001,"id":1e400,"op":"inspect","ok":true`, 1001: `{"seq":1002,"id":-0.0e-999,"op":"inspect","ok":true`} {
+		if !strings.HasPrefix(lines[i], want) || !stdjson.Valid([]byte(lines[i])) { // goccy's Valid wants numbers float64 holds
+
+			t.Errorf("response %d: %.120s", i+1, lines[i])
+		}
+	}
 }
 
 func TestNastyLinesGetOneErrorEach(t *testing.T) {

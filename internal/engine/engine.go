@@ -5,7 +5,6 @@
 package engine
 
 import (
-
 	"github.com/offline-router/offline-router/internal/active"
 	"github.com/offline-router/offline-router/internal/affinity"
 	"github.com/offline-router/offline-router/internal/kvindex"

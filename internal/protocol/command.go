@@ -248,6 +248,12 @@ func OpNames() []string {
 // MaxRequestIDBytes bounds request_id.
 const MaxRequestIDBytes = 256
 
+// MaxNumber bounds the size of every time (now_ms, in ms), priority and
+// config number: 2^53, past which float64 skips integers. Within it, every
+// sum and product the router forms stays finite, so every number it prints
+// is a JSON number.
+const MaxNumber = 1 << 53
+
 // MaxDPSize bounds a worker's dp_size: data-parallel groups are a few to a
 // few hundred ranks, and each rank costs the router memory and a candidate.
 const MaxDPSize = 1024
@@ -279,6 +285,8 @@ func CheckValue(c *Command, f Field) string {
 	case FieldNowMS:
 		if v := *c.NowMS; !(v >= 0) || math.IsInf(v, 0) {
 			return fmt.Sprintf("expected a time >= 0, got %v", v)
+		} else if v > MaxNumber {
+			return fmt.Sprintf("expected a time of at most %d ms, got %v", uint64(MaxNumber), v)
 		}
 	case FieldRole:
 		if !c.Role.Valid() {
@@ -303,6 +311,8 @@ func CheckValue(c *Command, f Field) string {
 	case FieldPriority:
 		if v := *c.Priority; math.IsNaN(v) || math.IsInf(v, 0) {
 			return fmt.Sprintf("expected a finite number, got %v", v)
+		} else if math.Abs(v) > MaxNumber {
+			return fmt.Sprintf("expected a number from -%d to %d, got %v", uint64(MaxNumber), uint64(MaxNumber), v)
 		}
 	}
 	return ""

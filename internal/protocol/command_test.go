@@ -1,6 +1,11 @@
 package protocol
 
-import "testing"
+import (
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+)
 
 // TestEveryOpHasASpec: the op list of messages and the spec table agree,
 // and an op outside them is unknown.
@@ -29,3 +34,38 @@ func BenchmarkValidatePlace(b *testing.B) {
 		}
 	}
 }
+
+// TestBoundsKeepNumbersFinite: the inputs that made the router compute an
+// infinity (a deadline past float64's range, a cost scaled past it, a
+// softmax temperature that underflows) are refused, naming the key.
+func TestBoundsKeepNumbersFinite(t *testing.T) {
+	huge, tiny := 1e308, 1e-300
+	for name, c := range map[string]Config{
+		"queue_timeout_ms":   func() Config { c := DefaultConfig(); c.QueueThreshold, c.QueueTimeoutMS = ptr(1.0), &huge; return c }(),
+		"prefill_load_scale": func() Config { c := DefaultConfig(); c.PrefillLoadScale = huge; return c }(),
+		"temperature":        func() Config { c := DefaultConfig(); c.Temperature = tiny; return c }(),
+		"prefill_tokens_per_ms": func() Config {
+			c := DefaultConfig()
+			c.PrefillLoadModel, c.PrefillTokensPerMS = PrefillLoadLinear, &tiny
+			return c
+		}(),
+		"affinity.ttl_ms": func() Config { c := DefaultConfig(); c.Affinity.TTLMS = huge; return c }(),
+	} {
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "config "+name+":") {
+			t.Errorf("%s: got %v", name, err)
+		}
+	}
+	for _, c := range []Command{
+		{Op: OpAdvanceClock, NowMS: &huge},
+		{Op: OpPlace, RequestID: "r", InputTokens: ptr(uint64(1)), Priority: &huge},
+	} {
+		if err := c.Validate(); err == nil || err.Code != CodeInvalidField {
+			t.Errorf("%+v: got %v", c, err)
+		}
+	}
+	if got := string(AppendNum(nil, math.Inf(1))); got != strconv.FormatFloat(math.MaxFloat64, 'f', -1, 64) {
+		t.Errorf("an infinity printed as %s", got)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -172,6 +172,26 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
+	for _, kv := range []struct {
+		key string
+		v   *float64
+	}{{"temperature", &c.Temperature}, {"prefill_load_scale", &c.PrefillLoadScale}, {"approx_ttl_ms", &c.ApproxTTLMS},
+		{"queue_threshold", c.QueueThreshold}, {"queue_timeout_ms", c.QueueTimeoutMS},
+		{"active_decode_blocks_threshold", c.ActiveDecodeBlocksThreshold}, {"active_prefill_tokens_threshold", c.ActivePrefillTokensThreshold},
+		{"active_prefill_tokens_threshold_frac", c.ActivePrefillTokensThresholdFrac}, {"prefill_tokens_per_ms", c.PrefillTokensPerMS},
+		{"affinity.ttl_ms", &c.Affinity.TTLMS}} {
+		if kv.v != nil && *kv.v > MaxNumber {
+			return fmt.Errorf("config %s: expected at most %d, got %v", kv.key, uint64(MaxNumber), *kv.v)
+		}
+	}
+	// A softmax over costs divided by a temperature, and a decay divided by
+	// a rate, must not underflow to a division by zero.
+	if t := c.Temperature; t != 0 && t < 1e-6 {
+		return fmt.Errorf("config temperature: expected 0, or at least 1e-6, got %v", t)
+	}
+	if r := c.PrefillTokensPerMS; r != nil && *r < 1e-6 {
+		return fmt.Errorf("config prefill_tokens_per_ms: expected at least 1e-6, got %v", *r)
+	}
 	if c.BlockSize == 0 || c.BlockSize > 1<<20 {
 		return fmt.Errorf("config block_size: expected 1 to %d tokens, got %d", 1<<20, c.BlockSize)
 	}

@@ -12,10 +12,16 @@ type Num float64
 // MarshalJSON implements json.Marshaler.
 func (n Num) MarshalJSON() ([]byte, error) { return AppendNum(nil, float64(n)), nil }
 
-// AppendNum appends v as Num prints it.
+// AppendNum appends v as Num prints it. The bounds on what the router takes
+// in (MaxNumber, MaxTokens) keep every number it computes finite; were one
+// not, it would still print as a JSON number: an infinity as the largest
+// finite float64 of its sign, NaN as 0.
 func AppendNum(b []byte, v float64) []byte {
-	if v == 0 || math.IsNaN(v) {
+	switch {
+	case v == 0 || math.IsNaN(v):
 		return append(b, '0')
+	case math.IsInf(v, 0):
+		v = math.Copysign(math.MaxFloat64, v)
 	}
 	return strconv.AppendFloat(b, v, 'f', -1, 64)
 }

@@ -11,19 +11,19 @@ import (
 // Every line gets a response, so the response and what most lines carry
 // (placements, their evidence, command evidence, errors) are written by
 // hand; goccy's reflection and its re-compacting of each number a Marshaler
-// returns were a tenth of a run. The rare or echoed parts (an id echoed as
-// raw JSON, which goccy compacts; inspect's state; strings that need
-// escaping) still go through goccy, so the bytes are the same as encoding
-// the whole response with it, which encode_response_test.go checks.
+// returns were a tenth of a run. The rare parts (inspect's state; strings
+// that need escaping) still go through goccy, so the bytes are the same as
+// encoding the whole response with it, which encode_response_test.go checks.
 
 // Encode appends the response as one JSON line.
 func Encode(b []byte, r *protocol.Response) ([]byte, error) {
 	var err error
 	b = strconv.AppendUint(append(b, `{"seq":`...), r.Seq, 10)
 	if len(r.ID) > 0 {
-		if b, err = appendGoccy(append(b, `,"id":`...), r.ID); err != nil {
-			return b, err
-		}
+		// The decoder let through only a string or a number, with nothing
+		// around it: echoed as it came (goccy re-parsed a number as float64,
+		// and failed on one past its range, such as 1e400).
+		b = append(append(b, `,"id":`...), r.ID...)
 	}
 	b = append(b, `,"op":`...)
 	if r.Op == nil {

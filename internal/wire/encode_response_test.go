@@ -73,7 +73,7 @@ func genResponse(t *rapid.T) *protocol.Response {
 		NextWakeupMS: genPtr(t, "wakeup", genNum),
 	}
 	if rapid.Bool().Draw(t, "has_id") {
-		r.ID = protocol.RawJSON(rapid.SampledFrom([]string{`7`, `"x"`, `{ "a" : [1, 2] }`, `null`}).Draw(t, "id"))
+		r.ID = protocol.RawJSON(rapid.SampledFrom([]string{`7`, `"x"`, `-0.5e3`, `"caf\u00e9 \"q\""`}).Draw(t, "id"))
 	}
 	for i := range rapid.IntRange(0, 3).Draw(t, "placements") {
 		r.Placements = append(r.Placements, genPlacement(t, i))

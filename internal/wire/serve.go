@@ -133,7 +133,8 @@ func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, e
 			}
 		}
 		if buf, err = Encode(buf[:0], &resp); err != nil {
-			return st, fmt.Errorf("encoding response %d: %w", resp.Seq, err)
+			// Every response before it is whole: write them out.
+			return st, errors.Join(fmt.Errorf("encoding response %d: %w", resp.Seq, err), w.Flush())
 		}
 		if _, err := w.Write(buf); err != nil {
 			return st, fmt.Errorf("writing responses: %w", err)
