@@ -129,3 +129,56 @@ func TestStdinClosedMidLineAnswersThePartialLine(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, stdout)
 	}
 }
+
+// TestAnsweredWithPartOfTheNextLineSent: a host that writes one command
+// and the start of the next in one write, then waits, gets the first
+// answer; a SIGTERM then stops the router at once (the partial line is no
+// command).
+func TestAnsweredWithPartOfTheNextLineSent(t *testing.T) {
+	cmd, stdin, stdout, stderr := started(t)
+	io.WriteString(stdin, `{"op":"advance_clock","now_ms":1}`+"\n"+`{"op":"adv`)
+	got := make(chan string, 1)
+	go func() { line, _ := bufio.NewReader(stdout).ReadString('\n'); got <- line }()
+	select {
+	case line := <-got:
+		if !strings.HasPrefix(line, `{"seq":1,"op":"advance_clock","ok":true`) {
+			t.Fatalf("first answer: %s", line)
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("no answer while part of the next line waits in the input")
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, cmd); code != 128+int(syscall.SIGTERM) || !strings.Contains(stderr.String(), "stopped after 1 commands, all answered") {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestSigtermNeverLosesALineRead: a signal sent right after a command is
+// written may land before, during or after the router reads it; whichever,
+// the commands it says it answered are exactly the responses it wrote.
+func TestSigtermNeverLosesALineRead(t *testing.T) {
+	trials := 150
+	if testing.Short() {
+		trials = 20
+	}
+	answered := 0
+	for range trials {
+		cmd, stdin, stdout, stderr := started(t)
+		r := bufio.NewReader(stdout)
+		io.WriteString(stdin, `{"op":"inspect"}`+"\n") // the router is up once this is answered
+		if _, err := r.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(stdin, `{"op":"inspect"}`+"\n"+`{"op":"advance_clock","now_ms":2}`+"\n")
+		cmd.Process.Signal(syscall.SIGTERM)
+		rest, _ := io.ReadAll(r)
+		code := waitExit(t, cmd)
+		lines := 1 + strings.Count(string(rest), "\n")
+		answered += lines - 1
+		if code != 128+int(syscall.SIGTERM) || !strings.Contains(stderr.String(), "stopped after "+strconv.Itoa(lines)+" commands, all answered") {
+			t.Fatalf("exit %d, %d responses, stderr %q", code, lines, stderr.String())
+		}
+	}
+	t.Logf("%d of %d commands sent with the signal were answered before it stopped the router", answered, 2*trials)
+}

@@ -198,21 +198,20 @@ func runServe(cmd *cobra.Command, o *serveOptions, log *zerolog.Logger) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	stopper := &wire.Stopper{}
+	stopper, err := wire.NewStopper(os.Stdin)
+	if err != nil {
+		return &exitError{2, err}
+	}
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(signals)
 	var caught atomic.Value
 	go func() {
-		sig, ok := <-signals
-		if !ok {
-			return
-		}
-		caught.Store(sig)
-		if stopper.Stop() {
-			// Blocked on input with every response flushed: nothing to lose.
-			fmt.Fprintf(os.Stderr, "offline-router: %v: stopped; every command read was answered\n", sig)
-			os.Exit(exitCodeFor(sig))
+		// Serve stops before it reads more input: every command it read
+		// is answered, and one blocked on input stops at once.
+		if sig, ok := <-signals; ok {
+			caught.Store(sig)
+			stopper.Stop()
 		}
 	}()
 	st, err := wire.Serve(os.Stdin, os.Stdout, eng, wire.ServeOptions{MaxLineBytes: o.maxLineBytes, FailFast: o.failFast,

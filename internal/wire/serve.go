@@ -30,30 +30,52 @@ type ServeOptions struct {
 	Configure func(*protocol.ConfigUpdate) (Stepper, *protocol.Config, *protocol.Error)
 }
 
-// Stopper lets another goroutine (a signal handler) stop Serve between
-// commands, so that everything answered is flushed and no response is cut.
+// Stopper lets another goroutine (a signal handler) stop Serve. Serve reads
+// input only after asking the Stopper, which waits until the input is
+// readable or Stop was called (stopper_unix.go): so a stop never lands
+// between a read and the commands it brought, every complete line already
+// read is answered before Serve stops, and a Serve blocked on input, a
+// partial line included, stops at once.
 type Stopper struct {
-	stop, idle atomic.Bool
+	stop atomic.Bool
+	wake wakeup // lets Stop end a wait; absent where input cannot be polled
 }
 
-// Stop asks Serve to stop after the command it is on. It reports whether
-// Serve is blocked waiting for input, with every response flushed: then the
-// caller may exit at once.
-func (s *Stopper) Stop() (idle bool) {
+// Stop asks Serve to stop before it next reads input.
+func (s *Stopper) Stop() {
 	s.stop.Store(true)
-	return s.idle.Load()
+	s.wake.signal()
 }
 
-func (s *Stopper) stopped() bool { return s != nil && s.stop.Load() }
-
-// setIdle records that Serve is about to block on input (all flushed) and
-// reports whether it should stop instead.
-func (s *Stopper) setIdle(idle bool) (stop bool) {
+// beforeRead reports whether Serve should stop rather than read; otherwise
+// it returns once the input can be read.
+func (s *Stopper) beforeRead() (stop bool) {
 	if s == nil {
 		return false
 	}
-	s.idle.Store(idle)
-	return idle && s.stop.Load()
+	return s.stop.Load() || s.wake.wait() || s.stop.Load()
+}
+
+// flushingReader is Serve's input: before each read from the OS, which may
+// block, it writes out every response so far, so a host that writes and
+// waits is always answered (even with part of its next line sent), and it
+// asks the Stopper.
+type flushingReader struct {
+	in       io.Reader
+	out      *bufio.Writer
+	stopper  *Stopper
+	writeErr error
+}
+
+func (f *flushingReader) Read(p []byte) (int, error) {
+	if err := f.out.Flush(); err != nil {
+		f.writeErr = err
+		return 0, err
+	}
+	if f.stopper.beforeRead() {
+		return 0, ErrStopped
+	}
+	return f.in.Read(p)
 }
 
 // DefaultMaxLineBytes is the default --max-line-bytes: 64 MiB.
@@ -72,35 +94,28 @@ type Stats struct {
 }
 
 // Serve reads command lines from in until EOF and writes one response line
-// per command to out. It flushes whenever it is about to block on input, so
-// a host that writes one line and waits is always answered.
+// per command to out. It flushes whenever it goes to the OS for more input,
+// so a host that writes one line and waits is always answered.
 func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, error) {
 	if opt.MaxLineBytes <= 0 {
 		opt.MaxLineBytes = DefaultMaxLineBytes
 	}
-	lr := newLineReader(in, opt.MaxLineBytes)
 	w := bufio.NewWriterSize(out, 64<<10)
+	input := &flushingReader{in: in, out: w, stopper: opt.Stopper}
+	lr := newLineReader(input, opt.MaxLineBytes)
 	var st Stats
 	var d Decoded
 	var buf []byte
 	for {
-		if opt.Stopper.stopped() {
-			return st, errors.Join(ErrStopped, w.Flush())
-		}
-		if lr.r.Buffered() == 0 {
-			if err := w.Flush(); err != nil {
-				return st, fmt.Errorf("writing responses: %w", err)
-			}
-			if opt.Stopper.setIdle(true) {
-				return st, ErrStopped
-			}
-		}
 		line, tooLong, err := lr.next()
-		opt.Stopper.setIdle(false)
-		if err == io.EOF && line == nil && !tooLong {
+		switch {
+		case errors.Is(err, ErrStopped):
+			return st, errors.Join(ErrStopped, w.Flush())
+		case input.writeErr != nil:
+			return st, fmt.Errorf("writing responses: %w", input.writeErr)
+		case err == io.EOF && line == nil && !tooLong:
 			return st, w.Flush()
-		}
-		if err != nil && err != io.EOF {
+		case err != nil && err != io.EOF:
 			return st, fmt.Errorf("reading commands: %w", err)
 		}
 		if (!tooLong && IsComment(line)) || (tooLong && lr.comment) {
