@@ -5,6 +5,7 @@ package affinity
 
 import (
 	"container/heap"
+	"container/list"
 	"math"
 	"slices"
 	"strings"
@@ -67,11 +68,25 @@ type Binding[T comparable] struct {
 	Target      T    // bound: the rank; staged: the initializer's rank once placed
 	HasTarget   bool // staged bindings have none while the initializer waits
 	Initializer string
-	Waiters     []string // staged: requests waiting for the commit or abort, in arrival order
-	Leases      int      // requests placed (or waiting to be) under a bound binding
-	lastLeaseAt float64  // when the last lease ended
+	waiters     list.List // staged: ids of the requests waiting for the commit or abort, in arrival order
+	Leases      int       // requests placed (or waiting to be) under a bound binding
+	lastLeaseAt float64   // when the last lease ended
 	gone        bool
 }
+
+// Waiters are the ids of the requests waiting for a staged binding, in
+// arrival order (nil when none).
+func (b *Binding[T]) Waiters() []string {
+	var ids []string
+	for e := b.waiters.Front(); e != nil; e = e.Next() {
+		ids = append(ids, e.Value.(string))
+	}
+	return ids
+}
+
+// Waiter is a request's place among a staged binding's waiters: leaving
+// takes it out in O(1), whatever its place.
+type Waiter struct{ e *list.Element }
 
 // Gone reports whether the binding left its table (dropped, expired or
 // invalidated); requests still pointing at it hold nothing.
@@ -118,12 +133,10 @@ func (x *Table[T]) Stage(key Key, initializer string) *Binding[T] {
 }
 
 // Wait adds a request that waits for a staged binding to settle.
-func (x *Table[T]) Wait(b *Binding[T], id string) { b.Waiters = append(b.Waiters, id) }
+func (x *Table[T]) Wait(b *Binding[T], id string) Waiter { return Waiter{b.waiters.PushBack(id)} }
 
 // Leave takes a waiting request off a staged binding.
-func (x *Table[T]) Leave(b *Binding[T], id string) {
-	b.Waiters = slices.DeleteFunc(b.Waiters, func(w string) bool { return w == id })
-}
+func (x *Table[T]) Leave(b *Binding[T], w Waiter) { b.waiters.Remove(w.e) }
 
 // Placed records the rank a staged binding's initializer was placed on.
 func (x *Table[T]) Placed(b *Binding[T], target T) { b.Target, b.HasTarget = target, true }
@@ -132,25 +145,34 @@ func (x *Table[T]) Placed(b *Binding[T], target T) { b.Target, b.HasTarget = tar
 // one lease (the initializer's), and hands back the waiters it releases,
 // each of which the caller gives a lease with AddLease.
 func (x *Table[T]) Commit(b *Binding[T], target T) (released []string) {
-	released, b.Waiters = b.Waiters, nil
+	released = b.Waiters()
+	b.waiters.Init()
 	b.State, b.Target, b.HasTarget, b.Initializer, b.Leases = Bound, target, true, "", 1
 	return released
 }
 
-// Abort ends a staged binding whose initializer went away (aborted, or its
-// rank drained or went away): the binding leaves the table, and when it had
-// waiters, the first becomes the initializer of a fresh staged binding that
-// the others wait for, which Abort returns (nil without waiters).
-func (x *Table[T]) Abort(b *Binding[T]) *Binding[T] {
-	x.drop(b)
-	waiters := b.Waiters
-	b.Waiters = nil
-	if len(waiters) == 0 {
-		return nil
+// Abort ends the staging of a binding whose initializer went away
+// (aborted, or its rank drained or went away). Without waiters the binding
+// leaves the table. Otherwise the first waiter becomes its initializer,
+// staged afresh with no rank yet, and the others keep waiting: the binding
+// stays the same object, so the requests that point at it need no update
+// however often it passes from waiter to waiter. It returns the new
+// initializer's id, or false.
+func (x *Table[T]) Abort(b *Binding[T]) (initializer string, ok bool) {
+	first := b.waiters.Front()
+	if first == nil {
+		x.drop(b)
+		return "", false
 	}
-	nb := x.Stage(b.Key, waiters[0])
-	nb.Waiters = waiters[1:]
-	return nb
+	b.waiters.Remove(first)
+	if b.gone { // invalidated with its rank: it comes back, staged
+		x.drop(x.byKey[b.Key])
+		b.gone = false
+		x.byKey[b.Key] = b
+	}
+	var none T
+	b.State, b.Target, b.HasTarget, b.Initializer = Staged, none, false, first.Value.(string)
+	return b.Initializer, true
 }
 
 // Move re-binds a bound binding to another target (soft affinity).

@@ -85,32 +85,40 @@ func TestStageReplacesTheOldBinding(t *testing.T) {
 	}
 }
 
-// TestStagedTransitions: waiters join and leave a staged binding; a commit
-// binds it and hands its waiters back; an abort hands the binding to the
-// first waiter as a fresh staged binding the others wait for, and an abort
-// without waiters leaves nothing.
+// TestStagedTransitions: waiters join and leave a staged binding; an abort
+// hands the binding to the first waiter, staged afresh with no rank, the
+// others still waiting; a commit binds it and hands its waiters back; an
+// abort without waiters leaves nothing. An invalidated staged binding
+// comes back staged under its first waiter.
 func TestStagedTransitions(t *testing.T) {
 	x := NewTable[int](10)
 	k := Key{Role: "aggregated", Kind: KindSession, ID: "s"}
 	b := x.Stage(k, "a")
-	for _, id := range []string{"b", "c", "d"} {
-		x.Wait(b, id)
+	waiters := map[string]Waiter{}
+	for _, id := range []string{"b", "c", "d", "e"} {
+		waiters[id] = x.Wait(b, id)
 	}
-	x.Leave(b, "c")
+	x.Leave(b, waiters["c"])
 	x.Placed(b, 3)
 	if !b.HasTarget || b.Target != 3 || b.State != Staged {
 		t.Fatalf("placed: %+v", b)
 	}
-	nb := x.Abort(b)
-	if !b.Gone() || nb == nil || nb.Initializer != "b" || !slices.Equal(nb.Waiters, []string{"d"}) || nb.HasTarget || x.LiveAt(k, 0) != nb {
-		t.Fatalf("abort: old %+v, new %+v", b, nb)
+	if id, ok := x.Abort(b); !ok || id != "b" || b.Gone() || b.Initializer != "b" || !slices.Equal(b.Waiters(), []string{"d", "e"}) || b.HasTarget || x.LiveAt(k, 0) != b {
+		t.Fatalf("abort: %q %v, binding %+v", id, ok, b)
 	}
-	released := x.Commit(nb, 5)
-	if !slices.Equal(released, []string{"d"}) || nb.State != Bound || nb.Target != 5 || nb.Leases != 1 || nb.Initializer != "" || len(nb.Waiters) != 0 {
-		t.Fatalf("commit: released %v, binding %+v", released, nb)
+	x.Placed(b, 4)
+	if gone := x.Invalidate(func(r int) bool { return r == 4 }); len(gone) != 1 || !b.Gone() {
+		t.Fatalf("invalidate: %v", gone)
+	}
+	if id, ok := x.Abort(b); !ok || id != "d" || b.Gone() || x.LiveAt(k, 0) != b || !slices.Equal(b.Waiters(), []string{"e"}) {
+		t.Fatalf("abort after invalidation: %q %v, binding %+v", id, ok, b)
+	}
+	released := x.Commit(b, 5)
+	if !slices.Equal(released, []string{"e"}) || b.State != Bound || b.Target != 5 || b.Leases != 1 || b.Initializer != "" || b.Waiters() != nil {
+		t.Fatalf("commit: released %v, binding %+v", released, b)
 	}
 	lone := x.Stage(Key{Role: "aggregated", Kind: KindSession, ID: "t"}, "e")
-	if x.Abort(lone) != nil || !lone.Gone() || x.LiveAt(lone.Key, 0) != nil {
+	if _, ok := x.Abort(lone); ok || !lone.Gone() || x.LiveAt(lone.Key, 0) != nil {
 		t.Fatal("an abort without waiters must leave no binding")
 	}
 }

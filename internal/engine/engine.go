@@ -1,10 +1,12 @@
 // Package engine is the router's deterministic state machine. Like a raft
-// node it is stepped by messages (wire commands) on explicit virtual time,
+// node it is stepped by messages (protocol commands) on explicit virtual time,
 // and everything a step did is collected in one place before it becomes the
 // response. It does no I/O, reads no wall clock and starts no goroutines.
 package engine
 
 import (
+	"slices"
+
 	"github.com/offline-router/offline-router/internal/active"
 	"github.com/offline-router/offline-router/internal/affinity"
 	"github.com/offline-router/offline-router/internal/kvindex"
@@ -69,8 +71,10 @@ func New(cfg protocol.Config) (*Engine, error) {
 }
 
 func (e *Engine) growScratch() {
+	// Capacity grows as append's does, so a fleet of n workers coming up one
+	// by one costs O(n) in all; the length stays n, which the walks clear.
 	if n := len(e.fleet.slots); n > len(e.overlap) {
-		e.overlap = make([]uint32, n)
-		e.hits = make([]uint32, n)
+		e.overlap = slices.Grow(e.overlap[:0], n)[:n]
+		e.hits = slices.Grow(e.hits[:0], n)[:n]
 	}
 }

@@ -223,12 +223,12 @@ func bindingInvariants(e *Engine, resp *protocol.Response) error {
 			return fmt.Errorf("%s has %d leases, %d requests hold one", b.Key, b.Leases, leases[b])
 		}
 		slices.Sort(waiters[b])
-		got := slices.Clone(b.Waiters)
+		got := slices.Clone(b.Waiters())
 		slices.Sort(got)
 		if !slices.Equal(got, waiters[b]) {
-			return fmt.Errorf("%s waiters %v, requests waiting on it %v", b.Key, b.Waiters, waiters[b])
+			return fmt.Errorf("%s waiters %v, requests waiting on it %v", b.Key, b.Waiters(), waiters[b])
 		}
-		held += len(b.Waiters)
+		held += len(b.Waiters())
 	}
 	if held != e.held {
 		return fmt.Errorf("held count %d, waiters %d", e.held, held)
@@ -266,8 +266,8 @@ func endEverything(t *rapid.T, e *Engine) {
 		t.Fatalf("left: %d requests, %d waiting, %d held, %d active prefixes", len(e.requests), e.queue.count, e.held, e.active.Len())
 	}
 	for _, b := range e.bindings.Sorted() {
-		if b.Leases != 0 || len(b.Waiters) != 0 {
-			t.Fatalf("%s keeps %d leases and waiters %v after every request ended", b.Key, b.Leases, b.Waiters)
+		if b.Leases != 0 || len(b.Waiters()) != 0 {
+			t.Fatalf("%s keeps %d leases and waiters %v after every request ended", b.Key, b.Leases, b.Waiters())
 		}
 	}
 	for _, r := range e.fleet.slots {

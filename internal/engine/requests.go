@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/offline-router/offline-router/internal/protocol"
+import (
+	"github.com/offline-router/offline-router/internal/affinity"
+	"github.com/offline-router/offline-router/internal/protocol"
+)
 
 // request is a request the router knows: waiting in the queue (rank nil)
 // or placed and booked on a rank.
@@ -13,6 +16,7 @@ type request struct {
 	orphaned  bool // its worker was removed, and with it the booking
 	binding   *binding
 	bindRole  bindRole
+	waiter    affinity.Waiter // its place among a staged binding's waiters
 
 	// While waiting:
 	queueIndex int     // position in its role's heap; -1 when not waiting

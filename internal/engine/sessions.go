@@ -87,7 +87,7 @@ func (e *Engine) join(req *request) bool {
 		req.binding, req.bindRole = e.bindings.Stage(*d.key, d.id), bindInitializer
 	case b.State == affinity.Staged:
 		req.binding, req.bindRole = b, bindWaiter
-		e.bindings.Wait(b, d.id)
+		req.waiter = e.bindings.Wait(b, d.id)
 		e.held++
 		e.trackDeadline(req)
 		e.out.queued = append(e.out.queued, d.id)
@@ -164,27 +164,29 @@ func (e *Engine) leftBinding(req *request) {
 	case bindInitializer:
 		e.abort(b)
 	case bindWaiter:
-		e.bindings.Leave(b, req.d.id)
+		e.bindings.Leave(b, req.waiter)
 		e.held--
 	case bindLeaseholder:
 		e.bindings.EndLease(b, e.now)
 	}
 }
 
-// abort ends a staged binding whose initializer went away; its first
-// waiter, if any, becomes the initializer of a fresh one and is selected
-// afresh, and the others wait for it.
+// abort ends the staging of a binding whose initializer went away; its
+// first waiter, if any, becomes the initializer and is selected afresh, and
+// the others wait for it.
 func (e *Engine) abort(b *binding) {
-	nb := e.bindings.Abort(b)
-	if nb == nil {
+	// An initializer still tied to it (its rank drained or went away) lets
+	// go: the binding passes on, and its later commit must not bind it.
+	if old, ok := e.requests[b.Initializer]; ok && old.binding == b {
+		old.binding, old.bindRole = nil, bindNone
+	}
+	id, ok := e.bindings.Abort(b)
+	if !ok {
 		return
 	}
-	for _, id := range nb.Waiters {
-		e.requests[id].binding = nb
-	}
-	first := e.requests[nb.Initializer]
+	first := e.requests[id]
 	e.held--
-	first.binding, first.bindRole = nb, bindInitializer
+	first.bindRole = bindInitializer
 	e.release(first)
 }
 
@@ -212,7 +214,7 @@ func (e *Engine) bindingStates() []protocol.BindingState {
 	for _, b := range e.bindings.Sorted() {
 		bs := protocol.BindingState{
 			Role: protocol.Role(b.Key.Role), Key: b.Key.String(), State: b.State.String(),
-			Leases: b.Leases, Initializer: b.Initializer, Waiters: b.Waiters,
+			Leases: b.Leases, Initializer: b.Initializer, Waiters: b.Waiters(),
 		}
 		if b.HasTarget {
 			bs.WorkerID, bs.DPRank = &b.Target.w.id, &b.Target.dp

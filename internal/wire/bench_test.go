@@ -50,3 +50,27 @@ func BenchmarkEncodePlacement(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRefusedLineWithManyKeys: a line refused for its first unknown
+// key still has its op and id recovered from the rest, however many keys
+// follow. Linear: the same ns/key at both sizes.
+func BenchmarkRefusedLineWithManyKeys(b *testing.B) {
+	for _, n := range []int{8000, 80000} {
+		b.Run(fmt.Sprint("keys=", n), func(b *testing.B) {
+			var line strings.Builder
+			line.WriteString(`{"op":"inspect"`)
+			for i := range n {
+				fmt.Fprintf(&line, `,"k%d":1`, i)
+			}
+			line.WriteString(`,"id":7}`)
+			var d Decoded
+			for b.Loop() {
+				Decode([]byte(line.String()), &d)
+				if d.Err == nil || string(d.ID) != "7" {
+					b.Fatal("the line should be refused with its id")
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
+		})
+	}
+}

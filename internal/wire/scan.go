@@ -3,6 +3,7 @@ package wire
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -118,12 +119,15 @@ func (s *scanner) object(field func(key string) *fieldError) *fieldError {
 		if err != nil {
 			return err
 		}
-		for _, k := range seen {
-			if k == key && !s.allowRepeats {
+		// Header recovery takes any keys, however many: it keeps none. An
+		// object that is checked has at most the protocol's few keys before
+		// an unknown one ends it, so the linear look stays short.
+		if !s.allowRepeats {
+			if slices.Contains(seen, key) {
 				return &fieldError{code: protocol.CodeInvalidField, path: key, msg: "appears more than once"}
 			}
+			seen = append(seen, key)
 		}
-		seen = append(seen, key)
 		if s.peek() != ':' {
 			return s.syntax("expected ':' after key %q", key)
 		}

@@ -1,0 +1,94 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/offline-router/offline-router/internal/protocol"
+)
+
+// Benchmarks of the steps that once grew quadratically with a count. Each
+// reports the time per item at two sizes ten times apart: linear growth
+// shows as the same ns/item at both.
+
+func applyOK(b *testing.B, e *Engine, c *protocol.Command) {
+	var resp protocol.Response
+	e.Apply(c, &resp)
+	if resp.Error != nil {
+		b.Fatalf("%+v: %v", c, resp.Error)
+	}
+}
+
+// sessionWithWaiters is a hard-affinity engine with one worker, a session's
+// initializer placed and n more of its requests waiting for it.
+func sessionWithWaiters(b *testing.B, n int) *Engine {
+	cfg := protocol.DefaultConfig()
+	cfg.Affinity.Mode = protocol.AffinityHard
+	e, _ := New(cfg)
+	applyOK(b, e, &protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(uint64(1))})
+	session, tokens := "s", uint64(16)
+	for i := range n + 1 {
+		applyOK(b, e, &protocol.Command{Op: protocol.OpPlace, RequestID: fmt.Sprint("r", i), InputTokens: &tokens, SessionID: &session})
+	}
+	return e
+}
+
+// BenchmarkWaitersPassTheBinding: each initializer in turn is aborted, and
+// the binding passes to the next waiter.
+func BenchmarkWaitersPassTheBinding(b *testing.B) {
+	for _, n := range []int{2000, 20000} {
+		b.Run(fmt.Sprint("waiters=", n), func(b *testing.B) {
+			var spent time.Duration
+			for b.Loop() {
+				e := sessionWithWaiters(b, n)
+				start := time.Now()
+				for i := range n {
+					applyOK(b, e, &protocol.Command{Op: protocol.OpDispatchAborted, RequestID: fmt.Sprint("r", i)})
+				}
+				spent += time.Since(start)
+			}
+			b.ReportMetric(float64(spent.Nanoseconds())/float64(b.N*n), "ns/abort")
+		})
+	}
+}
+
+// BenchmarkWaitersCancelled: every waiter is cancelled, first to last.
+func BenchmarkWaitersCancelled(b *testing.B) {
+	for _, n := range []int{2000, 20000} {
+		b.Run(fmt.Sprint("waiters=", n), func(b *testing.B) {
+			var spent time.Duration
+			for b.Loop() {
+				e := sessionWithWaiters(b, n)
+				start := time.Now()
+				for i := 1; i <= n; i++ {
+					applyOK(b, e, &protocol.Command{Op: protocol.OpCancelPending, RequestID: fmt.Sprint("r", i)})
+				}
+				spent += time.Since(start)
+			}
+			b.ReportMetric(float64(spent.Nanoseconds())/float64(b.N*n), "ns/cancel")
+		})
+	}
+}
+
+// BenchmarkWorkersComeUp: workers come up one by one, in ascending and in
+// descending id order.
+func BenchmarkWorkersComeUp(b *testing.B) {
+	for _, order := range []string{"ascending", "descending"} {
+		for _, n := range []int{4000, 40000} {
+			b.Run(fmt.Sprintf("%s/workers=%d", order, n), func(b *testing.B) {
+				for b.Loop() {
+					e, _ := New(protocol.DefaultConfig())
+					for i := range n {
+						id := uint64(i)
+						if order == "descending" {
+							id = uint64(n - i)
+						}
+						applyOK(b, e, &protocol.Command{Op: protocol.OpWorkerReady, WorkerID: &id})
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/worker")
+			})
+		}
+	}
+}
