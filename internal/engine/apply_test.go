@@ -210,3 +210,44 @@ func TestRankCap(t *testing.T) {
 		t.Fatalf("after a removal: %v", resp.Error)
 	}
 }
+
+// TestRemovedWorkersAreRememberedUpToACap: a late event from a removed
+// worker is skipped as removed_worker while the router remembers the id,
+// as unknown_worker once RememberedRemovals later removals pushed it out;
+// a worker that came back and went again counts once; memory stays capped.
+func TestRemovedWorkersAreRememberedUpToACap(t *testing.T) {
+	e, _ := New(protocol.DefaultConfig())
+	cycle := func(id uint64) {
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpWorkerReady, WorkerID: &id})
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpWorkerRemoved, WorkerID: &id})
+	}
+	for range 3 {
+		cycle(7) // back and gone again: one remembered id
+	}
+	for id := uint64(1000); id < 1000+RememberedRemovals; id++ {
+		cycle(id)
+	}
+	skip := func(id uint64) string {
+		var resp protocol.Response
+		e.Apply(&protocol.Command{Op: protocol.OpObserve, Events: []protocol.KVEvent{{WorkerID: id, StorageTier: "device", Data: protocol.Cleared{}}}}, &resp)
+		return resp.Evidence.EventsSkipped[0].Reason
+	}
+	if got := skip(7); got != protocol.SkipUnknownWorker {
+		t.Errorf("the oldest removal, past the cap: %s", got)
+	}
+	if got := skip(1000); got != protocol.SkipRemovedWorker {
+		t.Errorf("the oldest remembered removal: %s", got)
+	}
+	if n, q := len(e.fleet.removed.seq), len(e.fleet.removed.order)-e.fleet.removed.head; n != RememberedRemovals || q > 2*n+16 {
+		t.Errorf("%d ids remembered, %d in the queue; want %d and at most %d", n, q, RememberedRemovals, 2*n+16)
+	}
+}
+
+func applyOKT(t *testing.T, e *Engine, c *protocol.Command) {
+	t.Helper()
+	var resp protocol.Response
+	e.Apply(c, &resp)
+	if resp.Error != nil {
+		t.Fatalf("%+v: %v", c, resp.Error)
+	}
+}

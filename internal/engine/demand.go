@@ -83,7 +83,7 @@ func (e *Engine) checkPin(d *demand) *protocol.Error {
 	id := *d.pin
 	w, ok := e.fleet.byID[id]
 	switch {
-	case !ok && e.fleet.removed[id]:
+	case !ok && e.fleet.removed.has(id):
 		return protocol.Errorf(protocol.CodePinnedWorkerUnavailable, "pinned worker %d was removed", id)
 	case !ok:
 		return protocol.Errorf(protocol.CodePinnedWorkerUnavailable, "pinned worker %d never became ready", id)

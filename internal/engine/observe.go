@@ -31,7 +31,7 @@ func (e *Engine) observe(events []protocol.KVEvent) {
 func (e *Engine) applyEvent(x *protocol.KVEvent) string {
 	w, ok := e.fleet.byID[x.WorkerID]
 	if !ok {
-		if e.fleet.removed[x.WorkerID] {
+		if e.fleet.removed.has(x.WorkerID) {
 			return protocol.SkipRemovedWorker
 		}
 		return protocol.SkipUnknownWorker

@@ -53,13 +53,13 @@ func (r *rank) activeDecodeBlocks() uint64 { return r.distinctBlocks + r.private
 type fleet struct {
 	byID      map[uint64]*worker
 	ready     []*worker // ascending id: the candidate order
-	removed   map[uint64]bool
+	removed   removedIDs
 	slots     []*rank // by slot; nil when free
 	freeSlots []uint32
 }
 
 func newFleet() fleet {
-	return fleet{byID: map[uint64]*worker{}, removed: map[uint64]bool{}}
+	return fleet{byID: map[uint64]*worker{}, removed: removedIDs{seq: map[uint64]uint64{}}}
 }
 
 func (f *fleet) rankOf(w *worker, dp uint32) *rank {
@@ -99,7 +99,7 @@ func (e *Engine) workerReady(c *protocol.Command) {
 		w.ranks = append(w.ranks, r)
 	}
 	e.fleet.byID[id] = w
-	delete(e.fleet.removed, id)
+	e.fleet.removed.forget(id)
 	i, _ := slices.BinarySearchFunc(e.fleet.ready, id, func(w *worker, id uint64) int { return cmp.Compare(w.id, id) })
 	e.fleet.ready = slices.Insert(e.fleet.ready, i, w)
 	e.growScratch()
@@ -109,7 +109,7 @@ func (e *Engine) lookupWorker(id uint64) (*worker, *protocol.Error) {
 	w, ok := e.fleet.byID[id]
 	if !ok {
 		what := "never became ready"
-		if e.fleet.removed[id] {
+		if e.fleet.removed.has(id) {
 			what = "was removed"
 		}
 		return nil, protocol.Errorf(protocol.CodeUnknownWorker, "worker %d %s", id, what)
@@ -154,7 +154,52 @@ func (e *Engine) workerRemoved(w *worker) {
 		e.fleet.freeSlots = append(e.fleet.freeSlots, r.slot)
 	}
 	delete(e.fleet.byID, w.id)
-	e.fleet.removed[w.id] = true
+	e.fleet.removed.add(w.id)
+}
+
+// RememberedRemovals is how many removed worker ids the router remembers,
+// the most recent, so that a late event or a pin can say "removed" rather
+// than "unknown"; past it the oldest is forgotten. Remembering every id
+// ever removed would grow without end.
+const RememberedRemovals = 1 << 16
+
+// removedIDs are the most recently removed worker ids, in removal order.
+type removedIDs struct {
+	seq   map[uint64]uint64 // id -> when it was removed, while remembered
+	order []removal         // oldest first from head; entries of ids re-added or removed again are stale
+	head  int
+	next  uint64
+}
+
+type removal struct{ id, seq uint64 }
+
+func (r *removedIDs) has(id uint64) bool { _, ok := r.seq[id]; return ok }
+
+// forget drops id, which came back.
+func (r *removedIDs) forget(id uint64) { delete(r.seq, id) }
+
+func (r *removedIDs) add(id uint64) {
+	r.next++
+	r.seq[id] = r.next
+	r.order = append(r.order, removal{id, r.next})
+	for len(r.seq) > RememberedRemovals {
+		old := r.order[r.head]
+		r.head++
+		if r.seq[old.id] == old.seq {
+			delete(r.seq, old.id)
+		}
+	}
+	// Stale entries (ids that came back, or were removed again since) are
+	// swept once they outnumber the live ones: O(1) per removal, amortized.
+	if live := len(r.seq); len(r.order)-r.head > 2*live+16 {
+		kept := r.order[:0]
+		for _, e := range r.order[r.head:] {
+			if r.seq[e.id] == e.seq {
+				kept = append(kept, e)
+			}
+		}
+		r.order, r.head = kept, 0
+	}
 }
 
 func first[T any](v, d *T, fallback T) T {
