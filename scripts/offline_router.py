@@ -11,6 +11,8 @@
 Each method sends one command and returns the parsed response (a dict).
 A response with "ok": false raises RouterError carrying its code and
 message; if the process dies, RouterDied carries what it wrote on stderr.
+A config dict travels as the stream's first command ({"op": "config", ...}),
+so no file is written; the effective config is then in .config.
 Integers, hashes included, stay exact: Python's json keeps big ints as ints.
 No dependency beyond the standard library.
 """
@@ -21,7 +23,7 @@ import subprocess
 import tempfile
 import threading
 
-__all__ = ["OfflineRouter", "RouterError", "RouterDied"]
+__all__ = ["OfflineRouter", "RouterError", "RouterDied", "RouterClosed"]
 
 
 class RouterError(Exception):
@@ -43,25 +45,33 @@ class RouterDied(Exception):
         super().__init__(f"offline-router exited with status {returncode}: {stderr.strip()}")
 
 
+class RouterClosed(Exception):
+    """A command was sent after close()."""
+
+
 class OfflineRouter:
     """One offline-router process, spoken to over its stdin and stdout."""
 
     def __init__(self, binary="offline-router", config=None, args=()):
-        """config: a dict of config keys, or the path of a JSON config file."""
+        """config: a dict of config keys, sent as the first command, or the
+        path of a JSON config file, passed as --config."""
         cmd = [binary]
-        self._config_file = None
-        if isinstance(config, dict):
-            fd, self._config_file = tempfile.mkstemp(suffix=".json", prefix="offline-router-")
-            with os.fdopen(fd, "w") as f:
-                json.dump(config, f)
-            cmd += ["--config", self._config_file]
-        elif config is not None:
+        if config is not None and not isinstance(config, dict):
             cmd += ["--config", os.fspath(config)]
         cmd += list(args)
         # stderr goes to a file, not a pipe: a chatty router must never block.
         self._stderr = tempfile.TemporaryFile()
+        self._closed = False
         self.commands_sent = 0
+        self.config = None
         self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+        if isinstance(config, dict):
+            try:
+                self.config = self.send({"op": "config", **config})["config"]
+            except BaseException:
+                self._abandon()
+                raise
+            self.commands_sent = 0  # what the session sent, the config apart
 
     # -- the protocol -------------------------------------------------------
 
@@ -74,11 +84,11 @@ class OfflineRouter:
         """Send a batch of commands without waiting between them (faster),
         then read their responses, in order. With check, the first error
         response raises RouterError after every response was read."""
-        commands = list(commands)
-        writer = threading.Thread(target=self._write, args=(commands,))
+        data = self._encode(commands)  # a command json cannot write fails here, before anything is sent
+        writer = threading.Thread(target=self._write_encoded, args=(data, len(data)))
         writer.start()  # a separate writer: a full pipe each way cannot deadlock
         try:
-            responses = [self._read() for _ in commands]
+            responses = [self._read() for _ in data]
         finally:
             writer.join()
         if check:
@@ -129,6 +139,9 @@ class OfflineRouter:
 
     def close(self):
         """Close stdin, wait for the router to finish, and check its status."""
+        if self._closed:
+            return
+        self._closed = True
         if self._proc.stdin and not self._proc.stdin.closed:
             try:
                 self._proc.stdin.close()
@@ -137,12 +150,10 @@ class OfflineRouter:
         code = self._proc.wait()
         if self._proc.stdout:
             self._proc.stdout.close()
-        if self._config_file:
-            os.unlink(self._config_file)
-            self._config_file = None
-        if code != 0:
-            raise RouterDied(code, self._stderr_text())
+        stderr = self._stderr_text()
         self._stderr.close()
+        if code != 0:
+            raise RouterDied(code, stderr)
 
     def __enter__(self):
         return self
@@ -151,8 +162,20 @@ class OfflineRouter:
         if exc_type is None:
             self.close()
         else:
-            self._proc.kill()
-            self._proc.wait()
+            self._abandon()
+
+    def _abandon(self):
+        """End the process without waiting for it to finish its input."""
+        if self._closed:
+            return
+        self._closed = True
+        self._proc.kill()
+        self._proc.wait()
+        for f in (self._proc.stdin, self._proc.stdout, self._stderr):
+            try:
+                f.close()
+            except (OSError, ValueError):
+                pass
 
     # -- internals ----------------------------------------------------------
 
@@ -165,19 +188,28 @@ class OfflineRouter:
         return cmd
 
     def _write(self, commands):
-        self.commands_sent += len(commands)
-        data = b"".join(json.dumps(c, separators=(",", ":")).encode() + b"\n" for c in commands)
+        data = self._encode(commands)
+        self._write_encoded(data, len(data))
+
+    def _encode(self, commands):
+        if self._closed:
+            raise RouterClosed("the router was closed; start a new OfflineRouter")
+        return [json.dumps(c, separators=(",", ":")).encode() + b"\n" for c in commands]
+
+    def _write_encoded(self, lines, n):
         try:
-            self._proc.stdin.write(data)
+            self._proc.stdin.write(b"".join(lines))
             self._proc.stdin.flush()
         except BrokenPipeError:
-            pass  # the read that follows reports the death, with stderr
+            return  # the read that follows reports the death, with stderr
+        self.commands_sent += n
 
     def _read(self):
         line = self._proc.stdout.readline()
-        if not line:
+        if not line.endswith(b"\n"):
+            # End of output, or a last line cut short: the router is gone.
             code = self._proc.wait()
-            raise RouterDied(code, self._stderr_text())
+            raise RouterDied(code, self._stderr_text() + (f"\n(last output line cut short: {line[:200]!r})" if line else ""))
         return json.loads(line)
 
     def _stderr_text(self):

@@ -30,7 +30,7 @@ func TestPythonDriver(t *testing.T) {
 	script := fmt.Sprintf(`
 import sys
 sys.path.insert(0, "../../scripts")
-from offline_router import OfflineRouter, RouterError, RouterDied
+from offline_router import OfflineRouter, RouterError, RouterDied, RouterClosed
 BIN = %q
 with OfflineRouter(BIN, config={"evidence": "none", "queue_threshold": 1}) as r:
     r.worker_ready(1, max_num_batched_tokens=64)
@@ -58,12 +58,41 @@ with OfflineRouter(BIN, config={"evidence": "none", "queue_threshold": 1}) as r:
     assert bad[1]["error"]["code"] == "unknown_op"
     r.prefill_completed("a"); r.request_terminal("a"); r.prefill_completed("big"); r.request_terminal("big")
     r.advance_clock(10); r.worker_draining(1); r.worker_removed(1); r.topology_settled()
+import glob, os, tempfile
+before = set(glob.glob(os.path.join(tempfile.gettempdir(), "offline-router-*")))
 try:
     with OfflineRouter(BIN, config={"no_such_key": 1}) as r:
         r.inspect()
     raise AssertionError("bad config accepted")
+except RouterError as e:
+    assert e.code == "unknown_field" and "no_such_key" in e.message, e
+try:
+    with OfflineRouter(BIN, config={"block_size": 32}) as r:
+        assert r.config["block_size"] == 32 and r.commands_sent == 0, (r.config, r.commands_sent)
+        try:
+            r.send_many([{"op": "inspect"}, {"op": "place", "request_id": object()}])
+            raise AssertionError("an unwritable command was sent")
+        except TypeError:
+            pass
+        assert r.commands_sent == 0 and r.inspect()["workers"] == [] and r.commands_sent == 1
+        raise KeyError("the with body fails")
+except KeyError:
+    pass
+assert set(glob.glob(os.path.join(tempfile.gettempdir(), "offline-router-*"))) == before, "a temporary file was left"
+r = OfflineRouter(BIN)
+r.close()
+try:
+    r.inspect()
+    raise AssertionError("a command after close was sent")
+except RouterClosed:
+    pass
+r.close()  # twice is fine
+cut = OfflineRouter("sh", args=("-c", "printf '{\"seq\":1'; exit 3"))
+try:
+    cut.inspect()
+    raise AssertionError("a cut line was parsed")
 except RouterDied as e:
-    assert e.returncode == 2 and "no_such_key" in e.stderr, e
+    assert e.returncode == 3 and "cut short" in e.stderr, e
 print("PY-OK")
 `, binary)
 	out, err := exec.Command(py, "-c", script).CombinedOutput()
