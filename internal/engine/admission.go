@@ -107,7 +107,7 @@ func (e *Engine) queueScore(d *demand) float64 {
 	case protocol.QueueWSPT:
 		e.index.FindMatches(d.local, e.overlap)
 		best := uint64(0)
-		for _, w := range e.fleet.ready {
+		for _, w := range e.fleet.readyWorkers() {
 			if w.role != d.role {
 				continue
 			}
@@ -229,7 +229,7 @@ func (e *Engine) admissibleAt(d *demand) float64 {
 		return math.Inf(1)
 	}
 	best := math.Inf(1)
-	for _, w := range e.fleet.ready {
+	for _, w := range e.fleet.readyWorkers() {
 		if w.role != d.role {
 			continue
 		}

@@ -38,7 +38,7 @@ func (e *Engine) candidates(d *demand, t float64) (candidateSet, *protocol.Error
 		}
 	}
 	ofRole := 0
-	for _, w := range e.fleet.ready {
+	for _, w := range e.fleet.readyWorkers() {
 		if w.role != d.role {
 			continue
 		}

@@ -44,7 +44,7 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 // caches, filtered or not, from the index walk place just made.
 func (e *Engine) bestOverlap(d *demand) uint64 {
 	best := uint64(0)
-	for _, w := range e.fleet.ready {
+	for _, w := range e.fleet.readyWorkers() {
 		if w.role == d.role {
 			for _, r := range w.ranks {
 				best = max(best, uint64(e.overlap[r.slot]))

@@ -32,6 +32,7 @@ type worker struct {
 	maxNumBatchedTokens *uint64
 	maxNumSeqs          *uint64
 	ranks               []*rank // ascending dp_rank
+	unlisted            bool    // no longer ready: leaves the ready list when it is next read
 }
 
 // rank is one DP rank of a worker: a candidate for placement, a cache in the
@@ -52,7 +53,8 @@ func (r *rank) activeDecodeBlocks() uint64 { return r.distinctBlocks + r.private
 // fleet is the set of workers and the slots of their ranks.
 type fleet struct {
 	byID      map[uint64]*worker
-	ready     []*worker // ascending id: the candidate order
+	ready     []*worker // the ready workers; in id order (the candidate order) unless unsorted
+	unsorted  bool
 	removed   removedIDs
 	slots     []*rank // by slot; nil when free
 	freeSlots []uint32
@@ -60,6 +62,20 @@ type fleet struct {
 
 func newFleet() fleet {
 	return fleet{byID: map[uint64]*worker{}, removed: removedIDs{seq: map[uint64]uint64{}}}
+}
+
+// readyWorkers are the ready workers in id order, the candidate order.
+// Workers join and leave the list in O(1), and the order is restored when
+// it is next read, so n workers coming up or going, in any order of ids,
+// cost O(n log n) in all (sorting a list that is sorted but for its last
+// few workers is linear).
+func (f *fleet) readyWorkers() []*worker {
+	if f.unsorted {
+		f.ready = slices.DeleteFunc(f.ready, func(w *worker) bool { return w.unlisted })
+		slices.SortFunc(f.ready, func(a, b *worker) int { return cmp.Compare(a.id, b.id) })
+		f.unsorted = false
+	}
+	return f.ready
 }
 
 func (f *fleet) rankOf(w *worker, dp uint32) *rank {
@@ -100,8 +116,10 @@ func (e *Engine) workerReady(c *protocol.Command) {
 	}
 	e.fleet.byID[id] = w
 	e.fleet.removed.forget(id)
-	i, _ := slices.BinarySearchFunc(e.fleet.ready, id, func(w *worker, id uint64) int { return cmp.Compare(w.id, id) })
-	e.fleet.ready = slices.Insert(e.fleet.ready, i, w)
+	if n := len(e.fleet.ready); n > 0 && e.fleet.ready[n-1].id > id {
+		e.fleet.unsorted = true // ids arriving in ascending order keep the list sorted
+	}
+	e.fleet.ready = append(e.fleet.ready, w)
 	e.growScratch()
 }
 
@@ -118,7 +136,8 @@ func (e *Engine) lookupWorker(id uint64) (*worker, *protocol.Error) {
 }
 
 func (e *Engine) unready(w *worker) {
-	e.fleet.ready = slices.DeleteFunc(e.fleet.ready, func(x *worker) bool { return x == w })
+	w.unlisted = true
+	e.fleet.unsorted = true
 }
 
 func (e *Engine) workerDraining(w *worker) {
