@@ -34,41 +34,34 @@ func sessionWithWaiters(b *testing.B, n int) *Engine {
 	return e
 }
 
-// BenchmarkWaitersPassTheBinding: each initializer in turn is aborted, and
-// the binding passes to the next waiter.
-func BenchmarkWaitersPassTheBinding(b *testing.B) {
+// benchWaiters times op sent for requests r<first> to r<first+n-1> of a
+// session with n waiters, per request.
+func benchWaiters(b *testing.B, op protocol.Op, first int, unit string) {
 	for _, n := range []int{2000, 20000} {
 		b.Run(fmt.Sprint("waiters=", n), func(b *testing.B) {
 			var spent time.Duration
 			for b.Loop() {
 				e := sessionWithWaiters(b, n)
 				start := time.Now()
-				for i := range n {
-					applyOK(b, e, &protocol.Command{Op: protocol.OpDispatchAborted, RequestID: fmt.Sprint("r", i)})
+				for i := first; i < first+n; i++ {
+					applyOK(b, e, &protocol.Command{Op: op, RequestID: fmt.Sprint("r", i)})
 				}
 				spent += time.Since(start)
 			}
-			b.ReportMetric(float64(spent.Nanoseconds())/float64(b.N*n), "ns/abort")
+			b.ReportMetric(float64(spent.Nanoseconds())/float64(b.N*n), unit)
 		})
 	}
 }
 
+// BenchmarkWaitersPassTheBinding: each initializer in turn is aborted, and
+// the binding passes to the next waiter.
+func BenchmarkWaitersPassTheBinding(b *testing.B) {
+	benchWaiters(b, protocol.OpDispatchAborted, 0, "ns/abort")
+}
+
 // BenchmarkWaitersCancelled: every waiter is cancelled, first to last.
 func BenchmarkWaitersCancelled(b *testing.B) {
-	for _, n := range []int{2000, 20000} {
-		b.Run(fmt.Sprint("waiters=", n), func(b *testing.B) {
-			var spent time.Duration
-			for b.Loop() {
-				e := sessionWithWaiters(b, n)
-				start := time.Now()
-				for i := 1; i <= n; i++ {
-					applyOK(b, e, &protocol.Command{Op: protocol.OpCancelPending, RequestID: fmt.Sprint("r", i)})
-				}
-				spent += time.Since(start)
-			}
-			b.ReportMetric(float64(spent.Nanoseconds())/float64(b.N*n), "ns/cancel")
-		})
-	}
+	benchWaiters(b, protocol.OpCancelPending, 1, "ns/cancel")
 }
 
 // BenchmarkWorkersComeUp: workers come up one by one, in ascending and in
