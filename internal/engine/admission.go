@@ -258,23 +258,30 @@ func (e *Engine) admissibleAt(d *demand) float64 {
 	return math.Inf(1)
 }
 
-// earliestAdmissible steps back from t, at which d is admissible, while it
-// still is: the decay's inverse (reachTime) can overshoot by an ulp or two,
-// and a host that advances to just before next_wakeup_ms must see nothing
-// happen. Admissibility only grows with time, so the first time it fails
-// is the boundary.
+// earliestAdmissible finds the first time after now at which d is
+// admissible, given that it is at t: the decay's inverse (reachTime) can
+// land late, by an ulp or by thousands, and a host that advances to just
+// before next_wakeup_ms must see nothing happen. Admissibility only grows
+// with time, so the boundary is found by bisection over the float64 values
+// between now and t (their bits, times being >= 0, are in the same order):
+// one check when t is right, at most 64.
 func (e *Engine) earliestAdmissible(d *demand, t float64) float64 {
-	for range 64 {
-		p := math.Nextafter(t, math.Inf(-1))
-		if p <= e.now {
+	lo, hi := math.Float64bits(e.now), math.Float64bits(t) // not admissible at lo; admissible at hi
+	if hi-lo > 1 {
+		if _, ok := e.admissible(d, math.Float64frombits(hi-1)); !ok {
 			return t
 		}
-		if _, ok := e.admissible(d, p); !ok {
-			return t
-		}
-		t = p
+		hi--
 	}
-	return t
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if _, ok := e.admissible(d, math.Float64frombits(mid)); ok {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return math.Float64frombits(hi)
 }
 
 // unloadedAt is when r stops exceeding every busy threshold that is set.

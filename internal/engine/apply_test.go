@@ -251,3 +251,35 @@ func applyOKT(t *testing.T, e *Engine, c *protocol.Command) {
 		t.Fatalf("%+v: %v", c, resp.Error)
 	}
 }
+
+// TestWakeupIsTheFirstAdmissibleTime: under linear decay the inverse of the
+// decay can land thousands of ulps late; next_wakeup_ms is the first time
+// at which the waiting request is admissible, so one ulp before it nothing
+// happens and at it the request is placed. (Before the bisection, the
+// router answered 0.33333333333332976 and a move to 0.3333333333333 placed
+// the request.)
+func TestWakeupIsTheFirstAdmissibleTime(t *testing.T) {
+	cfg := protocol.DefaultConfig()
+	cfg.QueueThreshold, cfg.PrefillLoadModel, cfg.PrefillTokensPerMS = ptrTo(1.0), protocol.PrefillLoadLinear, ptrTo(3.0)
+	run := func(at float64) (*protocol.Response, float64) {
+		e, _ := New(cfg)
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(uint64(1)), MaxNumBatchedTokens: ptrTo(uint64(8192))})
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpPlace, RequestID: "a", InputTokens: ptrTo(uint64(8193))})
+		var resp protocol.Response
+		e.Apply(&protocol.Command{Op: protocol.OpPlace, RequestID: "b", InputTokens: ptrTo(uint64(1))}, &resp)
+		wake := float64(*resp.NextWakeupMS)
+		if at < 0 {
+			at = wake
+		}
+		resp = protocol.Response{}
+		e.Apply(&protocol.Command{Op: protocol.OpAdvanceClock, NowMS: &at}, &resp)
+		return &resp, wake
+	}
+	at, wake := run(-1)
+	if len(at.Placements) != 1 {
+		t.Fatalf("advancing to next_wakeup_ms %v placed nothing", wake)
+	}
+	if before, _ := run(math.Nextafter(wake, 0)); len(before.Placements) != 0 {
+		t.Fatalf("advancing to one ulp before next_wakeup_ms %v placed %+v", wake, before.Placements)
+	}
+}

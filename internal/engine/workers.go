@@ -209,8 +209,9 @@ func (r *removedIDs) add(id uint64) {
 		}
 	}
 	// Stale entries (ids that came back, or were removed again since) are
-	// swept once they outnumber the live ones: O(1) per removal, amortized.
-	if live := len(r.seq); len(r.order)-r.head > 2*live+16 {
+	// swept once they outnumber the live ones, and the forgotten front once
+	// it is half the queue: O(1) per removal, amortized.
+	if live := len(r.seq); len(r.order)-r.head > 2*live+16 || r.head > len(r.order)/2 {
 		kept := r.order[:0]
 		for _, e := range r.order[r.head:] {
 			if r.seq[e.id] == e.seq {

@@ -93,6 +93,8 @@ func TestDecodeNastyLines(t *testing.T) {
 		{`{"op":"place","request_id":7}`, "invalid_field", `"request_id": expected a string, got number 7`},
 		{"{\"op\":\"advance_clock\",\"now_ms\":50}\x00 garbage {{{", "parse_error", "unexpected data after the object"},
 		{`{"op":`, "parse_error", `"op": expected a string, got end of line`},
+		{"{\"op\":\"advance_clock\",\"now_ms\":\x001}", "parse_error", `"now_ms"`},
+		{"{\"op\":\x00\"inspect\"}", "parse_error", `"op"`},
 		{`{"op":"place","request_id":`, "parse_error", `"request_id": expected a string, got end of line`},
 		{`{"op":"place","request_id":"bad\x"}`, "parse_error", "escape"},
 		{"{\"op\":\"place\",\"request_id\":\"a\nb\"}", "parse_error", "control character"},

@@ -51,7 +51,7 @@ func sortConfigKeys(keys []string) {
 
 // unknownConfigKey names a key that is not a config key, with a suggestion
 // when it differs from one only in case or separators.
-func unknownConfigKey(path string) *fieldError {
+func unknownConfigKey(path string, nested bool) *fieldError {
 	msg := "is not a config key (docs/PROTOCOL.md §2)"
 	squash := strings.NewReplacer("_", "", "-", "")
 	for name := range configFields {
@@ -59,7 +59,10 @@ func unknownConfigKey(path string) *fieldError {
 			msg += " (did you mean " + strconv.Quote(name) + "?)"
 		}
 	}
-	return &fieldError{code: protocol.CodeUnknownField, path: path[strings.LastIndexByte(path, '.')+1:], msg: msg}
+	if nested { // the group's name is added on the way out
+		path = path[strings.LastIndexByte(path, '.')+1:]
+	}
+	return &fieldError{code: protocol.CodeUnknownField, path: path, msg: msg}
 }
 
 // decodeConfigKeys reads the object of config keys at the scanner into cfg
@@ -90,14 +93,14 @@ func decodeConfigKeys(s *scanner, cfg *protocol.Config, other func(key string) (
 			}
 			return s.object(func(sub string) *fieldError {
 				if _, ok := configFields[key+"."+sub]; !ok {
-					return unknownConfigKey(key + "." + sub)
+					return unknownConfigKey(key+"."+sub, true)
 				}
 				return value(key + "." + sub).orNil(sub)
 			}).orNil(key)
-		case configFields[key].index != nil:
+		case configFields[key].index != nil && !strings.Contains(key, "."):
 			return value(key).orNil(key)
 		}
-		return unknownConfigKey(key)
+		return unknownConfigKey(key, false)
 	})
 	sortConfigKeys(keys)
 	return keys, err

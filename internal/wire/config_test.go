@@ -247,6 +247,7 @@ func TestConfigFileIsAsStrictAsACommand(t *testing.T) {
 		`{"affinity":{"mode":"hard"},"affinity":{"ttl_ms":5}}`: `config file: field "affinity": appears more than once`,
 		`{"block_size":18446744073709551617}`:                  `(above 18446744073709551615)`,
 		`{"block_size":16} {}`:                                 `unexpected data after the config object`,
+		`{"affinity":{"mode":"hard"},"affinity.mode":"soft"}`:  `config file: field "affinity.mode": is not a config key`,
 	} {
 		if _, err := LoadConfig([]byte(file), nil); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want %q", file, err, want)

@@ -49,7 +49,7 @@ func (s *scanner) syntax(format string, args ...any) *fieldError {
 // expected reports that the value at the cursor is not what the field takes.
 func (s *scanner) expected(what string) *fieldError {
 	code := protocol.CodeInvalidField
-	if s.atEnd() { // a line cut short is not JSON at all
+	if s.atEnd() || s.b[s.i] == 0 { // a line cut short, or a NUL byte, is not JSON at all
 		code = protocol.CodeParse
 	}
 	return &fieldError{code: code, msg: "expected " + what + ", got " + s.describe()}
