@@ -97,7 +97,8 @@ func TestReplayBadTrace(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	for trace, want := range map[string]string{
-		`{"timestamp":-5,"input_length":10,"output_length":1}`: "trace line 1: timestamp -5: expected a time >= 0",
+		`{"timestamp":-5,"input_length":10,"output_length":1}`:    "trace line 1: timestamp -5: expected a time from 0 to",
+		`{"timestamp":1e300,"input_length":10,"output_length":1}`: "trace line 1: timestamp 1e+300: expected a time from 0 to",
 		`{"timestamp":0,"input_length":10,"output_length":1,"session_id":"s"}` + "\n" +
 			`{"delay_ms":-1,"input_length":10,"output_length":1,"session_id":"s"}`: "trace line 2: delay_ms -1: expected a delay >= 0",
 	} {

@@ -238,6 +238,9 @@ func TestRemovedWorkersAreRememberedUpToACap(t *testing.T) {
 	if got := skip(1000); got != protocol.SkipRemovedWorker {
 		t.Errorf("the oldest remembered removal: %s", got)
 	}
+	if len(e.fleet.ready) > 2 || cap(e.fleet.removed.order) > 4*RememberedRemovals {
+		t.Errorf("workers that came and went still held: ready list %d, removal queue capacity %d", len(e.fleet.ready), cap(e.fleet.removed.order))
+	}
 	if n, q := len(e.fleet.removed.seq), len(e.fleet.removed.order)-e.fleet.removed.head; n != RememberedRemovals || q > 2*n+16 {
 		t.Errorf("%d ids remembered, %d in the queue; want %d and at most %d", n, q, RememberedRemovals, 2*n+16)
 	}

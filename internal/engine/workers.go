@@ -55,6 +55,7 @@ type fleet struct {
 	byID      map[uint64]*worker
 	ready     []*worker // the ready workers; in id order (the candidate order) unless unsorted
 	unsorted  bool
+	unlisted  int // workers in ready that left it
 	removed   removedIDs
 	slots     []*rank // by slot; nil when free
 	freeSlots []uint32
@@ -72,6 +73,7 @@ func newFleet() fleet {
 func (f *fleet) readyWorkers() []*worker {
 	if f.unsorted {
 		f.ready = slices.DeleteFunc(f.ready, func(w *worker) bool { return w.unlisted })
+		f.unlisted = 0
 		slices.SortFunc(f.ready, func(a, b *worker) int { return cmp.Compare(a.id, b.id) })
 		f.unsorted = false
 	}
@@ -138,6 +140,13 @@ func (e *Engine) lookupWorker(id uint64) (*worker, *protocol.Error) {
 func (e *Engine) unready(w *worker) {
 	w.unlisted = true
 	e.fleet.unsorted = true
+	// A stream that only brings workers up and down never reads the list:
+	// sweep it once the workers that left are half of it, so it stays the
+	// size of the fleet (O(1) per worker, amortized).
+	if e.fleet.unlisted++; 2*e.fleet.unlisted > len(e.fleet.ready) {
+		e.fleet.ready = slices.DeleteFunc(e.fleet.ready, func(w *worker) bool { return w.unlisted })
+		e.fleet.unlisted = 0
+	}
 }
 
 func (e *Engine) workerDraining(w *worker) {

@@ -88,8 +88,8 @@ func (m *mooncakeLine) request(i int, blockSize uint64) (Request, error) {
 			len(m.HashIDs), req.InputTokens, blocks, blockSize)
 	}
 	if m.Timestamp != nil {
-		if !(*m.Timestamp >= 0) {
-			return req, fmt.Errorf("timestamp %v: expected a time >= 0 (ms)", *m.Timestamp)
+		if !(*m.Timestamp >= 0) || *m.Timestamp > protocol.MaxNumber/2 {
+			return req, fmt.Errorf("timestamp %v: expected a time from 0 to %d ms", *m.Timestamp, uint64(protocol.MaxNumber/2))
 		}
 		req.Arrival = *m.Timestamp
 	}
