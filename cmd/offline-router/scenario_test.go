@@ -16,9 +16,9 @@ import (
 // it answers exactly the recorded responses: the config command at a
 // scenario's head is all the config it needs.
 func TestScenariosRunAsTheyAre(t *testing.T) {
-	paths, err := filepath.Glob(filepath.Join("..", "..", "testdata", "commands", "*.jsonl"))
-	if err != nil || len(paths) == 0 {
-		t.Fatalf("no scenarios: %v", err)
+	paths, err := scenario.Files(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, path := range paths {
 		text, err := os.ReadFile(path)

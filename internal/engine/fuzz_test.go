@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/offline-router/offline-router/internal/protocol"
+	"github.com/offline-router/offline-router/internal/scenario"
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
@@ -34,9 +35,9 @@ func fuzzConfigs() []protocol.Config {
 // every command, the engine's invariants, and that a rejected command left
 // inspect unchanged. Seeds: every golden scenario.
 func FuzzEngine(f *testing.F) {
-	files, err := filepath.Glob(filepath.Join("..", "..", "testdata", "commands", "*.jsonl"))
-	if err != nil || len(files) == 0 {
-		f.Fatalf("no golden scenarios to seed from: %v", err)
+	files, err := scenario.Files(filepath.Join("..", ".."))
+	if err != nil {
+		f.Fatal(err)
 	}
 	for i, path := range files {
 		data, err := os.ReadFile(path)

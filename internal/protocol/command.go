@@ -224,10 +224,19 @@ func OpKnown(op Op) bool {
 	return ok
 }
 
+// commonFields are the fields every op takes besides its own: id, and
+// now_ms but on a config command, which comes before the clock matters.
+func commonFields(op Op) FieldSet {
+	if op == OpConfig {
+		return set(FieldID)
+	}
+	return set(FieldID, FieldNowMS)
+}
+
 // Takes reports whether op has field f (false for an unknown op).
 func Takes(op Op, f Field) bool {
 	spec, ok := specOf(op)
-	return ok && (spec.allowed.Has(f) || f == FieldID || (f == FieldNowMS && op != OpConfig))
+	return ok && (spec.allowed | commonFields(op)).Has(f)
 }
 
 // ops are every op, for messages.
@@ -328,16 +337,12 @@ func (c *Command) Validate() *Error {
 	if (c.Op == OpConfig) != (c.Config != nil) {
 		return Errorf(CodeInvalidField, "op %q and config keys go together: a config command sets them, no other command may", OpConfig)
 	}
-	has := c.Fields()
-	common := set(FieldID, FieldNowMS)
-	if c.Op == OpConfig {
-		common = set(FieldID)
-	}
+	has, takes := c.Fields(), spec.allowed|commonFields(c.Op)
 	// The walk over every field, in order, runs only when one is wrong, to
 	// name the first.
-	if has&^(spec.allowed|common) != 0 || spec.required&^has != 0 || c.badValues(has) {
+	if has&^takes != 0 || spec.required&^has != 0 || c.badValues(has) {
 		for f := range NumFields {
-			if has.Has(f) && !spec.allowed.Has(f) && !common.Has(f) {
+			if has.Has(f) && !takes.Has(f) {
 				return Errorf(CodeUnknownField, "field %q: is not a field of op %q", FieldNames[f], c.Op)
 			}
 			if spec.required.Has(f) && !has.Has(f) {

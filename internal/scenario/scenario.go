@@ -10,8 +10,19 @@ package scenario
 import (
 	"bytes"
 	"fmt"
+	"path/filepath"
 	"strconv"
 )
+
+// Files lists the scenarios of the project whose root is root
+// (testdata/commands/*.jsonl), and refuses to find none.
+func Files(root string) ([]string, error) {
+	paths, err := filepath.Glob(filepath.Join(root, "testdata", "commands", "*.jsonl"))
+	if err == nil && len(paths) == 0 {
+		err = fmt.Errorf("no scenarios under %s", filepath.Join(root, "testdata", "commands"))
+	}
+	return paths, err
+}
 
 // ResponsePrefix opens the line that records a command's response.
 const ResponsePrefix = "#< "

@@ -10,14 +10,15 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/offline-router/offline-router/internal/protocol"
+	"github.com/offline-router/offline-router/internal/scenario"
 )
 
 // FuzzDecode: no input makes the decoder panic, every error names a code,
 // and every command that decodes survives AppendCommand unchanged.
 func FuzzDecode(f *testing.F) {
-	files, err := filepath.Glob(filepath.Join("..", "..", "testdata", "commands", "*.jsonl"))
-	if err != nil || len(files) == 0 {
-		f.Fatalf("no golden scenarios to seed from: %v", err)
+	files, err := scenario.Files(filepath.Join("..", ".."))
+	if err != nil {
+		f.Fatal(err)
 	}
 	for _, path := range files {
 		data, err := os.ReadFile(path)
