@@ -99,6 +99,15 @@ func TestDecodeNastyLines(t *testing.T) {
 		{`{"op":"place","request_id":"bad\x"}`, "parse_error", "escape"},
 		{"{\"op\":\"place\",\"request_id\":\"a\nb\"}", "parse_error", "control character"},
 		{deep, "invalid_field", `"id"`},
+		// An id is echoed as written, so it must be JSON a strict reader takes.
+		{`{"op":"inspect","id":"\ud800"}`, "invalid_field", `"id": holds a lone surrogate`},
+		{`{"op":"config","id":"a\udc00b"}`, "invalid_field", `"id": holds a lone surrogate`},
+		{`{"op":"inspect","id":"\ud83d\ude00"}`, "", ""},
+		{"{\"op\":\"inspect\",\"id\":\"\xff\"}", "invalid_field", `"id": expected a string of valid UTF-8`},
+		// The op decides what fields mean: a field it does not take is named,
+		// not a key inside it; an unknown op is named before unknown keys.
+		{`{"op":"worker_ready","worker_id":1,"events":[{"bogus":1}]}`, "unknown_field", `"events": is not a field of op "worker_ready"`},
+		{`{"op":"teleport","bogus":1}`, "unknown_op", `"teleport" is not one of`},
 	}
 	for _, c := range cases {
 		d := decode(t, c.line)
@@ -122,6 +131,12 @@ func TestDecodeRecoversOpAndID(t *testing.T) {
 	d := decode(t, `{"id":42,"op":"place","request_id":7}`)
 	if d.Err == nil || d.Op == nil || *d.Op != "place" || string(d.ID) != "42" {
 		t.Fatalf("want op and id recovered, got op=%v id=%s err=%v", d.Op, d.ID, d.Err)
+	}
+	// A string that is not UTF-8 is a wrong value, not broken JSON: the
+	// line's op is still echoed.
+	d = decode(t, "{\"op\":\"place\",\"request_id\":\"\xff\"}")
+	if d.Err == nil || d.Err.Code != "invalid_field" || d.Op == nil || *d.Op != "place" {
+		t.Fatalf("want invalid_field with op recovered, got op=%v err=%v", d.Op, d.Err)
 	}
 	d = decode(t, `{"id":"x","op":"place"`)
 	if d.Op != nil || d.ID != nil {

@@ -169,14 +169,9 @@ func decodeConfigCommand(line []byte, out *Decoded) *fieldError {
 			_, err := s.str()
 			return true, err.orNil(key)
 		case "id":
-			s.peek()
-			start := s.i
-			if !validID(&s) {
-				s.i = start
-				return true, s.expected("a string or a number").within(key)
-			}
-			id = line[start:s.i]
-			return true, nil
+			var err *fieldError
+			id, err = scanID(&s)
+			return true, err.orNil(key)
 		}
 		return false, nil
 	})

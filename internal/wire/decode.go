@@ -62,14 +62,15 @@ func Decode(line []byte, out *Decoded) {
 	if err != nil {
 		recoverHeader(line, out)
 		if err == errConfigOp || (out.Op != nil && *out.Op == string(protocol.OpConfig)) {
-			if err = decodeConfigCommand(line, out); err == nil {
-				return
+			if err = decodeConfigCommand(line, out); err != nil {
+				out.Err = err.wire() // its own words: "is not a config key"
 			}
+			return
 		}
 		if err.code == protocol.CodeParse && out.Op == nil {
 			out.ID = nil
 		}
-		if err.code == protocol.CodeInvalidField && out.Op != nil {
+		if (err.code == protocol.CodeInvalidField || err.code == protocol.CodeUnknownField) && out.Op != nil {
 			op := protocol.Op(*out.Op)
 			if !protocol.OpKnown(op) { // the op decides first what fields mean
 				out.Err = (&protocol.Command{Op: op}).Validate()
@@ -163,8 +164,8 @@ func recoverHeader(line []byte, out *Decoded) {
 			}
 		case "id":
 			sub := scanner{b: raw}
-			if validID(&sub) {
-				id = trimSpace(raw)
+			if v, err := scanID(&sub); err == nil {
+				id = v
 			}
 		}
 		return nil
@@ -174,34 +175,37 @@ func recoverHeader(line []byte, out *Decoded) {
 	}
 }
 
-func trimSpace(b []byte) []byte {
-	s := scanner{b: b}
-	s.peek()
-	start := s.i
-	end := len(b)
-	for end > start && (b[end-1] == ' ' || b[end-1] == '\t' || b[end-1] == '\r' || b[end-1] == '\n') {
-		end--
-	}
-	return b[start:end]
-}
-
-// validID consumes an id value: a string or a number, echoed verbatim.
-func validID(s *scanner) bool {
+// scanID reads an id value, which is echoed verbatim: a string or a number,
+// and a string without a lone surrogate escape ("\ud800"), which a strict
+// JSON reader of the response would refuse. On success it returns the
+// value's bytes.
+func scanID(s *scanner) ([]byte, *fieldError) {
 	c := s.peek()
-	return (c == '"' || c == '-' || (c >= '0' && c <= '9')) && s.skipScalar()
+	start := s.i
+	switch {
+	case c == '"':
+		s.loneSurrogate = false
+		if _, err := s.rawString(); err != nil {
+			return nil, err
+		}
+		if s.loneSurrogate {
+			return nil, &fieldError{code: protocol.CodeInvalidField, msg: "holds a lone surrogate escape, which would be echoed as invalid JSON"}
+		}
+	case c == '-' || (c >= '0' && c <= '9'):
+		if _, _, err := s.number("a number"); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, s.expected("a string or a number")
+	}
+	return s.b[start:s.i], nil
 }
 
 func decodeField(s *scanner, c *protocol.Command, f protocol.Field) *fieldError {
 	var err *fieldError
 	switch f {
 	case protocol.FieldID:
-		s.peek()
-		start := s.i
-		if !validID(s) {
-			s.i = start
-			return s.expected("a string or a number")
-		}
-		c.ID = s.b[start:s.i]
+		c.ID, err = scanID(s)
 	case protocol.FieldNowMS:
 		c.NowMS, err = ptr(s.float())
 	case protocol.FieldWorkerID:

@@ -21,6 +21,9 @@ type scanner struct {
 	i int
 	// allowRepeats accepts a key twice; only header recovery wants that.
 	allowRepeats bool
+	// loneSurrogate is set when a string decoded a lone surrogate escape
+	// (to U+FFFD); an id, echoed as written, must not hold one.
+	loneSurrogate bool
 }
 
 func (s *scanner) peek() byte {
@@ -380,10 +383,10 @@ func (s *scanner) rawString() (string, *fieldError) {
 		c := s.b[j]
 		if c == '"' {
 			raw := s.b[start:j]
+			s.i = j + 1 // well formed either way: header recovery skips it
 			if !utf8.Valid(raw) {
-				return "", &fieldError{code: protocol.CodeInvalidField, msg: "expected a string of valid UTF-8"}
+				return "", notUTF8()
 			}
-			s.i = j + 1
 			return string(raw), nil
 		}
 		if c == '\\' {
@@ -405,10 +408,10 @@ func (s *scanner) escapedString(start int) (string, *fieldError) {
 		c := s.b[j]
 		switch {
 		case c == '"':
-			if !utf8.Valid(out) {
-				return "", &fieldError{code: protocol.CodeInvalidField, msg: "expected a string of valid UTF-8"}
-			}
 			s.i = j + 1
+			if !utf8.Valid(out) {
+				return "", notUTF8()
+			}
 			return string(out), nil
 		case c < 0x20:
 			s.i = j
@@ -453,6 +456,7 @@ func (s *scanner) escapedString(start int) (string, *fieldError) {
 					j += 6
 				} else {
 					r = utf8.RuneError
+					s.loneSurrogate = true
 				}
 			}
 			out = utf8.AppendRune(out, r)
@@ -463,6 +467,12 @@ func (s *scanner) escapedString(start int) (string, *fieldError) {
 	}
 	s.i = j
 	return "", s.syntax("unterminated string")
+}
+
+// notUTF8 is a well-formed string whose bytes are not UTF-8: a wrong value
+// (invalid_field), not broken JSON; the only such error a string read gives.
+func notUTF8() *fieldError {
+	return &fieldError{code: protocol.CodeInvalidField, msg: "expected a string of valid UTF-8"}
 }
 
 func hex4(b []byte, j int) (rune, bool) {
@@ -519,7 +529,7 @@ func (s *scanner) skipScalar() bool {
 	switch c := s.peek(); {
 	case c == '"':
 		_, err := s.rawString()
-		return err == nil
+		return err == nil || err.code == protocol.CodeInvalidField
 	case c == '-' || (c >= '0' && c <= '9'):
 		_, _, err := s.number("a number")
 		return err == nil
