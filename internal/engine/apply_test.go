@@ -286,3 +286,36 @@ func TestWakeupIsTheFirstAdmissibleTime(t *testing.T) {
 		t.Fatalf("advancing to one ulp before next_wakeup_ms %v placed %+v", wake, before.Placements)
 	}
 }
+
+// A wakeup the clock can never reach (past 2^53 ms, the latest now_ms a
+// command may carry) is no wakeup: next_wakeup_ms is null rather than a
+// time advance_clock would refuse. Both the decay and a deadline can pass it.
+func TestWakeupPastTheLastTimeIsNull(t *testing.T) {
+	cfg := protocol.DefaultConfig()
+	cfg.QueueThreshold, cfg.PrefillLoadModel, cfg.PrefillTokensPerMS = ptrTo(0.0), protocol.PrefillLoadLinear, ptrTo(1e-6)
+	cases := []struct {
+		name    string
+		timeout *float64
+		at      float64
+	}{
+		{"decay", nil, 0},
+		{"deadline", ptrTo(float64(protocol.MaxNumber)), 10},
+	}
+	for _, c := range cases {
+		cfg.QueueTimeoutMS = c.timeout
+		e, _ := New(cfg)
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(uint64(1)), MaxNumBatchedTokens: ptrTo(uint64(1))})
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpPlace, RequestID: "a", InputTokens: ptrTo(uint64(protocol.MaxTokens))})
+		var resp protocol.Response
+		e.Apply(&protocol.Command{Op: protocol.OpPlace, RequestID: "b", InputTokens: ptrTo(uint64(1)), NowMS: &c.at}, &resp)
+		if resp.Error != nil || resp.PendingCount != 1 {
+			t.Fatalf("%s: b should wait, got %+v", c.name, resp)
+		}
+		if t0, ok := e.nextWakeup(); !ok || t0 <= protocol.MaxNumber {
+			t.Fatalf("%s: the case should wake past 2^53, wakes at %v", c.name, t0)
+		}
+		if resp.NextWakeupMS != nil {
+			t.Errorf("%s: next_wakeup_ms %v is past the latest now_ms", c.name, *resp.NextWakeupMS)
+		}
+	}
+}

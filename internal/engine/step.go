@@ -30,7 +30,9 @@ func (e *Engine) Status(resp *protocol.Response) {
 	resp.NowMS = protocol.Num(e.now)
 	resp.PendingCount = e.queue.count + e.held
 	resp.NextWakeupMS = nil
-	if t, ok := e.nextWakeup(); ok {
+	// A moment past the latest now_ms a command may carry never comes: no
+	// host could advance to it, so it is not a wakeup.
+	if t, ok := e.nextWakeup(); ok && t <= protocol.MaxNumber {
 		n := protocol.Num(t)
 		resp.NextWakeupMS = &n
 	}
