@@ -91,9 +91,17 @@ func (e *Engine) release(req *request) {
 
 // trackDeadline notes a request that starts waiting, for queue_timeout_ms.
 func (e *Engine) trackDeadline(req *request) {
-	if e.cfg.QueueTimeoutMS != nil {
-		e.queue.arrivals = append(e.queue.arrivals, req)
+	if e.cfg.QueueTimeoutMS == nil {
+		return
 	}
+	// Requests that stopped waiting stay in arrivals until they reach its
+	// front; behind a head that waits long they would pile up without end.
+	// Once they outnumber the waiting ones they are swept: O(1) amortized.
+	q := &e.queue
+	if len(q.arrivals) > 2*(q.count+e.held)+32 {
+		q.arrivals = slices.DeleteFunc(q.arrivals, func(r *request) bool { return !r.waiting() })
+	}
+	q.arrivals = append(q.arrivals, req)
 }
 
 // queueScore is the queue_policy score of d at its arrival (higher first).

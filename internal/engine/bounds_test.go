@@ -1,0 +1,41 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/offline-router/offline-router/internal/protocol"
+)
+
+// What the engine keeps is bounded by what is live, not by how many
+// commands it has seen: a long stream over a small live state stays small.
+
+// queueBehindHead is an engine with a queue and timeouts whose one worker is
+// kept busy by "a", so that "head" waits for as long as the test likes.
+func queueBehindHead(t *testing.T) *Engine {
+	cfg := protocol.DefaultConfig()
+	cfg.QueueThreshold, cfg.QueueTimeoutMS = ptrTo(0.0), ptrTo(1e6)
+	e, _ := New(cfg)
+	applyOKT(t, e, &protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(uint64(1)), MaxNumBatchedTokens: ptrTo(uint64(16))})
+	applyOKT(t, e, &protocol.Command{Op: protocol.OpPlace, RequestID: "a", InputTokens: ptrTo(uint64(64))})
+	applyOKT(t, e, &protocol.Command{Op: protocol.OpPlace, RequestID: "head", InputTokens: ptrTo(uint64(64))})
+	return e
+}
+
+// Requests that queue behind a head that waits long and are cancelled must
+// not stay in the deadline order (they did, one entry per request, until the
+// head left).
+func TestCancelledWaitersBehindAHeadAreSwept(t *testing.T) {
+	e := queueBehindHead(t)
+	for i := range 10000 {
+		id := fmt.Sprint("c", i)
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpPlace, RequestID: id, InputTokens: ptrTo(uint64(16))})
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpCancelPending, RequestID: id})
+	}
+	if e.queue.count != 1 {
+		t.Fatalf("want only the head waiting, %d are", e.queue.count)
+	}
+	if n := len(e.queue.arrivals); n > 64 {
+		t.Errorf("the deadline order holds %d entries for 1 waiting request", n)
+	}
+}
