@@ -11,8 +11,11 @@ import (
 // index learns from the router's own placements, and forgets a block
 // approx_ttl_ms after it was last routed to a rank.
 
+// approxKey is a block learned for one rank. The rank, not its slot, names
+// it: when a rank goes, its blocks' deadlines are left to run out instead of
+// being searched for, and a rank that reuses the slot does not inherit them.
 type approxKey struct {
-	slot uint32
+	r    *rank
 	hash protocol.SequenceHash
 }
 
@@ -41,16 +44,37 @@ func (e *Engine) approxRecord(d *demand, r *rank) {
 	id := kvindex.RankID(r.slot)
 	e.blocks = e.blocks[:0]
 	deadline := e.now + e.cfg.ApproxTTLMS
+	a := e.approx
 	for i := range d.local {
 		e.blocks = append(e.blocks, kvindex.Block{BlockHash: d.seq[i], TokensHash: d.local[i]})
-		k := approxKey{r.slot, d.seq[i]}
+		k := approxKey{r, d.seq[i]}
 		if !e.index.HasBlock(id, d.seq[i]) {
 			e.out.ev.ApproxBlocksAdded++
 		}
-		e.approx.deadline[k] = deadline
-		heap.Push(&e.approx.queue, approxEntry{deadline, k})
+		if old, ok := a.deadline[k]; ok && old == deadline {
+			continue // routed again at the same moment: its entry stands
+		}
+		a.deadline[k] = deadline
+		heap.Push(&a.queue, approxEntry{deadline, k})
 	}
 	e.index.Store(id, nil, e.blocks)
+	a.compact()
+}
+
+// compact rebuilds the heap from the live deadlines once stale entries (of
+// blocks routed to again later) outnumber them, so a prompt routed again and
+// again costs one entry, not one per placement. The heap's order is total
+// on the entries of ranks that are up, so the rebuild changes no expiry
+// order that matters.
+func (a *approxIndex) compact() {
+	if len(a.queue) <= 2*len(a.deadline)+64 {
+		return
+	}
+	a.queue = a.queue[:0]
+	for k, d := range a.deadline {
+		a.queue = append(a.queue, approxEntry{d, k})
+	}
+	heap.Init(&a.queue)
 }
 
 // approxExpire drops every block whose deadline is at or before now.
@@ -61,20 +85,12 @@ func (e *Engine) approxExpire() int {
 		x := heap.Pop(q).(approxEntry)
 		if d, ok := e.approx.deadline[x.key]; ok && d == x.deadline {
 			delete(e.approx.deadline, x.key)
-			n += e.index.Remove(kvindex.RankID(x.key.slot), []protocol.SequenceHash{x.key.hash})
+			if r := x.key.r; e.fleet.slots[r.slot] == r { // the rank is still up
+				n += e.index.Remove(kvindex.RankID(r.slot), []protocol.SequenceHash{x.key.hash})
+			}
 		}
 	}
 	return n
-}
-
-// forget drops the deadlines of a slot whose rank is gone, so that a rank
-// reusing the slot does not inherit them.
-func (a *approxIndex) forget(slot uint32) {
-	for k := range a.deadline {
-		if k.slot == slot {
-			delete(a.deadline, k)
-		}
-	}
 }
 
 type approxHeap []approxEntry
@@ -84,8 +100,8 @@ func (h approxHeap) Less(i, j int) bool {
 	if h[i].deadline != h[j].deadline {
 		return h[i].deadline < h[j].deadline
 	}
-	if h[i].key.slot != h[j].key.slot {
-		return h[i].key.slot < h[j].key.slot
+	if si, sj := h[i].key.r.slot, h[j].key.r.slot; si != sj {
+		return si < sj
 	}
 	return h[i].key.hash < h[j].key.hash
 }

@@ -39,3 +39,26 @@ func TestCancelledWaitersBehindAHeadAreSwept(t *testing.T) {
 		t.Errorf("the deadline order holds %d entries for 1 waiting request", n)
 	}
 }
+
+// In approximate mode a prompt routed again refreshes its blocks' deadlines;
+// the superseded heap entries must not pile up while they wait to expire
+// (they did: one per block per placement, for approx_ttl_ms of clock), nor
+// must routing it again at the same moment add any.
+func TestApproxRefreshesDoNotPileUp(t *testing.T) {
+	cfg := protocol.DefaultConfig()
+	cfg.KVEvents, cfg.ApproxTTLMS = false, 1e9
+	e, _ := New(cfg)
+	applyOKT(t, e, &protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(uint64(1))})
+	hashes := []protocol.LocalBlockHash{1, 2, 3, 4}
+	for i := range 5000 {
+		id, now := fmt.Sprint("r", i), float64(i/2) // two placements per moment
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpPlace, RequestID: id, InputTokens: ptrTo(uint64(64)), BlockHashes: hashes, NowMS: &now})
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpRequestTerminal, RequestID: id})
+	}
+	if live := len(e.approx.deadline); live != len(hashes) {
+		t.Fatalf("want %d blocks learned, got %d", len(hashes), live)
+	}
+	if n := len(e.approx.queue); n > 2*len(hashes)+64 {
+		t.Errorf("the expiry heap holds %d entries for %d blocks", n, len(hashes))
+	}
+}

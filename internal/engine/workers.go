@@ -177,7 +177,6 @@ func (e *Engine) workerRemoved(w *worker) {
 	ev.RequestsOrphaned = orphaned
 	for _, r := range w.ranks {
 		ev.BlocksDropped += e.index.DropRank(kvindex.RankID(r.slot))
-		e.approx.forget(r.slot)
 		e.fleet.slots[r.slot] = nil
 		e.fleet.freeSlots = append(e.fleet.freeSlots, r.slot)
 	}
