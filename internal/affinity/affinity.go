@@ -96,12 +96,13 @@ func (b *Binding[T]) Gone() bool { return b.gone }
 type Table[T comparable] struct {
 	ttl      float64
 	byKey    map[Key]*Binding[T]
+	byTarget map[T]map[*Binding[T]]struct{} // the bindings in the table that have a target, by target
 	expiring expiryHeap[T]
 }
 
 // NewTable returns an empty table whose idle bindings expire after ttl.
 func NewTable[T comparable](ttl float64) *Table[T] {
-	return &Table[T]{ttl: ttl, byKey: map[Key]*Binding[T]{}}
+	return &Table[T]{ttl: ttl, byKey: map[Key]*Binding[T]{}, byTarget: map[T]map[*Binding[T]]struct{}{}}
 }
 
 // ExpiresAt is when b expires: a bound binding without leases expires ttl
@@ -139,7 +140,7 @@ func (x *Table[T]) Wait(b *Binding[T], id string) Waiter { return Waiter{b.waite
 func (x *Table[T]) Leave(b *Binding[T], w Waiter) { b.waiters.Remove(w.e) }
 
 // Placed records the rank a staged binding's initializer was placed on.
-func (x *Table[T]) Placed(b *Binding[T], target T) { b.Target, b.HasTarget = target, true }
+func (x *Table[T]) Placed(b *Binding[T], target T) { x.retarget(b, target, true) }
 
 // Commit settles a staged binding on target, its initializer's rank, with
 // one lease (the initializer's), and hands back the waiters it releases,
@@ -147,7 +148,8 @@ func (x *Table[T]) Placed(b *Binding[T], target T) { b.Target, b.HasTarget = tar
 func (x *Table[T]) Commit(b *Binding[T], target T) (released []string) {
 	released = b.Waiters()
 	b.waiters.Init()
-	b.State, b.Target, b.HasTarget, b.Initializer, b.Leases = Bound, target, true, "", 1
+	x.retarget(b, target, true)
+	b.State, b.Initializer, b.Leases = Bound, "", 1
 	return released
 }
 
@@ -171,15 +173,43 @@ func (x *Table[T]) Abort(b *Binding[T]) (initializer string, ok bool) {
 		x.byKey[b.Key] = b
 	}
 	var none T
-	b.State, b.Target, b.HasTarget, b.Initializer = Staged, none, false, first.Value.(string)
+	x.retarget(b, none, false)
+	b.State, b.Initializer = Staged, first.Value.(string)
 	return b.Initializer, true
 }
 
 // Move re-binds a bound binding to another target (soft affinity).
-func (x *Table[T]) Move(b *Binding[T], target T) { b.Target = target }
+func (x *Table[T]) Move(b *Binding[T], target T) { x.retarget(b, target, true) }
+
+// retarget sets b's target, keeping byTarget in step.
+func (x *Table[T]) retarget(b *Binding[T], target T, has bool) {
+	x.untarget(b)
+	b.Target, b.HasTarget = target, has
+	if has && !b.gone {
+		set := x.byTarget[target]
+		if set == nil {
+			set = map[*Binding[T]]struct{}{}
+			x.byTarget[target] = set
+		}
+		set[b] = struct{}{}
+	}
+}
+
+// untarget takes b out of byTarget; its target stays for readers.
+func (x *Table[T]) untarget(b *Binding[T]) {
+	if !b.HasTarget || b.gone {
+		return
+	}
+	set := x.byTarget[b.Target]
+	delete(set, b)
+	if len(set) == 0 {
+		delete(x.byTarget, b.Target)
+	}
+}
 
 func (x *Table[T]) drop(b *Binding[T]) {
 	if b != nil && !b.gone {
+		x.untarget(b)
 		b.gone = true
 		delete(x.byKey, b.Key)
 	}
@@ -216,12 +246,13 @@ func (x *Table[T]) Expire(now float64) []Key {
 	return keys
 }
 
-// Invalidate removes every binding whose target matches and returns them in
-// a stable order.
-func (x *Table[T]) Invalidate(match func(T) bool) []*Binding[T] {
+// Invalidate removes every binding whose target is one of targets and
+// returns them in a stable order. It costs what it removes, not the size of
+// the table: a fleet going away worker by worker is linear.
+func (x *Table[T]) Invalidate(targets ...T) []*Binding[T] {
 	var out []*Binding[T]
-	for _, b := range x.byKey {
-		if b.HasTarget && match(b.Target) {
+	for _, t := range targets {
+		for b := range x.byTarget[t] {
 			out = append(out, b)
 		}
 	}

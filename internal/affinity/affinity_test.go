@@ -62,7 +62,7 @@ func TestInvalidateByTarget(t *testing.T) {
 	x.Commit(a, 3)
 	x.Commit(b, 4)
 	staged := x.Stage(Key{Role: "prefill", Kind: KindSession, ID: "c1"}, "r3") // no target yet
-	got := x.Invalidate(func(target int) bool { return target == 3 })
+	got := x.Invalidate(3)
 	if len(got) != 1 || got[0] != a || !a.Gone() || b.Gone() || staged.Gone() {
 		t.Fatalf("invalidated %v", got)
 	}
@@ -107,7 +107,7 @@ func TestStagedTransitions(t *testing.T) {
 		t.Fatalf("abort: %q %v, binding %+v", id, ok, b)
 	}
 	x.Placed(b, 4)
-	if gone := x.Invalidate(func(r int) bool { return r == 4 }); len(gone) != 1 || !b.Gone() {
+	if gone := x.Invalidate(4); len(gone) != 1 || !b.Gone() {
 		t.Fatalf("invalidate: %v", gone)
 	}
 	if id, ok := x.Abort(b); !ok || id != "d" || b.Gone() || x.LiveAt(k, 0) != b || !slices.Equal(b.Waiters(), []string{"e"}) {

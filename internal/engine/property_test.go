@@ -193,7 +193,18 @@ func invariants(e *Engine, c *protocol.Command, resp *protocol.Response) error {
 		}
 	}
 	for _, r := range e.fleet.slots {
-		if r != nil && (r.activeRequests > 1<<20 || r.privateBlocks > 1<<30 || r.distinctBlocks > 1<<30 || r.prefill.at(e.now) < 0) {
+		if r == nil {
+			continue
+		}
+		if uint64(len(r.booked)) != r.activeRequests {
+			return fmt.Errorf("%d/%d: %d requests booked, %d listed", r.w.id, r.dp, r.activeRequests, len(r.booked))
+		}
+		for i, req := range r.booked {
+			if req.rank != r || req.bookedAt != i || req.orphaned || e.requests[req.d.id] != req {
+				return fmt.Errorf("%d/%d: listed request %s is not booked there", r.w.id, r.dp, req.d.id)
+			}
+		}
+		if r.activeRequests > 1<<20 || r.privateBlocks > 1<<30 || r.distinctBlocks > 1<<30 || r.prefill.at(e.now) < 0 {
 			return fmt.Errorf("%d/%d: a booking went negative: %+v", r.w.id, r.dp, r)
 		}
 	}

@@ -12,6 +12,7 @@ type request struct {
 	rank      *rank
 	prefill   *prefillEntry // booked prefill; done once completed or decayed
 	end       uint32        // the active-tree segment its prompt ends at, once booked
+	bookedAt  int           // its place in rank.booked while booked
 	committed bool
 	orphaned  bool // its worker was removed, and with it the booking
 	binding   *binding
@@ -37,6 +38,8 @@ func (e *Engine) book(req *request, r *rank, prefillTokens uint64) {
 	r.distinctBlocks += added
 	r.activeRequests++
 	r.privateBlocks += req.d.privateBlocks
+	req.bookedAt = len(r.booked)
+	r.booked = append(r.booked, req)
 }
 
 // unbook removes the request's load from its rank, unless the rank is gone.
@@ -49,6 +52,10 @@ func (e *Engine) unbook(req *request) {
 	r.distinctBlocks -= e.active.Release(req.end, r.slot)
 	r.activeRequests--
 	r.privateBlocks -= req.d.privateBlocks
+	last := r.booked[len(r.booked)-1]
+	r.booked[req.bookedAt], last.bookedAt = last, req.bookedAt
+	r.booked[len(r.booked)-1] = nil
+	r.booked = r.booked[:len(r.booked)-1]
 }
 
 // finish ends a request (terminal, aborted or cancelled), freeing what it

@@ -194,7 +194,7 @@ func (e *Engine) abort(b *binding) {
 // staged one's waiters are promoted; requests under a bound one select
 // afresh from now on.
 func (e *Engine) invalidate(w *worker) {
-	for _, b := range e.bindings.Invalidate(func(r *rank) bool { return r.w == w }) {
+	for _, b := range e.bindings.Invalidate(w.ranks...) {
 		e.out.ev.BindingsInvalidated = append(e.out.ev.BindingsInvalidated, protocol.BindingRef{Role: protocol.Role(b.Key.Role), Key: b.Key.String()})
 		if b.State == affinity.Staged {
 			e.abort(b)

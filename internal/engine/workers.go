@@ -44,8 +44,9 @@ type rank struct {
 
 	activeRequests uint64
 	prefill        prefillLoad
-	privateBlocks  uint64 // blocks of requests without hashes: never shared
-	distinctBlocks uint64 // distinct active sequence hashes
+	privateBlocks  uint64     // blocks of requests without hashes: never shared
+	distinctBlocks uint64     // distinct active sequence hashes
+	booked         []*request // the requests booked here, in no order
 }
 
 func (r *rank) activeDecodeBlocks() uint64 { return r.distinctBlocks + r.privateBlocks }
@@ -166,8 +167,9 @@ func (e *Engine) workerRemoved(w *worker) {
 		e.unready(w)
 	}
 	var orphaned []string
-	for _, req := range e.requests {
-		if req.rank != nil && req.rank.w == w && !req.orphaned {
+	for _, r := range w.ranks {
+		for len(r.booked) > 0 {
+			req := r.booked[len(r.booked)-1]
 			e.unbook(req)
 			req.orphaned = true
 			orphaned = append(orphaned, req.d.id)
