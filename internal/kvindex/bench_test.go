@@ -242,3 +242,43 @@ func BenchmarkIndexChurn(b *testing.B) {
 	// events-per-second figure hides.
 	b.ReportMetric(float64(moved)/float64(max(changes, 1)), "blocks/change")
 }
+
+// BenchmarkWideRanksShareANode: ranks from 64 up, many on one node. Under
+// "hashes" one such rank stores one prefix under n block hashes, then
+// removes them; under "ranks" n such ranks store the same prefix, then
+// leave. Either used to scan the node's whole side list per step (quadratic);
+// the time per step must not grow with n.
+func BenchmarkWideRanksShareANode(b *testing.B) {
+	prefix := []protocol.LocalBlockHash{7}
+	for _, n := range []int{4000, 40000} {
+		b.Run(fmt.Sprint("hashes=", n), func(b *testing.B) {
+			overlap := make([]uint32, maskRanks+1)
+			for b.Loop() {
+				x := New()
+				x.AddRank(maskRanks)
+				for i := range n {
+					x.Store(maskRanks, nil, []Block{{BlockHash: protocol.SequenceHash(i), TokensHash: prefix[0]}})
+					x.FindMatches(prefix, overlap)
+				}
+				for i := range n {
+					x.Remove(maskRanks, []protocol.SequenceHash{protocol.SequenceHash(i)})
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/hash")
+		})
+		b.Run(fmt.Sprint("ranks=", n), func(b *testing.B) {
+			for b.Loop() {
+				x := New()
+				for i := range n {
+					id := RankID(maskRanks + i)
+					x.AddRank(id)
+					x.Store(id, nil, []Block{{BlockHash: 1, TokensHash: prefix[0]}})
+				}
+				for i := range n {
+					x.DropRank(RankID(maskRanks + i))
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/rank")
+		})
+	}
+}

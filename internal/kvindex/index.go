@@ -29,9 +29,12 @@ type rankCache struct {
 // prefix, and records the ranks that hold it. Not safe for concurrent use.
 type Index struct {
 	tree *tree
-	// wide holds the ranks from maskRanks up that cache each node.
-	wide map[uint32][]RankID
-	// extra counts a low rank's additional block hashes on one node (a rank
+	// wide holds the ranks from maskRanks up that cache each node, each
+	// once, and widePos where each is in its node's list, so that leaving
+	// costs O(1) however many ranks share the node.
+	wide    map[uint32][]RankID
+	widePos map[rankNode]int
+	// extra counts a rank's additional block hashes on one node (a rank
 	// that stored one prefix under two block hashes), so that removing one
 	// keeps the rank on the node.
 	extra map[rankNode]int
@@ -47,7 +50,7 @@ type rankNode struct {
 
 // New returns an empty index.
 func New() *Index {
-	return &Index{tree: newTree(), wide: map[uint32][]RankID{}, extra: map[rankNode]int{}}
+	return &Index{tree: newTree(), wide: map[uint32][]RankID{}, widePos: map[rankNode]int{}, extra: map[rankNode]int{}}
 }
 
 // AddRank starts an empty cache for id, dropping anything an earlier user of
@@ -221,7 +224,13 @@ func setDepth(mask uint64, depth uint32, overlap []uint32) {
 
 func (x *Index) attach(nd uint32, id RankID) {
 	if id >= maskRanks {
-		x.wide[nd] = append(x.wide[nd], id)
+		k := rankNode{id, nd}
+		if _, ok := x.widePos[k]; ok {
+			x.extra[k]++
+		} else {
+			x.widePos[k] = len(x.wide[nd])
+			x.wide[nd] = append(x.wide[nd], id)
+		}
 		return
 	}
 	if mask := &x.tree.node(nd).mask; *mask&(1<<id) != 0 {
@@ -235,25 +244,22 @@ func (x *Index) attach(nd uint32, id RankID) {
 // nor children.
 func (x *Index) detach(nd uint32, id RankID) {
 	switch {
-	case id >= maskRanks:
-		rs := x.wide[nd]
-		for i, r := range rs {
-			if r == id {
-				rs[i] = rs[len(rs)-1]
-				rs = rs[:len(rs)-1]
-				break
-			}
-		}
-		if len(rs) == 0 {
-			delete(x.wide, nd)
-		} else {
-			x.wide[nd] = rs
-		}
 	case len(x.extra) > 0 && x.extra[rankNode{id, nd}] > 0:
 		if x.extra[rankNode{id, nd}]--; x.extra[rankNode{id, nd}] == 0 {
 			delete(x.extra, rankNode{id, nd})
 		}
 		return
+	case id >= maskRanks:
+		k := rankNode{id, nd}
+		rs, i := x.wide[nd], x.widePos[k]
+		last := rs[len(rs)-1]
+		rs[i], x.widePos[rankNode{last, nd}] = last, i
+		delete(x.widePos, k)
+		if rs = rs[:len(rs)-1]; len(rs) == 0 {
+			delete(x.wide, nd)
+		} else {
+			x.wide[nd] = rs
+		}
 	default:
 		x.tree.node(nd).mask &^= 1 << id
 	}

@@ -154,8 +154,9 @@ func blockHashes(t *rapid.T, local []protocol.LocalBlockHash) []protocol.Sequenc
 // step, and that dropping every rank leaves nothing behind.
 func TestIndexMatchesModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		// Rank 70 is above the 64 kept in node masks: the side table.
-		ids := []RankID{0, 1, 70}
+		// Ranks from 64 up are above the 64 kept in node masks: the side
+		// table, where several share a node's list.
+		ids := []RankID{0, 1, 70, 71, 130}
 		x := New()
 		m := model{}
 		for _, r := range ids {
@@ -213,7 +214,7 @@ func TestIndexMatchesModel(t *testing.T) {
 				m[r] = map[protocol.SequenceHash][]protocol.LocalBlockHash{}
 			}
 			probe := gen.Draw(t, "probe")
-			overlap := make([]uint32, 71)
+			overlap := make([]uint32, ids[len(ids)-1]+1)
 			x.FindMatches(probe, overlap)
 			for _, rr := range ids {
 				if want := m.overlap(rr, probe); overlap[rr] != want {
