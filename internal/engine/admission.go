@@ -155,6 +155,7 @@ func (e *Engine) expireQueue() {
 		if req == nil || e.now < e.deadline(req) {
 			return
 		}
+		e.stale()
 		e.reject(req, protocol.CodeQueueTimeout, fmt.Sprintf("waited %s ms (queue_timeout_ms %s)",
 			protocol.AppendNum(nil, e.now-req.d.arrival), protocol.AppendNum(nil, *e.cfg.QueueTimeoutMS)))
 	}
@@ -166,6 +167,9 @@ func (e *Engine) drain() {
 	if e.queue.count == 0 {
 		return // the usual case; the roles' queues are a map away
 	}
+	if e.wake.known && (!e.wake.ok || e.wake.at > e.now) {
+		return // nothing changed since no head was admissible before wake.at
+	}
 	for _, role := range roleOrder {
 		rq := e.queue.byRole[role]
 		for rq.Len() > 0 {
@@ -176,6 +180,7 @@ func (e *Engine) drain() {
 			}
 			heap.Pop(rq)
 			e.queue.count--
+			e.stale()
 			e.out.released = append(e.out.released, e.place(req, cs, e.preferred(req.d, cs.ranks)))
 		}
 	}
@@ -209,10 +214,40 @@ func (e *Engine) advance(t float64) {
 	e.stepTo(t)
 }
 
+// wakeup caches nextWakeup. Finding it reads every rank a queue head may go
+// to, and every response carries it, so a stream of lines that change
+// nothing it rests on (clock steps short of it, KV events, refused lines)
+// would pay that per line. It rests on the waiting requests, the workers,
+// the ranks' loads and the bindings of waiting requests (which hold a lease,
+// so do not expire); whatever changes one of those calls stale. The clock
+// moving alone leaves it true: loads only fall and deadlines stay, so the
+// first moment after now at which the router acts is the same from any
+// earlier now, until the router acts.
+type wakeup struct {
+	at    float64
+	ok    bool
+	known bool
+}
+
+// stale drops the cached wakeup after a change it may rest on.
+func (e *Engine) stale() { e.wake.known = false }
+
 // nextWakeup is the earliest time after now at which the router would act
 // with no further input: a waiting request times out, or a queue head
 // becomes admissible as prefill load decays.
 func (e *Engine) nextWakeup() (float64, bool) {
+	if !e.wake.known {
+		e.wake.at, e.wake.ok = e.findWakeup()
+		e.wake.known = true
+	}
+	return e.wake.at, e.wake.ok
+}
+
+// findWakeup is nextWakeup without the cache.
+func (e *Engine) findWakeup() (float64, bool) {
+	if e.queue.count == 0 && e.held == 0 {
+		return math.Inf(1), false
+	}
 	best := math.Inf(1)
 	if req := e.queue.oldest(); req != nil {
 		best = e.deadline(req)

@@ -30,6 +30,7 @@ type Engine struct {
 	draws    *selectionDraws // rng and the round_robin counter, as selection takes them
 	params   selector.Params
 	out      output // what the current command did
+	wake     wakeup // next_wakeup_ms, while nothing it rests on changes
 
 	// Scratch reused from command to command; overlap and hits are
 	// indexed by rank slot.

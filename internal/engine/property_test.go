@@ -175,6 +175,11 @@ func invariants(e *Engine, c *protocol.Command, resp *protocol.Response) error {
 	if resp.NextWakeupMS != nil && float64(*resp.NextWakeupMS) <= e.now {
 		return fmt.Errorf("next_wakeup_ms %v is not after now %v", *resp.NextWakeupMS, e.now)
 	}
+	// next_wakeup_ms comes from a cache; found afresh it must be the same.
+	fresh, ok := e.findWakeup()
+	if ok = ok && fresh <= protocol.MaxNumber; ok != (resp.NextWakeupMS != nil) || (ok && float64(*resp.NextWakeupMS) != fresh) {
+		return fmt.Errorf("next_wakeup_ms %v, found afresh %v (%v)", resp.NextWakeupMS, fresh, ok)
+	}
 	for _, role := range roleOrder {
 		if head := e.queue.head(role); head != nil {
 			if _, ok := e.admissible(head.d, e.now); ok {

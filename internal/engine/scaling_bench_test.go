@@ -119,3 +119,39 @@ func BenchmarkWorkersGo(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLinesWhileOneWaits: a fleet of n ranks, and one request waiting
+// for the one busy worker it is pinned to; then lines that change nothing the
+// wakeup rests on (a clock step short of it, a KV event, a refused line).
+// Each answer carries next_wakeup_ms, and each line drained the queue: both
+// used to cost a pass over every rank per line (3–100 ms a line at 65536
+// ranks), now neither does.
+func BenchmarkLinesWhileOneWaits(b *testing.B) {
+	for _, workers := range []int{6, 60} {
+		b.Run(fmt.Sprint("ranks=", workers*protocol.MaxDPSize), func(b *testing.B) {
+			cfg := protocol.DefaultConfig()
+			cfg.QueueThreshold, cfg.PrefillLoadModel, cfg.PrefillTokensPerMS = ptrTo(0.5), protocol.PrefillLoadLinear, ptrTo(1.0)
+			e, _ := New(cfg)
+			for i := range workers {
+				applyOK(b, e, &protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(uint64(i)), DPSize: ptrTo(uint32(protocol.MaxDPSize))})
+			}
+			busy := uint64(workers)
+			applyOK(b, e, &protocol.Command{Op: protocol.OpWorkerReady, WorkerID: &busy, MaxNumBatchedTokens: ptrTo(uint64(100))})
+			applyOK(b, e, &protocol.Command{Op: protocol.OpPlace, RequestID: "busy", InputTokens: ptrTo(uint64(1000)), WorkerID: &busy})
+			applyOK(b, e, &protocol.Command{Op: protocol.OpPlace, RequestID: "waits", InputTokens: ptrTo(uint64(16)), WorkerID: &busy})
+			now, lines := 0.0, 0
+			for b.Loop() {
+				now += 1e-4
+				applyOK(b, e, &protocol.Command{Op: protocol.OpAdvanceClock, NowMS: &now})
+				applyOK(b, e, &protocol.Command{Op: protocol.OpObserve, Events: []protocol.KVEvent{}})
+				var resp protocol.Response
+				e.Apply(&protocol.Command{Op: protocol.OpDispatchCommitted, RequestID: "nobody"}, &resp)
+				if resp.Error == nil || resp.PendingCount != 1 || resp.NextWakeupMS == nil {
+					b.Fatalf("the request must still wait, with a wakeup: %+v", resp)
+				}
+				lines += 3
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(lines), "ns/line")
+		})
+	}
+}
