@@ -319,3 +319,31 @@ func TestWakeupPastTheLastTimeIsNull(t *testing.T) {
 		}
 	}
 }
+
+// TestRemovedIDsStayBounded: past the cap, each removal forgets the oldest
+// id; the queue behind the remembered set holds neither forgotten entries
+// (its front) nor stale ones (ids that came back or were removed again)
+// beyond a constant factor of what it remembers, however many removals.
+func TestRemovedIDsStayBounded(t *testing.T) {
+	const limit = 8
+	r := newRemovedIDs(limit)
+	for i := range uint64(10000) {
+		id := i // first new ids, past the cap: the front is forgotten
+		if i >= 5000 {
+			id = i % 5 // then the same few again and again: entries go stale
+		}
+		if i%3 == 0 {
+			r.forget(id) // as when the worker comes back first
+		}
+		r.add(id)
+		if len(r.seq) > limit {
+			t.Fatalf("%d ids remembered past the cap of %d", len(r.seq), limit)
+		}
+		if len(r.order) > 4*limit+32+1 { // at most 2*limit+16 past the front, which is at most half
+			t.Fatalf("after %d removals the queue holds %d entries (%d forgotten at its front) for %d ids", i+1, len(r.order), r.head, len(r.seq))
+		}
+		if !r.has(id) {
+			t.Fatalf("the latest removal, %d, is not remembered", id)
+		}
+	}
+}

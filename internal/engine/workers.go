@@ -63,7 +63,7 @@ type fleet struct {
 }
 
 func newFleet() fleet {
-	return fleet{byID: map[uint64]*worker{}, removed: removedIDs{seq: map[uint64]uint64{}}}
+	return fleet{byID: map[uint64]*worker{}, removed: newRemovedIDs(RememberedRemovals)}
 }
 
 // readyWorkers are the ready workers in id order, the candidate order.
@@ -194,6 +194,7 @@ const RememberedRemovals = 1 << 16
 
 // removedIDs are the most recently removed worker ids, in removal order.
 type removedIDs struct {
+	limit int
 	seq   map[uint64]uint64 // id -> when it was removed, while remembered
 	order []removal         // oldest first from head; entries of ids re-added or removed again are stale
 	head  int
@@ -201,6 +202,10 @@ type removedIDs struct {
 }
 
 type removal struct{ id, seq uint64 }
+
+func newRemovedIDs(limit int) removedIDs {
+	return removedIDs{limit: limit, seq: map[uint64]uint64{}}
+}
 
 func (r *removedIDs) has(id uint64) bool { _, ok := r.seq[id]; return ok }
 
@@ -211,7 +216,7 @@ func (r *removedIDs) add(id uint64) {
 	r.next++
 	r.seq[id] = r.next
 	r.order = append(r.order, removal{id, r.next})
-	for len(r.seq) > RememberedRemovals {
+	for len(r.seq) > r.limit {
 		old := r.order[r.head]
 		r.head++
 		if r.seq[old.id] == old.seq {
