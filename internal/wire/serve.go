@@ -118,7 +118,7 @@ func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, e
 		case err != nil && err != io.EOF:
 			return st, fmt.Errorf("reading commands: %w", err)
 		}
-		if (!tooLong && IsComment(line)) || (tooLong && lr.comment) {
+		if (!tooLong && IsComment(line)) || (tooLong && lr.lead.comment()) {
 			continue
 		}
 		st.Commands++
@@ -172,18 +172,22 @@ func IsComment(line []byte) bool {
 	return len(t) == 0 || t[0] == '#'
 }
 
-// isHashComment reports whether a line opens, after blanks, with '#': a
-// comment however long (a scenario records long responses on "#< " lines).
-func isHashComment(line []byte) bool {
-	t := bytes.TrimLeft(line, " \t\r\n")
-	return len(t) > 0 && t[0] == '#'
+// leadByte is the first byte of a line that is not a blank, 0 while none
+// has come: enough to tell a comment of any length from a command, so a
+// line over the limit need not be held to be told.
+type leadByte byte
+
+func (b *leadByte) see(chunk []byte) {
+	if *b == 0 {
+		if t := bytes.TrimLeft(chunk, " \t\r\n"); len(t) > 0 {
+			*b = leadByte(t[0])
+		}
+	}
 }
 
-// Answered reports whether Serve answers line under a limit of
-// maxLineBytes: a command, or a line too long that is not a # comment.
-func Answered(line []byte, maxLineBytes int) bool {
-	return !IsComment(line) || (len(line) > maxLineBytes && !isHashComment(line))
-}
+// comment: a line that is blank or opens with '#' is a comment whatever its
+// length (a scenario records long responses on "#< " lines).
+func (b leadByte) comment() bool { return b == 0 || b == '#' }
 
 // lineReader yields lines without their newline, never holding more than
 // max bytes of one line: the rest of a longer line is read and dropped.
@@ -192,7 +196,7 @@ type lineReader struct {
 	max       int
 	line      []byte
 	discarded int
-	comment   bool // the line too long opened with '#'
+	lead      leadByte // of the line too long
 }
 
 func newLineReader(in io.Reader, max int) *lineReader {
@@ -210,11 +214,15 @@ func (l *lineReader) next() (line []byte, tooLong bool, err error) {
 		if !tooLong {
 			if total > l.max+1 || (total == l.max+1 && (len(chunk) == 0 || chunk[len(chunk)-1] != '\n')) {
 				tooLong = true
-				l.comment = isHashComment(append(l.line, chunk...))
+				l.lead = 0
+				l.lead.see(l.line)
 				l.line = l.line[:0]
 			} else {
 				l.line = append(l.line, chunk...)
 			}
+		}
+		if tooLong {
+			l.lead.see(chunk)
 		}
 		switch err {
 		case bufio.ErrBufferFull:
