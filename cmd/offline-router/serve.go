@@ -38,7 +38,7 @@ var configFlags = []struct{ key, usage string }{
 	{"block_size", "tokens per KV block (Mooncake traces use 512)"},
 	{"seed", "seed of the one deterministic random stream (ties, softmax)"},
 	{"temperature", "0 = cheapest rank; > 0 = softmax over range-normalised costs"},
-	{"overlap_score_credit", "credit per cached block, in [0,1]"},
+	{"overlap_score_credit", "blocks of prefill credited per cached block (Dynamo's default 1; above 1 favours cache over load)"},
 	{"prefill_load_scale", "weight of the prefill term of the cost"},
 	{"kv_events", "false = approximate mode: the index learns from placements"},
 	{"approx_ttl_ms", "lifetime of an approximate-mode block, refreshed when routed again"},

@@ -157,6 +157,7 @@ func (c *Config) Validate() error {
 		oneOf("affinity.key", c.Affinity.Key, AffinityKeySession, AffinityKeySiblingGroup),
 		oneOf("evidence", c.Evidence, EvidenceNone, EvidenceSummary, EvidenceFull),
 		nonNeg("temperature", &c.Temperature),
+		nonNeg("overlap_score_credit", &c.OverlapScoreCredit),
 		nonNeg("prefill_load_scale", &c.PrefillLoadScale),
 		positive("approx_ttl_ms", &c.ApproxTTLMS),
 		nonNeg("queue_threshold", c.QueueThreshold),
@@ -175,7 +176,7 @@ func (c *Config) Validate() error {
 	for _, kv := range []struct {
 		key string
 		v   *float64
-	}{{"temperature", &c.Temperature}, {"prefill_load_scale", &c.PrefillLoadScale}, {"approx_ttl_ms", &c.ApproxTTLMS},
+	}{{"temperature", &c.Temperature}, {"overlap_score_credit", &c.OverlapScoreCredit}, {"prefill_load_scale", &c.PrefillLoadScale}, {"approx_ttl_ms", &c.ApproxTTLMS},
 		{"queue_threshold", c.QueueThreshold}, {"queue_timeout_ms", c.QueueTimeoutMS},
 		{"active_decode_blocks_threshold", c.ActiveDecodeBlocksThreshold}, {"active_prefill_tokens_threshold", c.ActivePrefillTokensThreshold},
 		{"active_prefill_tokens_threshold_frac", c.ActivePrefillTokensThresholdFrac}, {"prefill_tokens_per_ms", c.PrefillTokensPerMS},
@@ -194,9 +195,6 @@ func (c *Config) Validate() error {
 	}
 	if c.BlockSize == 0 || c.BlockSize > 1<<20 {
 		return fmt.Errorf("config block_size: expected 1 to %d tokens, got %d", 1<<20, c.BlockSize)
-	}
-	if c.OverlapScoreCredit < 0 || c.OverlapScoreCredit > 1 || math.IsNaN(c.OverlapScoreCredit) {
-		return fmt.Errorf("config overlap_score_credit: expected a number in [0,1], got %v", c.OverlapScoreCredit)
 	}
 	if c.PrefillLoadModel == PrefillLoadLinear && c.PrefillTokensPerMS == nil {
 		return fmt.Errorf("config prefill_tokens_per_ms: required by prefill_load_model \"linear\"")

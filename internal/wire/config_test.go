@@ -43,7 +43,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		`{"affinity":{"mode":"off","ttl":1}}`:      "ttl",
 		`{"policy":"best"}`:                        "policy",
 		`{"block_size":0}`:                         "block_size",
-		`{"overlap_score_credit":1.5}`:             "overlap_score_credit",
+		`{"overlap_score_credit":-0.5}`:            "overlap_score_credit",
 		`{"prefill_load_model":"linear"}`:          "prefill_tokens_per_ms",
 		`{"temperature":-1}`:                       "temperature",
 		`{"evidence":"all"}`:                       "evidence",
