@@ -46,8 +46,11 @@ func (e *Engine) applyEvent(x *protocol.KVEvent) string {
 	}
 	switch d := x.Data.(type) {
 	case protocol.Stored:
-		if !e.index.Store(id, d.ParentHash, d.Blocks) {
+		switch e.index.Store(id, d.ParentHash, d.Blocks) {
+		case kvindex.ErrUnknownParent:
 			return protocol.SkipUnknownParent
+		case kvindex.ErrSelfReference:
+			return protocol.SkipInvalidBlockSequence
 		}
 	case protocol.Removed:
 		e.index.Remove(id, d.BlockHashes)

@@ -1,6 +1,7 @@
 package kvindex
 
 import (
+	"errors"
 	"math/bits"
 
 	"github.com/offline-router/offline-router/internal/protocol"
@@ -109,15 +110,27 @@ func (x *Index) HasBlock(id RankID, blockHash protocol.SequenceHash) bool {
 	return ok
 }
 
-// Store adds blocks as a chain under parent (nil = root) for id. It reports
-// false and changes nothing when id does not cache parent.
-func (x *Index) Store(id RankID, parent *protocol.SequenceHash, blocks []Block) bool {
+// Why a store is refused; a refused store changes nothing.
+var (
+	ErrUnknownParent = errors.New("the rank does not cache the parent")
+	// ErrSelfReference: a block whose hash is its parent's would be stored
+	// under itself (Dynamo refuses it as an invalid block sequence).
+	ErrSelfReference = errors.New("a block's hash is its parent's")
+)
+
+// Store adds blocks as a chain under parent (nil = root) for id.
+func (x *Index) Store(id RankID, parent *protocol.SequenceHash, blocks []Block) error {
 	r := &x.ranks[id]
 	cur := root
 	if parent != nil {
 		var ok bool
 		if cur, ok = r.blocks.find(0, uint64(*parent)); !ok {
-			return false
+			return ErrUnknownParent
+		}
+		for _, b := range blocks {
+			if b.BlockHash == *parent {
+				return ErrSelfReference
+			}
 		}
 	}
 	warm := uint64(0)
@@ -140,7 +153,7 @@ func (x *Index) Store(id RankID, parent *protocol.SequenceHash, blocks []Block) 
 		}
 		cur = child
 	}
-	return true
+	return nil
 }
 
 // Remove drops the blocks of id addressed by hashes; unknown hashes are

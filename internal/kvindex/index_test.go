@@ -24,7 +24,7 @@ func storeChain(t *testing.T, x *Index, id RankID, parent *protocol.SequenceHash
 	for i := range local {
 		blocks[i] = Block{BlockHash: seq[i], TokensHash: local[i]}
 	}
-	if !x.Store(id, parent, blocks) {
+	if x.Store(id, parent, blocks) != nil {
 		t.Fatalf("store on rank %d refused", id)
 	}
 	return seq
@@ -66,7 +66,7 @@ func TestStoreUnderUnknownParentIsRefused(t *testing.T) {
 	x := New()
 	x.AddRank(0)
 	p := protocol.SequenceHash(77)
-	if x.Store(0, &p, []Block{{BlockHash: 1, TokensHash: 1}}) {
+	if x.Store(0, &p, []Block{{BlockHash: 1, TokensHash: 1}}) == nil {
 		t.Fatal("store under an unknown parent applied")
 	}
 	if x.Blocks(0) != 0 || x.Nodes() != 0 {
@@ -185,9 +185,19 @@ func TestIndexMatchesModel(t *testing.T) {
 				for i := range local {
 					blocks[i] = Block{BlockHash: seq[i], TokensHash: local[i]}
 				}
-				if stored := x.Store(r, parent, blocks); stored != (parent == nil || prefix != nil) {
-					t.Fatalf("store under parent %v (held prefix %v) returned %v", parent != nil, prefix, stored)
-				} else if stored {
+				var want error
+				switch {
+				case parent != nil && prefix == nil:
+					want = ErrUnknownParent
+				case parent != nil && rapid.Bool().Draw(t, "a block names its parent"):
+					blocks[rapid.IntRange(0, len(blocks)-1).Draw(t, "which")].BlockHash = *parent
+					fallthrough
+				case parent != nil && slices.ContainsFunc(blocks, func(b Block) bool { return b.BlockHash == *parent }):
+					want = ErrSelfReference
+				}
+				if err := x.Store(r, parent, blocks); err != want {
+					t.Fatalf("store under parent %v (held prefix %v) returned %v, want %v", parent != nil, prefix, err, want)
+				} else if err == nil {
 					for i := range local {
 						m[r][seq[i]] = append(slices.Clone(prefix), local[:i+1]...)
 					}

@@ -166,6 +166,9 @@ const (
 	SkipRemovedWorker = "removed_worker"
 	SkipUnknownRank   = "unknown_dp_rank"
 	SkipStaleEventID  = "stale_event_id"
+	// A store naming its parent among its blocks (Dynamo's
+	// InvalidBlockSequence).
+	SkipInvalidBlockSequence = "invalid_block_sequence"
 )
 
 // State is the read-only snapshot that inspect returns.
