@@ -204,7 +204,7 @@ func (e *Engine) stepTo(t float64) {
 // queue would act, in time order, so that each release and timeout happens
 // at its exact time.
 func (e *Engine) advance(t float64) {
-	for e.queue.count > 0 {
+	for e.queue.count > 0 || e.held > 0 { // a held waiter has a deadline too
 		next, ok := e.nextWakeup()
 		if !ok || next > t || next <= e.now {
 			break // (next <= now would be a bug; never spin on it)
