@@ -62,3 +62,30 @@ func TestApproxRefreshesDoNotPileUp(t *testing.T) {
 		t.Errorf("the expiry heap holds %d entries for %d blocks", n, len(hashes))
 	}
 }
+
+// A request whose prefill never completes stays at the head of its rank's
+// prefill FIFO; the requests that come and go behind it must not stay in
+// the FIFO too (they did, one entry each, for as long as the head stayed).
+func TestPrefillFIFOBehindAStuckHead(t *testing.T) {
+	for _, linear := range []bool{false, true} {
+		cfg := protocol.DefaultConfig()
+		if linear {
+			cfg.PrefillLoadModel, cfg.PrefillTokensPerMS = protocol.PrefillLoadLinear, ptrTo(1e-6)
+		}
+		e, _ := New(cfg)
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(uint64(1))})
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpPlace, RequestID: "stuck", InputTokens: ptrTo(uint64(1 << 30))})
+		for i := range 10000 {
+			id, now := fmt.Sprint("r", i), float64(i)
+			applyOKT(t, e, &protocol.Command{Op: protocol.OpPlace, RequestID: id, InputTokens: ptrTo(uint64(64)), NowMS: &now})
+			applyOKT(t, e, &protocol.Command{Op: protocol.OpRequestTerminal, RequestID: id})
+		}
+		p := &e.fleet.slots[0].prefill
+		if n := len(p.fifo) - p.head; n > 64 {
+			t.Errorf("linear %v: the prefill FIFO holds %d entries for 1 live request", linear, n)
+		}
+		if p.live != 1 {
+			t.Errorf("linear %v: %d live entries counted, want 1", linear, p.live)
+		}
+	}
+}

@@ -15,6 +15,7 @@ type prefillLoad struct {
 	consumed float64 // how much of the head entry has decayed
 	fifo     []*prefillEntry
 	head     int
+	live     int // entries in fifo not done
 }
 
 // prefillEntry is one request's booked prefill on a rank.
@@ -76,6 +77,7 @@ func (p *prefillLoad) add(t float64, tokens uint64) *prefillEntry {
 		return e
 	}
 	p.fifo = append(p.fifo, e)
+	p.live++
 	p.pending += tokens
 	return e
 }
@@ -90,6 +92,7 @@ func (p *prefillLoad) remove(t float64, e *prefillEntry) {
 		p.retireHead()
 	} else {
 		e.done = true
+		p.live--
 		p.pending -= e.tokens
 	}
 	p.compact()
@@ -98,19 +101,32 @@ func (p *prefillLoad) remove(t float64, e *prefillEntry) {
 func (p *prefillLoad) retireHead() {
 	e := p.fifo[p.head]
 	e.done = true
+	p.live--
 	p.pending -= e.tokens
 	p.consumed = 0
 	p.head++
 }
 
-// compact drops retired entries from the front once they are half the slice.
+// compact drops retired entries from the front once they are half the
+// slice, and those released behind a head that stays (a prefill that never
+// completes) once they outnumber the live ones: O(1) per entry, amortized.
 func (p *prefillLoad) compact() {
 	for p.head < len(p.fifo) && p.fifo[p.head].done {
 		p.head++
 	}
-	if p.head == len(p.fifo) {
+	switch {
+	case p.head == len(p.fifo):
 		p.fifo, p.head, p.consumed = p.fifo[:0], 0, 0
-	} else if p.head > len(p.fifo)/2 {
+	case len(p.fifo)-p.head > 2*p.live+16:
+		kept := p.fifo[:0]
+		for _, e := range p.fifo[p.head:] {
+			if !e.done {
+				kept = append(kept, e)
+			}
+		}
+		clear(p.fifo[len(kept):])
+		p.fifo, p.head = kept, 0
+	case p.head > len(p.fifo)/2:
 		n := copy(p.fifo, p.fifo[p.head:])
 		clear(p.fifo[n:])
 		p.fifo, p.head = p.fifo[:n], 0

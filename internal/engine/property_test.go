@@ -204,6 +204,15 @@ func invariants(e *Engine, c *protocol.Command, resp *protocol.Response) error {
 		if uint64(len(r.booked)) != r.activeRequests {
 			return fmt.Errorf("%d/%d: %d requests booked, %d listed", r.w.id, r.dp, r.activeRequests, len(r.booked))
 		}
+		live := 0
+		for _, pe := range r.prefill.fifo[r.prefill.head:] {
+			if !pe.done {
+				live++
+			}
+		}
+		if live != r.prefill.live {
+			return fmt.Errorf("%d/%d: %d prefill entries live, %d counted", r.w.id, r.dp, live, r.prefill.live)
+		}
 		for i, req := range r.booked {
 			if req.rank != r || req.bookedAt != i || req.orphaned || e.requests[req.d.id] != req {
 				return fmt.Errorf("%d/%d: listed request %s is not booked there", r.w.id, r.dp, req.d.id)
