@@ -228,7 +228,25 @@ func (x *Table[T]) EndLease(b *Binding[T], now float64) {
 	if b.Leases == 0 {
 		b.lastLeaseAt = now
 		heap.Push(&x.expiring, expiryEntry[T]{at: x.ExpiresAt(b), b: b})
+		x.compact()
 	}
+}
+
+// compact rebuilds the expiry heap from the bindings once superseded
+// entries (a binding leased again, or gone) outnumber them: a session's
+// every turn left one until its time came, an hour of turns by default.
+// Pops come in (time, key) order, which the rebuild keeps.
+func (x *Table[T]) compact() {
+	if len(x.expiring) <= 2*len(x.byKey)+64 {
+		return
+	}
+	x.expiring = x.expiring[:0]
+	for _, b := range x.byKey {
+		if at := x.ExpiresAt(b); !math.IsInf(at, 1) {
+			x.expiring = append(x.expiring, expiryEntry[T]{at: at, b: b})
+		}
+	}
+	heap.Init(&x.expiring)
 }
 
 // Expire removes every binding whose expiry is at or before now and returns

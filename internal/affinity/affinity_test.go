@@ -122,3 +122,23 @@ func TestStagedTransitions(t *testing.T) {
 		t.Fatal("an abort without waiters must leave no binding")
 	}
 }
+
+// A session's turns each end a lease; the expiry entries they leave behind
+// (superseded when the next turn leases again) must not pile up until their
+// time comes, and the live binding must still expire on time.
+func TestTurnsDoNotPileUpExpiries(t *testing.T) {
+	x := NewTable[int](1e12)
+	b := x.Stage(conv, "r0")
+	x.Commit(b, 1)
+	for turn := range 10000 {
+		x.EndLease(b, float64(turn))
+		x.AddLease(b)
+	}
+	x.EndLease(b, 10000)
+	if n := len(x.expiring); n > 2*len(x.byKey)+64 {
+		t.Fatalf("%d expiry entries for one binding", n)
+	}
+	if got := x.Expire(10000 + 1e12); len(got) != 1 || !b.Gone() {
+		t.Fatalf("the binding must expire 1e12 after its last lease: %v", got)
+	}
+}
