@@ -12,8 +12,7 @@ import (
 // approx_ttl_ms after it was last routed to a rank.
 
 // approxKey is a block learned for one rank. The rank, not its slot, names
-// it: when a rank goes, its blocks' deadlines are left to run out instead of
-// being searched for, and a rank that reuses the slot does not inherit them.
+// it, so a rank that reuses the slot does not inherit it.
 type approxKey struct {
 	r    *rank
 	hash protocol.SequenceHash
@@ -24,17 +23,17 @@ type approxEntry struct {
 	key      approxKey
 }
 
-// approxIndex tracks the deadline of every block learned from a placement.
-// The heap may hold stale entries for refreshed blocks; an entry counts only
-// when its deadline is still the block's current one.
+// approxIndex tracks when each block learned from a placement expires. A
+// rank keeps its own blocks' deadlines (rank.approx), so that a rank that
+// goes takes them with it in O(1). The heap may hold stale entries (of
+// blocks routed to again, or of ranks gone); an entry counts only when its
+// deadline is still its block's on a rank that is up.
 type approxIndex struct {
-	deadline map[approxKey]float64
-	queue    approxHeap
+	queue approxHeap
+	live  int // deadlines held by ranks that are up
 }
 
-func newApproxIndex() *approxIndex {
-	return &approxIndex{deadline: map[approxKey]float64{}}
-}
+func newApproxIndex() *approxIndex { return &approxIndex{} }
 
 // approxRecord inserts the placed demand's blocks for its rank.
 func (e *Engine) approxRecord(d *demand, r *rank) {
@@ -45,49 +44,66 @@ func (e *Engine) approxRecord(d *demand, r *rank) {
 	e.blocks = e.blocks[:0]
 	deadline := e.now + e.cfg.ApproxTTLMS
 	a := e.approx
+	if r.approx == nil {
+		r.approx = map[protocol.SequenceHash]float64{}
+	}
 	for i := range d.local {
 		e.blocks = append(e.blocks, kvindex.Block{BlockHash: d.seq[i], TokensHash: d.local[i]})
-		k := approxKey{r, d.seq[i]}
 		if !e.index.HasBlock(id, d.seq[i]) {
 			e.out.ev.ApproxBlocksAdded++
 		}
-		if old, ok := a.deadline[k]; ok && old == deadline {
+		old, ok := r.approx[d.seq[i]]
+		if ok && old == deadline {
 			continue // routed again at the same moment: its entry stands
 		}
-		a.deadline[k] = deadline
-		heap.Push(&a.queue, approxEntry{deadline, k})
+		if !ok {
+			a.live++
+		}
+		r.approx[d.seq[i]] = deadline
+		heap.Push(&a.queue, approxEntry{deadline, approxKey{r, d.seq[i]}})
 	}
 	e.index.Store(id, nil, e.blocks)
-	a.compact()
+	e.compactApprox()
 }
 
-// compact rebuilds the heap from the live deadlines once stale entries (of
-// blocks routed to again later) outnumber them, so a prompt routed again and
-// again costs one entry, not one per placement. The heap's order is total
-// on the entries of ranks that are up, so the rebuild changes no expiry
-// order that matters.
-func (a *approxIndex) compact() {
-	if len(a.queue) <= 2*len(a.deadline)+64 {
+// forget drops the deadlines of a rank that goes.
+func (a *approxIndex) forget(r *rank) {
+	a.live -= len(r.approx)
+	r.approx = nil
+}
+
+// compactApprox rebuilds the heap from the deadlines of the ranks that are
+// up once stale entries (of blocks routed to again later, or of ranks gone)
+// outnumber them: a prompt routed again and again costs one entry, and a
+// rank that went costs none. The heap's order is total on the entries of
+// ranks that are up, so the rebuild changes no expiry order.
+func (e *Engine) compactApprox() {
+	a := e.approx
+	if len(a.queue) <= 2*a.live+64 {
 		return
 	}
 	a.queue = a.queue[:0]
-	for k, d := range a.deadline {
-		a.queue = append(a.queue, approxEntry{d, k})
+	for _, r := range e.fleet.slots {
+		if r != nil {
+			for h, d := range r.approx {
+				a.queue = append(a.queue, approxEntry{d, approxKey{r, h}})
+			}
+		}
 	}
 	heap.Init(&a.queue)
 }
 
 // approxExpire drops every block whose deadline is at or before now.
 func (e *Engine) approxExpire() int {
-	q := &e.approx.queue
+	a := e.approx
 	n := 0
-	for q.Len() > 0 && (*q)[0].deadline <= e.now {
-		x := heap.Pop(q).(approxEntry)
-		if d, ok := e.approx.deadline[x.key]; ok && d == x.deadline {
-			delete(e.approx.deadline, x.key)
-			if r := x.key.r; e.fleet.slots[r.slot] == r { // the rank is still up
-				n += e.index.Remove(kvindex.RankID(r.slot), []protocol.SequenceHash{x.key.hash})
-			}
+	for a.queue.Len() > 0 && a.queue[0].deadline <= e.now {
+		x := heap.Pop(&a.queue).(approxEntry)
+		r := x.key.r
+		if d, ok := r.approx[x.key.hash]; ok && d == x.deadline {
+			delete(r.approx, x.key.hash)
+			a.live--
+			n += e.index.Remove(kvindex.RankID(r.slot), []protocol.SequenceHash{x.key.hash})
 		}
 	}
 	return n

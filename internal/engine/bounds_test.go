@@ -55,7 +55,7 @@ func TestApproxRefreshesDoNotPileUp(t *testing.T) {
 		applyOKT(t, e, &protocol.Command{Op: protocol.OpPlace, RequestID: id, InputTokens: ptrTo(uint64(64)), BlockHashes: hashes, NowMS: &now})
 		applyOKT(t, e, &protocol.Command{Op: protocol.OpRequestTerminal, RequestID: id})
 	}
-	if live := len(e.approx.deadline); live != len(hashes) {
+	if live := e.approx.live; live != len(hashes) {
 		t.Fatalf("want %d blocks learned, got %d", len(hashes), live)
 	}
 	if n := len(e.approx.queue); n > 2*len(hashes)+64 {
@@ -87,5 +87,24 @@ func TestPrefillFIFOBehindAStuckHead(t *testing.T) {
 		if p.live != 1 {
 			t.Errorf("linear %v: %d live entries counted, want 1", linear, p.live)
 		}
+	}
+}
+
+// Approximate-mode blocks of a rank that went must not stay until their
+// deadline (with a long approx_ttl_ms, workers coming and going piled them
+// up without end).
+func TestApproxBlocksOfRanksGoneDoNotPileUp(t *testing.T) {
+	cfg := protocol.DefaultConfig()
+	cfg.KVEvents, cfg.ApproxTTLMS = false, 1e12
+	e, _ := New(cfg)
+	for i := range 5000 {
+		id, w := fmt.Sprint("r", i), uint64(i)
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpWorkerReady, WorkerID: &w})
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpPlace, RequestID: id, InputTokens: ptrTo(uint64(64)), BlockHashes: []protocol.LocalBlockHash{1, 2, 3, 4}})
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpRequestTerminal, RequestID: id})
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpWorkerRemoved, WorkerID: &w})
+	}
+	if e.approx.live != 0 || len(e.approx.queue) > 64+4 {
+		t.Errorf("no rank is up, yet %d deadlines are counted and the heap holds %d entries", e.approx.live, len(e.approx.queue))
 	}
 }

@@ -44,9 +44,10 @@ type rank struct {
 
 	activeRequests uint64
 	prefill        prefillLoad
-	privateBlocks  uint64     // blocks of requests without hashes: never shared
-	distinctBlocks uint64     // distinct active sequence hashes
-	booked         []*request // the requests booked here, in no order
+	privateBlocks  uint64                            // blocks of requests without hashes: never shared
+	distinctBlocks uint64                            // distinct active sequence hashes
+	booked         []*request                        // the requests booked here, in no order
+	approx         map[protocol.SequenceHash]float64 // approximate mode: when each block learned here expires
 }
 
 func (r *rank) activeDecodeBlocks() uint64 { return r.distinctBlocks + r.privateBlocks }
@@ -179,6 +180,7 @@ func (e *Engine) workerRemoved(w *worker) {
 	ev.RequestsOrphaned = orphaned
 	for _, r := range w.ranks {
 		ev.BlocksDropped += e.index.DropRank(kvindex.RankID(r.slot))
+		e.approx.forget(r)
 		e.fleet.slots[r.slot] = nil
 		e.fleet.freeSlots = append(e.fleet.freeSlots, r.slot)
 	}
