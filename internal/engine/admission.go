@@ -9,9 +9,9 @@ import (
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
-// Admission decides when a request may be placed, and tells the host when
-// to wake the router: the policy queue, time-decaying prefill load and
-// next_wakeup_ms.
+// Admission decides when a request may be placed: the policy queue, its
+// deadlines, and moving the clock through the moments it acts at (which
+// wakeup.go finds).
 
 func (e *Engine) queueEnabled() bool { return e.cfg.QueueThreshold != nil }
 
@@ -69,6 +69,7 @@ func (e *Engine) placeOrWait(req *request, cs candidateSet) (protocol.Placement,
 	}
 	req.score = e.queueScore(req.d)
 	e.queue.push(req)
+	e.stale(req.d.role)
 	return protocol.Placement{}, false
 }
 
@@ -155,7 +156,6 @@ func (e *Engine) expireQueue() {
 		if req == nil || e.now < e.deadline(req) {
 			return
 		}
-		e.stale()
 		e.reject(req, protocol.CodeQueueTimeout, fmt.Sprintf("waited %s ms (queue_timeout_ms %s)",
 			protocol.AppendNum(nil, e.now-req.d.arrival), protocol.AppendNum(nil, *e.cfg.QueueTimeoutMS)))
 	}
@@ -167,11 +167,11 @@ func (e *Engine) drain() {
 	if e.queue.count == 0 {
 		return // the usual case; the roles' queues are a map away
 	}
-	if e.wake.known && (!e.wake.ok || e.wake.at > e.now) {
-		return // nothing changed since no head was admissible before wake.at
-	}
 	for _, role := range roleOrder {
 		rq := e.queue.byRole[role]
+		if w := e.wake[roleIndex(role)]; rq.Len() == 0 || (w.known && w.at > e.now) {
+			continue // no head, or none admissible before its moment
+		}
 		for rq.Len() > 0 {
 			req := (*rq)[0]
 			cs, ok := e.admissible(req.d, e.now)
@@ -180,7 +180,7 @@ func (e *Engine) drain() {
 			}
 			heap.Pop(rq)
 			e.queue.count--
-			e.stale()
+			e.stale(role)
 			e.out.released = append(e.out.released, e.place(req, cs, e.preferred(req.d, cs.ranks)))
 		}
 	}
@@ -212,143 +212,4 @@ func (e *Engine) advance(t float64) {
 		e.stepTo(next)
 	}
 	e.stepTo(t)
-}
-
-// wakeup caches nextWakeup. Finding it reads every rank a queue head may go
-// to, and every response carries it, so a stream of lines that change
-// nothing it rests on (clock steps short of it, KV events, refused lines)
-// would pay that per line. It rests on the waiting requests, the workers,
-// the ranks' loads and the bindings of waiting requests (which hold a lease,
-// so do not expire); whatever changes one of those calls stale. The clock
-// moving alone leaves it true: loads only fall and deadlines stay, so the
-// first moment after now at which the router acts is the same from any
-// earlier now, until the router acts.
-type wakeup struct {
-	at    float64
-	ok    bool
-	known bool
-}
-
-// stale drops the cached wakeup after a change it may rest on.
-func (e *Engine) stale() { e.wake.known = false }
-
-// nextWakeup is the earliest time after now at which the router would act
-// with no further input: a waiting request times out, or a queue head
-// becomes admissible as prefill load decays.
-func (e *Engine) nextWakeup() (float64, bool) {
-	if !e.wake.known {
-		e.wake.at, e.wake.ok = e.findWakeup()
-		e.wake.known = true
-	}
-	return e.wake.at, e.wake.ok
-}
-
-// findWakeup is nextWakeup without the cache.
-func (e *Engine) findWakeup() (float64, bool) {
-	if e.queue.count == 0 && e.held == 0 {
-		return math.Inf(1), false
-	}
-	best := math.Inf(1)
-	if req := e.queue.oldest(); req != nil {
-		best = e.deadline(req)
-	}
-	for _, role := range roleOrder {
-		if req := e.queue.head(role); req != nil {
-			best = min(best, e.admissibleAt(req.d))
-		}
-	}
-	return best, !math.IsInf(best, 1)
-}
-
-// admissibleAt returns the earliest time after now at which d becomes
-// admissible with no further input, or +Inf. Loads only fall without input,
-// so each rank stops being overloaded (and queue-busy) at one moment, and d
-// is admissible from the first moment some rank it may go to is neither
-// queue-busy nor on a busy worker. Rounding is settled by checking the
-// answer with admissible itself, so a host that advances the clock to
-// exactly this time gets the release.
-func (e *Engine) admissibleAt(d *demand) float64 {
-	if e.checkPin(d) != nil {
-		return math.Inf(1)
-	}
-	best := math.Inf(1)
-	for _, w := range e.fleet.readyWorkers() {
-		if w.role != d.role {
-			continue
-		}
-		workerFree := math.Inf(1)
-		for _, r := range w.ranks {
-			if ok, _ := d.staticallyAllowed(r); ok {
-				workerFree = min(workerFree, e.unloadedAt(r))
-			}
-		}
-		for _, r := range w.ranks {
-			if ok, _ := d.staticallyAllowed(r); ok {
-				best = min(best, max(workerFree, e.queueFreeAt(r)))
-			}
-		}
-	}
-	if math.IsInf(best, 1) {
-		return best
-	}
-	t := max(best, math.Nextafter(e.now, math.Inf(1)))
-	for range 64 {
-		if _, ok := e.admissible(d, t); ok {
-			return e.earliestAdmissible(d, t)
-		}
-		t = math.Nextafter(t, math.Inf(1))
-	}
-	return math.Inf(1)
-}
-
-// earliestAdmissible finds the first time after now at which d is
-// admissible, given that it is at t: the decay's inverse (reachTime) can
-// land late, by an ulp or by thousands, and a host that advances to just
-// before next_wakeup_ms must see nothing happen. Admissibility only grows
-// with time, so the boundary is found by bisection over the float64 values
-// between now and t (their bits, times being >= 0, are in the same order):
-// one check when t is right, at most 64.
-func (e *Engine) earliestAdmissible(d *demand, t float64) float64 {
-	lo, hi := math.Float64bits(e.now), math.Float64bits(t) // not admissible at lo; admissible at hi
-	if hi-lo > 1 {
-		if _, ok := e.admissible(d, math.Float64frombits(hi-1)); !ok {
-			return t
-		}
-		hi--
-	}
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		if _, ok := e.admissible(d, math.Float64frombits(mid)); ok {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	return math.Float64frombits(hi)
-}
-
-// unloadedAt is when r stops exceeding every busy threshold that is set.
-func (e *Engine) unloadedAt(r *rank) float64 {
-	cfg := &e.cfg
-	t := e.now
-	if v := cfg.ActiveDecodeBlocksThreshold; v != nil && r.w.totalKVBlocks != nil &&
-		float64(r.activeDecodeBlocks()) > *v*float64(*r.w.totalKVBlocks) {
-		return math.Inf(1) // decode blocks do not decay
-	}
-	if v := cfg.ActivePrefillTokensThreshold; v != nil {
-		t = max(t, r.prefill.reachTime(*v))
-	}
-	if v := cfg.ActivePrefillTokensThresholdFrac; v != nil && r.w.maxNumBatchedTokens != nil {
-		t = max(t, r.prefill.reachTime(*v*float64(*r.w.maxNumBatchedTokens)))
-	}
-	return t
-}
-
-// queueFreeAt is when r stops being busy by queue_threshold.
-func (e *Engine) queueFreeAt(r *rank) float64 {
-	q := e.cfg.QueueThreshold
-	if q == nil || r.w.maxNumBatchedTokens == nil {
-		return e.now
-	}
-	return max(e.now, r.prefill.reachTime(*q*float64(*r.w.maxNumBatchedTokens)))
 }

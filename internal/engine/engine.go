@@ -29,8 +29,8 @@ type Engine struct {
 	rng      *stream
 	draws    *selectionDraws // rng and the round_robin counter, as selection takes them
 	params   selector.Params
-	out      output // what the current command did
-	wake     wakeup // next_wakeup_ms, while nothing it rests on changes
+	out      output      // what the current command did
+	wake     [3]roleWake // each role's queue head's moment (wakeup.go)
 
 	// Scratch reused from command to command; overlap and hits are
 	// indexed by rank slot.

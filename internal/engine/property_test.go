@@ -52,13 +52,18 @@ func drawConfig(t *rapid.T) protocol.Config {
 func drawCommand(t *rapid.T, e *Engine) *protocol.Command {
 	id := func() string { return fmt.Sprintf("r%d", rapid.IntRange(1, 12).Draw(t, "request")) }
 	worker := func() *uint64 { return ptrTo(uint64(rapid.IntRange(1, 4).Draw(t, "worker"))) }
+	// Mostly aggregated, so that requests meet workers; now and then another
+	// role, so that each role's queue and wakeup are checked apart.
+	role := func() protocol.Role {
+		return rapid.SampledFrom([]protocol.Role{"", "", "", protocol.RoleDecode, protocol.RolePrefill}).Draw(t, "role")
+	}
 	c := &protocol.Command{}
 	if rapid.IntRange(0, 3).Draw(t, "clock") == 0 {
 		c.NowMS = ptrTo(e.now + float64(rapid.IntRange(0, 60).Draw(t, "dt")))
 	}
 	switch rapid.IntRange(0, 14).Draw(t, "op") {
 	case 0:
-		c.Op, c.WorkerID = protocol.OpWorkerReady, worker()
+		c.Op, c.WorkerID, c.Role = protocol.OpWorkerReady, worker(), role()
 		c.DPSize = ptrTo(uint32(rapid.IntRange(1, 2).Draw(t, "dp_size")))
 		c.MaxNumBatchedTokens = rapid.SampledFrom([]*uint64{nil, ptrTo(uint64(32)), ptrTo(uint64(128))}).Draw(t, "mbt")
 		c.TotalKVBlocks = rapid.SampledFrom([]*uint64{nil, ptrTo(uint64(40))}).Draw(t, "kv")
@@ -67,7 +72,7 @@ func drawCommand(t *rapid.T, e *Engine) *protocol.Command {
 	case 2:
 		c.Op, c.WorkerID = protocol.OpWorkerRemoved, worker()
 	case 3, 4, 5:
-		c.Op, c.RequestID = protocol.OpPlace, id()
+		c.Op, c.RequestID, c.Role = protocol.OpPlace, id(), role()
 		c.BlockHashes = rapid.SliceOfN(hashIn[protocol.LocalBlockHash](1, 3), 0, 6).Draw(t, "hashes")
 		c.InputTokens = ptrTo(uint64(len(c.BlockHashes))*16 + uint64(rapid.IntRange(0, 40).Draw(t, "extra")))
 		if rapid.IntRange(0, 5).Draw(t, "pin") == 0 {

@@ -52,6 +52,7 @@ func (e *Engine) unbook(req *request) {
 	r.distinctBlocks -= e.active.Release(req.end, r.slot)
 	r.activeRequests--
 	r.privateBlocks -= req.d.privateBlocks
+	e.workerGained(r.w)
 	last := r.booked[len(r.booked)-1]
 	r.booked[req.bookedAt], last.bookedAt = last, req.bookedAt
 	r.booked[len(r.booked)-1] = nil
@@ -64,6 +65,7 @@ func (e *Engine) finish(req *request) {
 	switch {
 	case req.queueIndex >= 0:
 		e.queue.remove(req)
+		e.stale(req.d.role)
 	case req.rank != nil:
 		e.unbook(req)
 	}
@@ -81,6 +83,7 @@ func (e *Engine) reject(req *request, code protocol.Code, message string) {
 func (e *Engine) prefillCompleted(req *request) {
 	if !req.orphaned {
 		req.rank.prefill.remove(e.now, req.prefill)
+		e.workerGained(req.rank.w)
 	}
 }
 

@@ -115,13 +115,6 @@ func (e *Engine) apply(c *protocol.Command, resp *protocol.Response) *protocol.E
 		resp.State = e.inspect()
 	case protocol.OpTopologySettled, protocol.OpAdvanceClock:
 	}
-	switch c.Op {
-	case protocol.OpObserve, protocol.OpInspect, protocol.OpTopologySettled, protocol.OpAdvanceClock:
-		// The index is not admission's business, and what the clock did
-		// called the wakeup stale where it acted.
-	default:
-		e.stale()
-	}
 	if c.Op != protocol.OpInspect {
 		e.drain() // whatever the command freed or changed
 	}

@@ -125,6 +125,7 @@ func (e *Engine) workerReady(c *protocol.Command) {
 	}
 	e.fleet.ready = append(e.fleet.ready, w)
 	e.growScratch()
+	e.workerGained(w)
 }
 
 func (e *Engine) lookupWorker(id uint64) (*worker, *protocol.Error) {
@@ -157,6 +158,7 @@ func (e *Engine) workerDraining(w *worker) {
 	}
 	w.status = statusDraining
 	e.unready(w)
+	e.workerLost(w)
 }
 
 // workerRemoved drops the worker's eligibility, index entries and load at
@@ -166,6 +168,7 @@ func (e *Engine) workerRemoved(w *worker) {
 	ev := &e.out.ev
 	if w.status == statusReady {
 		e.unready(w)
+		e.workerLost(w)
 	}
 	var orphaned []string
 	for _, r := range w.ranks {

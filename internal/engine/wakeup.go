@@ -1,0 +1,229 @@
+package engine
+
+import (
+	"math"
+
+	"github.com/offline-router/offline-router/internal/protocol"
+)
+
+// Wakeup: the earliest time after now at which the router would act with no
+// further input (next_wakeup_ms): a waiting request times out, or a queue
+// head becomes admissible as prefill load decays.
+//
+// Every response carries it, and finding a head's moment reads every rank
+// its role has, so it is kept per role, with the worker that admits the
+// head first, and mended rather than found again:
+//   - a worker that comes up, or whose load falls, can only bring the moment
+//     forward: it is asked alone (O(its ranks));
+//   - a worker that goes moves it only if it was the one that admitted the
+//     head first;
+//   - a new head, or a binding of the role invalidated, calls the role stale.
+//
+// A load rises only by a placement, and a request is placed only when no
+// head waits in its role, or as the head itself (no overtaking): that is a
+// new head already.
+// The clock moving alone changes nothing: loads only fall and deadlines
+// stay, so the first moment at which the head is admissible is the same from
+// any earlier now. A head is admissible on a worker at time t exactly when
+// admissible (the queue's own test) would find it on that worker, so the
+// moment a role keeps is the one the queue acts at.
+
+// roleWake is one role's queue head's moment: the first time, at or after
+// the now it was found at, at which some worker of the role admits the
+// head; +Inf when there is no head or no worker will without input.
+type roleWake struct {
+	at    float64
+	from  *worker // the worker that admits the head at `at`
+	known bool
+}
+
+func roleIndex(r protocol.Role) int {
+	switch r {
+	case protocol.RoleDecode:
+		return 1
+	case protocol.RolePrefill:
+		return 2
+	}
+	return 0
+}
+
+// stale drops role's moment: its head, or what admits the head, changed.
+func (e *Engine) stale(role protocol.Role) { e.wake[roleIndex(role)].known = false }
+
+// headAt returns role's moment, finding it if it is not known.
+func (e *Engine) headAt(role protocol.Role) float64 {
+	w := &e.wake[roleIndex(role)]
+	if !w.known {
+		w.at, w.from, w.known = math.Inf(1), nil, true
+		if head := e.queue.head(role); head != nil {
+			for _, wk := range e.fleet.readyWorkers() {
+				if t := e.workerAdmitsAt(head.d, wk); t < w.at {
+					w.at, w.from = t, wk
+				}
+			}
+		}
+	}
+	return w.at
+}
+
+// workerGained: wk came up, or its load fell, so it may admit its role's
+// head sooner than any worker did.
+func (e *Engine) workerGained(wk *worker) {
+	w := &e.wake[roleIndex(wk.role)]
+	if !w.known {
+		return
+	}
+	if head := e.queue.head(wk.role); head != nil {
+		if t := e.workerAdmitsAt(head.d, wk); t < w.at {
+			w.at, w.from = t, wk
+		}
+	}
+}
+
+// workerLost: wk went; no other worker's moment moved, so the role's moves
+// only if wk set it.
+func (e *Engine) workerLost(wk *worker) {
+	if w := &e.wake[roleIndex(wk.role)]; w.from == wk {
+		w.known = false
+	}
+}
+
+// nextWakeup is the earliest time after now at which the router would act
+// with no further input.
+func (e *Engine) nextWakeup() (float64, bool) {
+	best := math.Inf(1)
+	if req := e.queue.oldest(); req != nil {
+		best = e.deadline(req)
+	}
+	for _, role := range roleOrder {
+		if e.queue.head(role) != nil {
+			best = min(best, e.headAt(role))
+		}
+	}
+	return best, !math.IsInf(best, 1)
+}
+
+// findWakeup is nextWakeup found afresh, for the tests that check the kept
+// moments.
+func (e *Engine) findWakeup() (float64, bool) {
+	kept := e.wake
+	e.wake = [len(e.wake)]roleWake{}
+	t, ok := e.nextWakeup()
+	e.wake = kept
+	return t, ok
+}
+
+// workerAdmitsAt returns the first time at or after now at which d is
+// admissible on wk alone, or +Inf. Loads only fall without input, so each
+// rank stops being overloaded (and queue-busy) at one moment, and d is
+// admissible on wk from the first moment some rank it may go to is neither
+// queue-busy nor on a busy worker. Rounding is settled by checking the
+// answer with admitsOn itself, so a host that advances the clock to exactly
+// this time gets the release.
+func (e *Engine) workerAdmitsAt(d *demand, wk *worker) float64 {
+	if wk.unlisted || wk.role != d.role || e.checkPin(d) != nil {
+		return math.Inf(1)
+	}
+	if e.admitsOn(d, wk, e.now) {
+		return e.now
+	}
+	workerFree, best := math.Inf(1), math.Inf(1)
+	for _, r := range wk.ranks {
+		if ok, _ := d.staticallyAllowed(r); ok {
+			workerFree = min(workerFree, e.unloadedAt(r))
+		}
+	}
+	for _, r := range wk.ranks {
+		if ok, _ := d.staticallyAllowed(r); ok {
+			best = min(best, max(workerFree, e.queueFreeAt(r)))
+		}
+	}
+	if math.IsInf(best, 1) {
+		return best
+	}
+	t := max(best, math.Nextafter(e.now, math.Inf(1)))
+	for range 64 {
+		if e.admitsOn(d, wk, t) {
+			return e.earliestOn(d, wk, t)
+		}
+		t = math.Nextafter(t, math.Inf(1))
+	}
+	return math.Inf(1)
+}
+
+// admitsOn reports whether d could be placed on one of wk's ranks at time
+// t: the part of admissible that is wk's (wk not busy, and a rank d may go
+// to that is not queue-busy).
+func (e *Engine) admitsOn(d *demand, wk *worker, t float64) bool {
+	allowed, busy := 0, true
+	for _, r := range wk.ranks {
+		if ok, _ := d.staticallyAllowed(r); ok {
+			allowed++
+			busy = busy && e.overloaded(r, t)
+		}
+	}
+	if allowed == 0 || busy {
+		return false
+	}
+	if !e.queueEnabled() {
+		return true
+	}
+	for _, r := range wk.ranks {
+		if ok, _ := d.staticallyAllowed(r); ok && !e.queueBusy(r, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// earliestOn finds the first time after now at which wk admits d, given
+// that it does at t and not at now: the decay's inverse (reachTime) can
+// land late, by an ulp or by thousands, and a host that advances to just
+// before next_wakeup_ms must see nothing happen. Admitting only grows with
+// time, so the boundary is found by bisection over the float64 values
+// between now and t (their bits, times being >= 0, are in the same order):
+// one check when t is right, at most 64.
+func (e *Engine) earliestOn(d *demand, wk *worker, t float64) float64 {
+	lo, hi := math.Float64bits(e.now), math.Float64bits(t)
+	if hi-lo > 1 {
+		if !e.admitsOn(d, wk, math.Float64frombits(hi-1)) {
+			return t
+		}
+		hi--
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if e.admitsOn(d, wk, math.Float64frombits(mid)) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return math.Float64frombits(hi)
+}
+
+// unloadedAt is when r stops exceeding every busy threshold that is set.
+func (e *Engine) unloadedAt(r *rank) float64 {
+	cfg := &e.cfg
+	t := e.now
+	if v := cfg.ActiveDecodeBlocksThreshold; v != nil && r.w.totalKVBlocks != nil &&
+		float64(r.activeDecodeBlocks()) > *v*float64(*r.w.totalKVBlocks) {
+		return math.Inf(1) // decode blocks do not decay
+	}
+	if v := cfg.ActivePrefillTokensThreshold; v != nil {
+		t = max(t, r.prefill.reachTime(*v))
+	}
+	if v := cfg.ActivePrefillTokensThresholdFrac; v != nil && r.w.maxNumBatchedTokens != nil {
+		t = max(t, r.prefill.reachTime(*v*float64(*r.w.maxNumBatchedTokens)))
+	}
+	return t
+}
+
+// queueFreeAt is when r stops being busy by queue_threshold.
+func (e *Engine) queueFreeAt(r *rank) float64 {
+	q := e.cfg.QueueThreshold
+	if q == nil || r.w.maxNumBatchedTokens == nil {
+		return e.now
+	}
+	return max(e.now, r.prefill.reachTime(*q*float64(*r.w.maxNumBatchedTokens)))
+}
