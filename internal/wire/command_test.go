@@ -65,12 +65,12 @@ func TestDecodeNastyLines(t *testing.T) {
 		{`{"op":"inspect"}}`, "parse_error", "after the object"},
 		{``, "parse_error", "end of line"},
 		{`nul`, "parse_error", "not JSON"},
-		{`{"op":"inspect","id":tru}`, "invalid_field", `"id"`},
+		{`{"op":"inspect","id":tru}`, "parse_error", `"id"`}, // not JSON, broken where the field's value is: named
 		{`{"op":"worker_ready","worker_id":99999999999999999999999}`, "invalid_field", `"worker_id"`},
 		{`{"op":"worker_ready","worker_id":1e2}`, "invalid_field", `"worker_id"`},
-		{`{"op":"worker_ready","worker_id":01}`, "invalid_field", "not a JSON number"},
+		{`{"op":"worker_ready","worker_id":01}`, "parse_error", `"worker_id": expected an unsigned 64-bit integer, got "01" (not a JSON number)`},
 		{`{"op":"worker_ready","worker_id":-0}`, "invalid_field", `"worker_id"`},
-		{`{"op":"advance_clock","now_ms":-Infinity}`, "invalid_field", `"now_ms"`},
+		{`{"op":"advance_clock","now_ms":-Infinity}`, "parse_error", `"now_ms"`},
 		{`{"op":"advance_clock","now_ms":"5"}`, "invalid_field", `"now_ms"`},
 		{`{"op":"place","request_id":"` + strings.Repeat("x", 257) + `"}`, "invalid_field", `"request_id"`},
 		{`{"op":"place","request_id":"r","tokens":[1,-2]}`, "invalid_field", `"tokens[1]"`},
@@ -108,6 +108,10 @@ func TestDecodeNastyLines(t *testing.T) {
 		// not a key inside it; an unknown op is named before unknown keys.
 		{`{"op":"worker_ready","worker_id":1,"events":[{"bogus":1}]}`, "unknown_field", `"events": is not a field of op "worker_ready"`},
 		{`{"op":"teleport","bogus":1}`, "unknown_op", `"teleport" is not one of`},
+		// A line that is not JSON is parse_error, whatever was read first.
+		{`{"id":"q","op":"worker_ready","worker_id":1,"events":[1,}`, "parse_error", "the line is not JSON: it breaks at byte 56"},
+		{`{"op":"nope","id":"q","bogus":{"a":[}`, "parse_error", "breaks at byte 36"},
+		{"{\"op\":\"inspect\",\"id\":\"q\",\"k\xff\":1}", "invalid_field", "a key is not valid UTF-8"},
 	}
 	for _, c := range cases {
 		d := decode(t, c.line)
@@ -137,6 +141,16 @@ func TestDecodeRecoversOpAndID(t *testing.T) {
 	d = decode(t, "{\"op\":\"place\",\"request_id\":\"\xff\"}")
 	if d.Err == nil || d.Err.Code != "invalid_field" || d.Op == nil || *d.Op != "place" {
 		t.Fatalf("want invalid_field with op recovered, got op=%v err=%v", d.Op, d.Err)
+	}
+	// A key that is not UTF-8 is a wrong key, not broken JSON; of an op or
+	// id given twice, the first counts, as the decoder read it.
+	d = decode(t, "{\"op\":\"inspect\",\"id\":\"q\",\"k\xff\":1}")
+	if d.Op == nil || *d.Op != "inspect" || string(d.ID) != `"q"` {
+		t.Fatalf("want op and id recovered past a key that is not UTF-8, got op=%v id=%s", d.Op, d.ID)
+	}
+	d = decode(t, `{"op":"inspect","id":1,"op":"nope","id":2}`)
+	if d.Err == nil || d.Op == nil || *d.Op != "inspect" || string(d.ID) != "1" || !strings.Contains(d.Err.Message, "more than once") {
+		t.Fatalf("want the first op and id, and the repeat named, got op=%v id=%s err=%v", d.Op, d.ID, d.Err)
 	}
 	d = decode(t, `{"id":"x","op":"place"`)
 	if d.Op != nil || d.ID != nil {

@@ -159,7 +159,7 @@ func decodeConfigValue(s *scanner, fv reflect.Value) (bool, *fieldError) {
 // decodeConfigCommand decodes a line whose op is "config". Its keys are
 // only read here: whether the config they make is valid is known once they
 // are merged over the file and flags (ConfigSource.Merge).
-func decodeConfigCommand(line []byte, out *Decoded) *fieldError {
+func decodeConfigCommand(line []byte, out *Decoded) (err *fieldError, at int) {
 	s := scanner{b: line}
 	cfg := protocol.DefaultConfig()
 	var id []byte
@@ -179,13 +179,13 @@ func decodeConfigCommand(line []byte, out *Decoded) *fieldError {
 		err = s.syntax("unexpected data after the object")
 	}
 	if err != nil {
-		return err
+		return err, s.i
 	}
 	op := string(protocol.OpConfig)
 	*out = Decoded{Op: &op, ID: id,
 		Cmd: protocol.Command{Op: protocol.OpConfig, ID: id, Config: &protocol.ConfigUpdate{Config: cfg, Keys: keys}}}
 	out.Err = out.Cmd.Validate()
-	return nil
+	return nil, 0
 }
 
 // appendConfigValue writes the value of a config field as JSON, numbers as

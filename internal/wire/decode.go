@@ -60,15 +60,26 @@ func Decode(line []byte, out *Decoded) {
 		err = s.syntax("unexpected data after the object")
 	}
 	if err != nil {
-		recoverHeader(line, out)
+		readable, breaksAt := recoverHeader(line, out)
+		notJSON := func(err *fieldError, at int) *protocol.Error {
+			switch {
+			case readable:
+			case at < breaksAt: // what was read first is not what breaks the line
+				err = &fieldError{code: protocol.CodeParse, msg: fmt.Sprintf("the line is not JSON: it breaks at byte %d", breaksAt)}
+			default: // the wrong value is where the line breaks: name its field
+				err.code = protocol.CodeParse
+			}
+			return err.wire()
+		}
 		if err == errConfigOp || (out.Op != nil && *out.Op == string(protocol.OpConfig)) {
-			if err = decodeConfigCommand(line, out); err != nil {
-				out.Err = err.wire() // its own words: "is not a config key"
+			if err, at := decodeConfigCommand(line, out); err != nil {
+				out.Err = notJSON(err, at) // in its own words: "is not a config key"
 			}
 			return
 		}
-		if err.code == protocol.CodeParse && out.Op == nil {
-			out.ID = nil
+		if !readable {
+			out.Op, out.ID, out.Err = nil, nil, notJSON(err, s.i)
+			return
 		}
 		if (err.code == protocol.CodeInvalidField || err.code == protocol.CodeUnknownField) && out.Op != nil {
 			op := protocol.Op(*out.Op)
@@ -145,24 +156,30 @@ func suggest(key string) string {
 }
 
 // recoverHeader fills op and id from a line that failed, when its top level
-// is a readable object, so the error response can still echo them.
-func recoverHeader(line []byte, out *Decoded) {
+// is a readable object, so the error response can still echo them, and
+// reports whether it is, or else the byte at which it stops being JSON (a
+// string that is not UTF-8 is JSON here: a wrong value, which the error
+// names).
+func recoverHeader(line []byte, out *Decoded) (readable bool, breaksAt int) {
 	s := scanner{b: line, allowRepeats: true}
 	var op *string
 	var id []byte
+	var opSeen, idSeen bool
 	ok := s.object(func(key string) *fieldError {
 		start := s.i
 		if !s.skip() {
 			return &fieldError{code: protocol.CodeParse}
 		}
 		raw := line[start:s.i]
-		switch key {
-		case "op":
+		switch {
+		case key == "op" && !opSeen: // the first, as the decoder read it
+			opSeen = true
 			sub := scanner{b: raw}
 			if v, err := sub.str(); err == nil {
 				op = &v
 			}
-		case "id":
+		case key == "id" && !idSeen:
+			idSeen = true
 			sub := scanner{b: raw}
 			if v, err := scanID(&sub); err == nil {
 				id = v
@@ -173,6 +190,7 @@ func recoverHeader(line []byte, out *Decoded) {
 	if ok {
 		out.Op, out.ID = op, id
 	}
+	return ok, s.i
 }
 
 // scanID reads an id value, which is echoed verbatim: a string or a number,

@@ -119,8 +119,14 @@ func (s *scanner) object(field func(key string) *fieldError) *fieldError {
 			return s.syntax("expected a quoted key")
 		}
 		key, err := s.key()
-		if err != nil {
-			return err
+		switch {
+		case err == nil:
+		case err.code != protocol.CodeInvalidField:
+			return err // a broken string
+		case !s.allowRepeats:
+			return &fieldError{code: protocol.CodeInvalidField, msg: "a key is not valid UTF-8"}
+		default:
+			key = "" // header recovery reads on past a key it cannot name
 		}
 		// Header recovery takes any keys, however many: it keeps none. An
 		// object that is checked has at most the protocol's few keys before
@@ -547,7 +553,7 @@ func (s *scanner) skipKey() bool {
 	if s.peek() != '"' {
 		return false
 	}
-	if _, err := s.rawString(); err != nil || s.peek() != ':' {
+	if _, err := s.rawString(); (err != nil && err.code != protocol.CodeInvalidField) || s.peek() != ':' {
 		return false
 	}
 	s.i++
