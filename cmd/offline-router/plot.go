@@ -28,10 +28,10 @@ func (p *loadPlot) sample(s replay.Sample) { p.samples = append(p.samples, s) }
 // save draws two aligned panels, load on top and hit rate below, as PNG or
 // SVG by the file's extension.
 func (p *loadPlot) save(path string, rep *replay.Report) error {
-	ext := strings.ToLower(filepath.Ext(path))
-	if ext != ".png" && ext != ".svg" {
-		return fmt.Errorf("--plot %s: the file must end in .png or .svg", path)
+	if err := plotFormat(path); err != nil {
+		return err
 	}
+	ext := strings.ToLower(filepath.Ext(path))
 	load := plot.New()
 	load.Title.Text = fmt.Sprintf("Requests on each worker (policy %s)", rep.Policy)
 	load.X.Label.Text = "simulated time (s)"
@@ -84,4 +84,12 @@ func (p *loadPlot) save(path string, rep *replay.Report) error {
 	load.Draw(canvases[0][0])
 	hit.Draw(canvases[1][0])
 	return saveCanvas(path, canvas, ext)
+}
+
+// plotFormat checks that path names a format the plot can be drawn in.
+func plotFormat(path string) error {
+	if ext := strings.ToLower(filepath.Ext(path)); ext != ".png" && ext != ".svg" {
+		return fmt.Errorf("--plot %s: the file must end in .png or .svg", path)
+	}
+	return nil
 }

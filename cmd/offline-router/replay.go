@@ -108,6 +108,18 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 		!(o.cluster.PrefillTokensPerMS > 0) || o.cluster.DecodeMSPerToken < 0 {
 		return &exitError{2, fmt.Errorf("the --worker-* values and --workers must be positive")}
 	}
+	// Simulated times must stay within what the router takes (2^53 ms).
+	if v := o.cluster.PrefillTokensPerMS; v < 1e-6 || v > protocol.MaxNumber {
+		return &exitError{2, fmt.Errorf("--worker-prefill-tokens-per-ms %v: expected 1e-6 to 2^53", v)}
+	}
+	if v := o.cluster.DecodeMSPerToken; !(v <= 1e6) {
+		return &exitError{2, fmt.Errorf("--worker-decode-ms-per-token %v: expected a finite number from 0 to 1e6", v)}
+	}
+	if o.plotFile != "" {
+		if err := plotFormat(o.plotFile); err != nil {
+			return &exitError{2, err}
+		}
+	}
 	o.cluster.BlockSize = cfg.BlockSize
 	trace, source, err := loadTrace(args, cfg.BlockSize, cfg.Seed, o.sessions)
 	if err != nil {

@@ -68,17 +68,24 @@ func TestReplayEmitThenServe(t *testing.T) {
 	}
 }
 
-// TestReplayRefusesClashingOutputs: two streams into one file, or a
-// one-run output with --compare, are refused before anything runs.
+// TestReplayRefusesClashingOutputs: two streams into one file, a one-run
+// output with --compare, or values a run could not go through, are refused
+// before anything runs or prints.
 func TestReplayRefusesClashingOutputs(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "both.jsonl")
 	for args, want := range map[string]string{
 		"--emit-commands " + path + " --emit-responses " + path: "name the same file",
 		"--compare --emit-responses " + path:                    "--emit-responses describes one run",
+		// Values the simulated cluster would take past the router's times.
+		"--worker-decode-ms-per-token NaN":      "--worker-decode-ms-per-token NaN: expected a finite number",
+		"--worker-decode-ms-per-token 1e300":    "--worker-decode-ms-per-token 1e+300",
+		"--worker-prefill-tokens-per-ms 1e-300": "--worker-prefill-tokens-per-ms 1e-300: expected 1e-6 to 2^53",
+		"--plot " + path + ".jpg":               "must end in .png or .svg",
+		"--temperature NaN":                     "config temperature: expected a finite number",
 	} {
-		_, stderr, code := run(t, "", append([]string{"replay", "--sessions", "5"}, strings.Fields(args)...)...)
-		if code != 2 || !strings.Contains(stderr, want) {
-			t.Errorf("%s: exit %d: %s", args, code, stderr)
+		stdout, stderr, code := run(t, "", append([]string{"replay", "--sessions", "5"}, strings.Fields(args)...)...)
+		if code != 2 || !strings.Contains(stderr, want) || stdout != "" {
+			t.Errorf("%s: exit %d, stdout %q: %s", args, code, stdout, stderr)
 		}
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/goccy/go-json"
@@ -94,6 +95,9 @@ func LoadConfig(file []byte, overrides []Override) (protocol.Config, error) {
 		return c, err
 	}
 	for _, o := range overrides {
+		if f, ok := o.Value.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
+			return c, fmt.Errorf("config %s: expected a finite number, got %v", o.Key, f)
+		}
 		v, err := json.Marshal(o.Value)
 		if err != nil {
 			return c, fmt.Errorf("config %s: %w", o.Key, err)

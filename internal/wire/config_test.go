@@ -254,3 +254,14 @@ func TestConfigFileIsAsStrictAsACommand(t *testing.T) {
 		}
 	}
 }
+
+// A flag may parse NaN or Inf; the config says it wants a finite number,
+// naming the key (it said "json: unsupported value: NaN").
+func TestNonFiniteFlagValuesAreNamed(t *testing.T) {
+	for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		_, err := LoadConfig(nil, []Override{{Key: "temperature", Value: v}})
+		if err == nil || !strings.Contains(err.Error(), "config temperature: expected a finite number") {
+			t.Errorf("%v: got %v", v, err)
+		}
+	}
+}
