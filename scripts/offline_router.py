@@ -37,11 +37,14 @@ class RouterError(Exception):
 
 
 class RouterDied(Exception):
-    """The router process ended while a response was expected."""
+    """The router process ended while a response was expected. responses:
+    those send_many read before it ended (with --fail-fast, the last is the
+    error that ended it)."""
 
     def __init__(self, returncode, stderr):
         self.returncode = returncode
         self.stderr = stderr
+        self.responses = []
         super().__init__(f"offline-router exited with status {returncode}: {stderr.strip()}")
 
 
@@ -87,8 +90,13 @@ class OfflineRouter:
         data = self._encode(commands)  # a command json cannot write fails here, before anything is sent
         writer = threading.Thread(target=self._write_encoded, args=(data, len(data)))
         writer.start()  # a separate writer: a full pipe each way cannot deadlock
+        responses = []
         try:
-            responses = [self._read() for _ in data]
+            for _ in data:
+                responses.append(self._read())
+        except RouterDied as e:
+            e.responses = responses
+            raise
         finally:
             writer.join()
         if check:

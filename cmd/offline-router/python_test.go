@@ -87,6 +87,13 @@ try:
 except RouterClosed:
     pass
 r.close()  # twice is fine
+try:
+    with OfflineRouter(BIN, args=("--fail-fast",)) as ff:
+        ff.send_many([{"op": "inspect"}, {"op": "nope"}, {"op": "inspect"}])
+    raise AssertionError("--fail-fast went on")
+except RouterDied as e:  # with what was answered before, the error last
+    assert [o["ok"] for o in e.responses] == [True, False], e.responses
+    assert e.responses[1]["error"]["code"] == "unknown_op", e.responses
 cut = OfflineRouter("sh", args=("-c", "printf '{\"seq\":1'; exit 3"))
 try:
     cut.inspect()
