@@ -41,6 +41,7 @@ var configFlags = []struct{ key, usage string }{
 	{"overlap_score_credit", "blocks of prefill credited per cached block (Dynamo's default 1; above 1 favours cache over load)"},
 	{"prefill_load_scale", "weight of the prefill term of the cost"},
 	{"kv_events", "false = approximate mode: the index learns from placements"},
+	{"dedupe_event_ids", "skip a KV event whose event_id is not above the last applied on its rank (for at-least-once delivery); off: apply in arrival order, as Dynamo"},
 	{"approx_ttl_ms", "lifetime of an approximate-mode block, refreshed when routed again"},
 	{"active_decode_blocks_threshold", "busy filter: fraction of total_kv_blocks (unset = off)"},
 	{"active_prefill_tokens_threshold", "busy filter: absolute prefill tokens (unset = off)"},

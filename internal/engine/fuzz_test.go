@@ -15,7 +15,8 @@ import (
 
 // fuzzConfigs are the configurations the engine fuzzer picks from by the
 // input's first byte: plain, the queue with decay and timeouts, hard and
-// soft affinity, approximate mode with busy thresholds.
+// soft affinity (with deduplicated event ids), approximate mode with busy
+// thresholds.
 func fuzzConfigs() []protocol.Config {
 	plain := protocol.DefaultConfig()
 	queue := protocol.DefaultConfig()
@@ -25,6 +26,7 @@ func fuzzConfigs() []protocol.Config {
 	hard.Affinity.Mode, hard.Affinity.TTLMS = "hard", 30
 	soft := protocol.DefaultConfig()
 	soft.Affinity.Mode, soft.Affinity.Key, soft.Temperature = "soft", "sibling_group", 0.5
+	soft.DedupeEventIDs = true
 	approx := protocol.DefaultConfig()
 	approx.KVEvents, approx.ApproxTTLMS = false, 40
 	approx.ActivePrefillTokensThreshold, approx.Evidence = ptrTo(64.0), protocol.EvidenceFull

@@ -16,7 +16,7 @@ func (e *Engine) observe(events []protocol.KVEvent) {
 			ev.EventsIgnored++
 			continue
 		}
-		if reason := e.applyEvent(x); reason != "" {
+		if reason := e.applyEvent(i, x); reason != "" {
 			ev.EventsSkipped = append(ev.EventsSkipped, protocol.SkippedEvent{
 				Index: i, WorkerID: x.WorkerID, DPRank: x.DPRank, EventID: x.EventID, Reason: reason,
 			})
@@ -28,7 +28,7 @@ func (e *Engine) observe(events []protocol.KVEvent) {
 }
 
 // applyEvent applies one event, or returns why it was skipped.
-func (e *Engine) applyEvent(x *protocol.KVEvent) string {
+func (e *Engine) applyEvent(i int, x *protocol.KVEvent) string {
 	w, ok := e.fleet.byID[x.WorkerID]
 	if !ok {
 		if e.fleet.removed.has(x.WorkerID) {
@@ -41,7 +41,8 @@ func (e *Engine) applyEvent(x *protocol.KVEvent) string {
 		return protocol.SkipUnknownRank
 	}
 	id := kvindex.RankID(r.slot)
-	if !e.index.EventIDAbove(id, x.EventID) {
+	last, seen := e.index.LastEventID(id)
+	if seen && x.EventID <= last && e.cfg.DedupeEventIDs {
 		return protocol.SkipStaleEventID
 	}
 	switch d := x.Data.(type) {
@@ -56,6 +57,18 @@ func (e *Engine) applyEvent(x *protocol.KVEvent) string {
 		e.index.Remove(id, d.BlockHashes)
 	case protocol.Cleared:
 		e.index.Clear(id)
+	}
+	// Applied in arrival order, as Dynamo's indexer does: an engine that
+	// restarts numbers its events afresh, and a router that waited for its
+	// ids to pass the old ones would miss its cleared and every store
+	// after it. What does not follow is said.
+	if seen && x.EventID != last+1 {
+		note := protocol.EventIDNote{Index: i, WorkerID: x.WorkerID, DPRank: x.DPRank, EventID: x.EventID, LastEventID: last}
+		if x.EventID <= last {
+			e.out.ev.EventIDRepeats = append(e.out.ev.EventIDRepeats, note)
+		} else {
+			e.out.ev.EventIDGaps = append(e.out.ev.EventIDGaps, note)
+		}
 	}
 	e.index.RecordEventID(id, x.EventID)
 	return ""

@@ -91,13 +91,6 @@ func (x *Index) RecordEventID(id RankID, eventID uint64) {
 	x.ranks[id].seenAny, x.ranks[id].lastID = true, eventID
 }
 
-// EventIDAbove reports whether eventID is above the last event applied to id;
-// a stale or repeated event must be skipped.
-func (x *Index) EventIDAbove(id RankID, eventID uint64) bool {
-	r := &x.ranks[id]
-	return !r.seenAny || eventID > r.lastID
-}
-
 // LastEventID returns the last applied event id of id, and whether there is one.
 func (x *Index) LastEventID(id RankID) (uint64, bool) {
 	r := &x.ranks[id]

@@ -92,18 +92,19 @@ func TestDropRankPrunesTheTree(t *testing.T) {
 	}
 }
 
-func TestEventIDsMustIncrease(t *testing.T) {
+func TestLastEventIDIsTheLastRecorded(t *testing.T) {
 	x := New()
 	x.AddRank(0)
-	if !x.EventIDAbove(0, 0) {
-		t.Fatal("a fresh rank accepts event id 0")
+	if _, seen := x.LastEventID(0); seen {
+		t.Fatal("a fresh rank has no last event")
 	}
 	x.RecordEventID(0, 5)
-	if x.EventIDAbove(0, 5) || x.EventIDAbove(0, 4) || !x.EventIDAbove(0, 6) {
-		t.Fatal("only ids above the last recorded one are accepted")
+	x.RecordEventID(0, 2) // arrival order: the last one, not the highest
+	if last, seen := x.LastEventID(0); !seen || last != 2 {
+		t.Fatalf("last event %d (%v), want 2", last, seen)
 	}
 	x.AddRank(0)
-	if !x.EventIDAbove(0, 1) {
+	if _, seen := x.LastEventID(0); seen {
 		t.Fatal("a re-added rank starts with no event history")
 	}
 }

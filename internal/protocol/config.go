@@ -15,6 +15,7 @@ type Config struct {
 	OverlapScoreCredit               float64          `json:"overlap_score_credit"`
 	PrefillLoadScale                 float64          `json:"prefill_load_scale"`
 	KVEvents                         bool             `json:"kv_events"`
+	DedupeEventIDs                   bool             `json:"dedupe_event_ids"`
 	ApproxTTLMS                      float64          `json:"approx_ttl_ms"`
 	QueueThreshold                   *float64         `json:"queue_threshold"`
 	QueuePolicy                      QueuePolicy      `json:"queue_policy"`

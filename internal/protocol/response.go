@@ -131,14 +131,18 @@ type Rejection struct {
 
 // CommandEvidence is what a command did besides placing.
 type CommandEvidence struct {
-	EventsApplied     *int           `json:"events_applied,omitempty"`
-	EventsIgnored     int            `json:"events_ignored,omitempty"`
-	EventsSkipped     []SkippedEvent `json:"events_skipped,omitempty"`
-	BlocksDropped     int            `json:"blocks_dropped,omitempty"`
-	ApproxBlocksAdded int            `json:"approx_blocks_added,omitempty"`
-	ApproxExpired     int            `json:"approx_blocks_expired,omitempty"`
-	RequestsOrphaned  []string       `json:"requests_orphaned,omitempty"`
-	BindingsExpired   []BindingRef   `json:"bindings_expired,omitempty"`
+	EventsApplied *int           `json:"events_applied,omitempty"`
+	EventsIgnored int            `json:"events_ignored,omitempty"`
+	EventsSkipped []SkippedEvent `json:"events_skipped,omitempty"`
+	// Events applied whose event_id did not follow the last one applied on
+	// their rank: past it by more than one, or not past it.
+	EventIDGaps       []EventIDNote `json:"event_id_gaps,omitempty"`
+	EventIDRepeats    []EventIDNote `json:"event_id_repeats,omitempty"`
+	BlocksDropped     int           `json:"blocks_dropped,omitempty"`
+	ApproxBlocksAdded int           `json:"approx_blocks_added,omitempty"`
+	ApproxExpired     int           `json:"approx_blocks_expired,omitempty"`
+	RequestsOrphaned  []string      `json:"requests_orphaned,omitempty"`
+	BindingsExpired   []BindingRef  `json:"bindings_expired,omitempty"`
 	// BindingsInvalidated lists bindings whose worker drained or went away.
 	BindingsInvalidated []BindingRef `json:"bindings_invalidated,omitempty"`
 }
@@ -146,6 +150,7 @@ type CommandEvidence struct {
 // Empty reports whether there is nothing to say.
 func (e *CommandEvidence) Empty() bool {
 	return e.EventsApplied == nil && e.EventsIgnored == 0 && len(e.EventsSkipped) == 0 &&
+		len(e.EventIDGaps) == 0 && len(e.EventIDRepeats) == 0 &&
 		e.BlocksDropped == 0 && e.ApproxBlocksAdded == 0 && e.ApproxExpired == 0 && len(e.RequestsOrphaned) == 0 &&
 		len(e.BindingsExpired) == 0 && len(e.BindingsInvalidated) == 0
 }
@@ -157,6 +162,16 @@ type SkippedEvent struct {
 	DPRank   uint32 `json:"dp_rank"`
 	EventID  uint64 `json:"event_id"`
 	Reason   string `json:"reason"`
+}
+
+// EventIDNote is an applied event whose event_id did not follow the last
+// one applied on its rank.
+type EventIDNote struct {
+	Index       int    `json:"index"`
+	WorkerID    uint64 `json:"worker_id"`
+	DPRank      uint32 `json:"dp_rank"`
+	EventID     uint64 `json:"event_id"`
+	LastEventID uint64 `json:"last_event_id"`
 }
 
 // Event skip reasons.

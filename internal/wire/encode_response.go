@@ -121,6 +121,20 @@ func appendPlacement(b []byte, p *protocol.Placement) []byte {
 	return append(b, '}')
 }
 
+func appendEventIDNotes(b []byte, mark int, key string, notes []protocol.EventIDNote) []byte {
+	if len(notes) == 0 {
+		return b
+	}
+	b = append(append(append(memberStart(b, mark), '"'), key...), `":`...)
+	return appendArray(b, notes, func(b []byte, n *protocol.EventIDNote) []byte {
+		b = strconv.AppendInt(append(b, `{"index":`...), int64(n.Index), 10)
+		b = strconv.AppendUint(append(b, `,"worker_id":`...), n.WorkerID, 10)
+		b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(n.DPRank), 10)
+		b = strconv.AppendUint(append(b, `,"event_id":`...), n.EventID, 10)
+		return append(strconv.AppendUint(append(b, `,"last_event_id":`...), n.LastEventID, 10), '}')
+	})
+}
+
 func appendCommandEvidence(b []byte, e *protocol.CommandEvidence) []byte {
 	b = append(b, '{')
 	mark := len(b)
@@ -137,6 +151,8 @@ func appendCommandEvidence(b []byte, e *protocol.CommandEvidence) []byte {
 			return append(appendGoccyString(append(b, `,"reason":`...), s.Reason), '}')
 		})
 	}
+	b = appendEventIDNotes(b, mark, "event_id_gaps", e.EventIDGaps)
+	b = appendEventIDNotes(b, mark, "event_id_repeats", e.EventIDRepeats)
 	b = appendCount(b, mark, "blocks_dropped", e.BlocksDropped)
 	b = appendCount(b, mark, "approx_blocks_added", e.ApproxBlocksAdded)
 	b = appendCount(b, mark, "approx_blocks_expired", e.ApproxExpired)

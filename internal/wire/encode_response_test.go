@@ -139,6 +139,16 @@ func genCommandEvidence(t *rapid.T) *protocol.CommandEvidence {
 	for range rapid.IntRange(0, 2).Draw(t, "skipped") {
 		e.EventsSkipped = append(e.EventsSkipped, protocol.SkippedEvent{Index: genCount(t, "s_index"), WorkerID: rapid.Uint64().Draw(t, "s_worker"), DPRank: rapid.Uint32().Draw(t, "s_rank"), EventID: rapid.Uint64().Draw(t, "s_event"), Reason: genString(t, "s_reason")})
 	}
+	note := func() protocol.EventIDNote {
+		return protocol.EventIDNote{Index: genCount(t, "n_index"), WorkerID: rapid.Uint64().Draw(t, "n_worker"), DPRank: rapid.Uint32().Draw(t, "n_rank"),
+			EventID: rapid.Uint64().Draw(t, "n_event"), LastEventID: rapid.Uint64().Draw(t, "n_last")}
+	}
+	for range rapid.IntRange(0, 2).Draw(t, "gaps") {
+		e.EventIDGaps = append(e.EventIDGaps, note())
+	}
+	for range rapid.IntRange(0, 2).Draw(t, "repeats") {
+		e.EventIDRepeats = append(e.EventIDRepeats, note())
+	}
 	for range rapid.IntRange(0, 2).Draw(t, "orphaned") {
 		e.RequestsOrphaned = append(e.RequestsOrphaned, genString(t, "orphan"))
 	}
