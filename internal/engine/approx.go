@@ -7,9 +7,11 @@ import (
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
-// Approximate mode (kv_events: false): with no KV events to learn from, the
-// index learns from the router's own placements, and forgets a block
-// approx_ttl_ms after it was last routed to a rank.
+// Approximate mode (kv_events: false): the index learns from the router's
+// own placements, and forgets a block approx_ttl_ms after it was last routed
+// to a rank. KV events still apply, as in Dynamo's approximate indexer, and
+// a block an event stored is the engine's word: it does not expire, and
+// routing to it again does not make it.
 
 // approxKey is a block learned for one rank. The rank, not its slot, names
 // it, so a rank that reuses the slot does not inherit it.
@@ -49,10 +51,12 @@ func (e *Engine) approxRecord(d *demand, r *rank) {
 	}
 	for i := range d.local {
 		e.blocks = append(e.blocks, kvindex.Block{BlockHash: d.seq[i], TokensHash: d.local[i]})
+		old, ok := r.approx[d.seq[i]]
 		if !e.index.HasBlock(id, d.seq[i]) {
 			e.out.ev.ApproxBlocksAdded++
+		} else if !ok {
+			continue // held by a KV event's word
 		}
-		old, ok := r.approx[d.seq[i]]
 		if ok && old == deadline {
 			continue // routed again at the same moment: its entry stands
 		}
@@ -66,7 +70,15 @@ func (e *Engine) approxRecord(d *demand, r *rank) {
 	e.compactApprox()
 }
 
-// forget drops the deadlines of a rank that goes.
+// disown drops the deadline of a block a KV event stored or removed on r.
+func (a *approxIndex) disown(r *rank, h protocol.SequenceHash) {
+	if _, ok := r.approx[h]; ok {
+		delete(r.approx, h)
+		a.live--
+	}
+}
+
+// forget drops the deadlines of a rank that goes, or was cleared.
 func (a *approxIndex) forget(r *rank) {
 	a.live -= len(r.approx)
 	r.approx = nil

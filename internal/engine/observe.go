@@ -53,10 +53,17 @@ func (e *Engine) applyEvent(i int, x *protocol.KVEvent) string {
 		case kvindex.ErrSelfReference:
 			return protocol.SkipInvalidBlockSequence
 		}
+		for _, b := range d.Blocks {
+			e.approx.disown(r, b.BlockHash) // the engine holds it now: no TTL
+		}
 	case protocol.Removed:
 		e.index.Remove(id, d.BlockHashes)
+		for _, h := range d.BlockHashes {
+			e.approx.disown(r, h)
+		}
 	case protocol.Cleared:
 		e.index.Clear(id)
+		e.approx.forget(r)
 	}
 	// Applied in arrival order, as Dynamo's indexer does: an engine that
 	// restarts numbers its events afresh, and a router that waited for its

@@ -163,10 +163,6 @@ func (e *Engine) check(c *protocol.Command) *protocol.Error {
 	case protocol.OpWorkerDraining, protocol.OpWorkerRemoved:
 		_, err := e.lookupWorker(*c.WorkerID)
 		return err
-	case protocol.OpObserve:
-		if !e.cfg.KVEvents {
-			return protocol.Errorf(protocol.CodeKVEventsDisabled, "observe needs kv_events: true; in approximate mode the index learns from placements")
-		}
 	case protocol.OpDispatchAborted, protocol.OpRequestTerminal:
 		if _, ok := e.requests[c.RequestID]; !ok {
 			return protocol.Errorf(protocol.CodeUnknownRequest, "request %q is not in flight", c.RequestID)

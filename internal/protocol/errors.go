@@ -21,7 +21,6 @@ const (
 	CodeAllWorkersBusy          Code = "all_workers_busy"
 	CodePinnedWorkerUnavailable Code = "pinned_worker_unavailable"
 	CodeAffinityConflict        Code = "affinity_conflict"
-	CodeKVEventsDisabled        Code = "kv_events_disabled"
 	CodeQueueTimeout            Code = "queue_timeout"
 	CodeConfigTooLate           Code = "config_too_late"
 )
