@@ -69,6 +69,9 @@ func (e *Engine) candidates(d *demand, t float64) (candidateSet, *protocol.Error
 	switch {
 	case ofRole == 0:
 		return cs, protocol.Errorf(protocol.CodeNoEligibleWorker, "no ready worker serves role %s", d.role)
+	case cs.filtered.Busy > 0 && d.pin != nil:
+		// Dynamo's PinnedWorkerOverloaded: a pin is not rerouted.
+		return cs, protocol.Errorf(protocol.CodePinnedWorkerOverloaded, "pinned worker %d is over a busy threshold", *d.pin)
 	case cs.filtered.Busy > 0 && d.hardBound:
 		return cs, protocol.Errorf(protocol.CodeAllWorkersBusy, "%s is bound to worker %d, which is over a busy threshold", d.bound.Key, d.bound.Target.w.id)
 	case cs.filtered.Busy > 0:

@@ -20,6 +20,7 @@ const (
 	CodeNoEligibleWorker        Code = "no_eligible_worker"
 	CodeAllWorkersBusy          Code = "all_workers_busy"
 	CodePinnedWorkerUnavailable Code = "pinned_worker_unavailable"
+	CodePinnedWorkerOverloaded  Code = "pinned_worker_overloaded"
 	CodeAffinityConflict        Code = "affinity_conflict"
 	CodeQueueTimeout            Code = "queue_timeout"
 	CodeConfigTooLate           Code = "config_too_late"
