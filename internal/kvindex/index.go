@@ -3,6 +3,7 @@ package kvindex
 import (
 	"errors"
 	"math/bits"
+	"slices"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -39,6 +40,11 @@ type Index struct {
 	// that stored one prefix under two block hashes), so that removing one
 	// keeps the rank on the node.
 	extra map[rankNode]int
+	// alias lists a rank's block hashes for a node other than the one the
+	// node was first stored under (hosts hashing with other seeds), so that
+	// a removal that takes the rank off the node's descendants finds them.
+	alias map[rankNode][]protocol.SequenceHash
+	below []uint32 // scratch: the nodes a removal still has to visit
 	ranks []rankCache
 	live  uint64 // mask of the live ranks below maskRanks
 	warm  uint64 // where Store and Remove leave the slots they warm, so the loads stay
@@ -51,7 +57,8 @@ type rankNode struct {
 
 // New returns an empty index.
 func New() *Index {
-	return &Index{tree: newTree(), wide: map[uint32][]RankID{}, widePos: map[rankNode]int{}, extra: map[rankNode]int{}}
+	return &Index{tree: newTree(), wide: map[uint32][]RankID{}, widePos: map[rankNode]int{},
+		extra: map[rankNode]int{}, alias: map[rankNode][]protocol.SequenceHash{}}
 }
 
 // AddRank starts an empty cache for id, dropping anything an earlier user of
@@ -132,16 +139,21 @@ func (x *Index) Store(id RankID, parent *protocol.SequenceHash, blocks []Block) 
 	}
 	x.warm = warm
 	for _, b := range blocks {
-		child := x.tree.child(cur, uint64(b.TokensHash))
+		child, made := x.tree.child(cur, uint64(b.TokensHash))
+		if made {
+			x.tree.node(child).hash = uint64(b.BlockHash)
+		}
 		old, added := r.blocks.findOrAdd(0, uint64(b.BlockHash), func() uint32 { return child })
 		switch {
 		case added:
-			x.attach(child, id)
+			x.attach(child, id, b.BlockHash)
 		case old != child:
 			// The hash moves to another prefix. Attach first: detaching
-			// could otherwise prune child if it is an ancestor of old.
-			x.attach(child, id)
+			// could otherwise prune child if it is an ancestor of old. The
+			// rank keeps what it holds below old (a move is no removal).
+			x.attach(child, id, b.BlockHash)
 			r.blocks.set(0, uint64(b.BlockHash), child)
+			x.unalias(old, id, b.BlockHash)
 			x.detach(old, id)
 		}
 		cur = child
@@ -150,7 +162,10 @@ func (x *Index) Store(id RankID, parent *protocol.SequenceHash, blocks []Block) 
 }
 
 // Remove drops the blocks of id addressed by hashes; unknown hashes are
-// ignored (their store may have been skipped). It returns how many it dropped.
+// ignored (their store may have been skipped). A block the rank then no
+// longer holds takes with it every block the rank holds below it, as in
+// Dynamo's tree: a removed block's descendants are unreachable, and must not
+// come back when it is stored again. It returns how many blocks it dropped.
 func (x *Index) Remove(id RankID, hashes []protocol.SequenceHash) int {
 	r := &x.ranks[id]
 	warm := uint64(0)
@@ -161,6 +176,10 @@ func (x *Index) Remove(id RankID, hashes []protocol.SequenceHash) int {
 	n := 0
 	for _, h := range hashes {
 		if nd, ok := r.blocks.take(0, uint64(h)); ok {
+			x.unalias(nd, id, h)
+			if x.extra[rankNode{id, nd}] == 0 { // its last hash there: it leaves nd
+				n += x.dropBelow(nd, id)
+			}
 			x.detach(nd, id)
 			n++
 		}
@@ -168,11 +187,71 @@ func (x *Index) Remove(id RankID, hashes []protocol.SequenceHash) int {
 	return n
 }
 
+// dropBelow takes id off every node below nd that it holds, reached through
+// nodes it holds, with their block hashes, and returns how many hashes.
+func (x *Index) dropBelow(nd uint32, id RankID) int {
+	r := &x.ranks[id]
+	n := 0
+	x.below = x.tree.kids(nd, x.below[:0])
+	for len(x.below) > 0 {
+		c := x.below[len(x.below)-1]
+		x.below = x.below[:len(x.below)-1]
+		if !x.holds(c, id) {
+			continue
+		}
+		x.below = x.tree.kids(c, x.below)
+		k := rankNode{id, c}
+		h := x.tree.node(c).hash
+		if at, ok := r.blocks.find(0, h); ok && at == c {
+			r.blocks.take(0, h)
+			n++
+		}
+		for _, h := range x.alias[k] {
+			r.blocks.take(0, uint64(h))
+			n++
+		}
+		delete(x.alias, k)
+		delete(x.extra, k)
+		x.detach(c, id) // prunes c once nothing holds it and it has no children
+	}
+	return n
+}
+
+// holds reports whether rank id holds node nd.
+func (x *Index) holds(nd uint32, id RankID) bool {
+	if id >= maskRanks {
+		_, ok := x.widePos[rankNode{id, nd}]
+		return ok
+	}
+	return x.tree.node(nd).mask&(1<<id) != 0
+}
+
+// unalias forgets h as a hash of id for nd, when it is not nd's own.
+func (x *Index) unalias(nd uint32, id RankID, h protocol.SequenceHash) {
+	if uint64(h) == x.tree.node(nd).hash {
+		return
+	}
+	k := rankNode{id, nd}
+	hs := x.alias[k]
+	if i := slices.Index(hs, h); i >= 0 {
+		hs[i] = hs[len(hs)-1]
+		hs = hs[:len(hs)-1]
+	}
+	if len(hs) == 0 {
+		delete(x.alias, k)
+	} else {
+		x.alias[k] = hs
+	}
+}
+
 // Clear drops every block of id and returns how many there were.
 func (x *Index) Clear(id RankID) int {
 	r := &x.ranks[id]
 	n := r.blocks.used
-	r.blocks.each(func(nd uint32) { x.detach(nd, id) })
+	r.blocks.each(func(nd uint32) {
+		delete(x.alias, rankNode{id, nd})
+		x.detach(nd, id)
+	})
 	r.blocks = edgeTable{}
 	return n
 }
@@ -228,7 +307,11 @@ func setDepth(mask uint64, depth uint32, overlap []uint32) {
 	}
 }
 
-func (x *Index) attach(nd uint32, id RankID) {
+func (x *Index) attach(nd uint32, id RankID, h protocol.SequenceHash) {
+	if uint64(h) != x.tree.node(nd).hash {
+		k := rankNode{id, nd}
+		x.alias[k] = append(x.alias[k], h)
+	}
 	if id >= maskRanks {
 		k := rankNode{id, nd}
 		if _, ok := x.widePos[k]; ok {

@@ -1,6 +1,7 @@
 package kvindex
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -48,17 +49,25 @@ func TestFindMatchesSharedPrefix(t *testing.T) {
 	}
 }
 
+// Removing a block in the middle of a chain takes the blocks below it too
+// (Dynamo's test_remove_mid_chain_block), so storing it again under its
+// parent brings back only itself, not what hung below it.
 func TestRemoveMiddleBlockCutsThePrefix(t *testing.T) {
 	x := New()
 	x.AddRank(0)
 	seq := storeChain(t, x, 0, nil, 1, 2, 3)
-	if n := x.Remove(0, []protocol.SequenceHash{seq[1], 12345}); n != 1 {
-		t.Fatalf("removed %d, want 1 (the unknown hash is ignored)", n)
+	if n := x.Remove(0, []protocol.SequenceHash{seq[1], 12345}); n != 2 {
+		t.Fatalf("removed %d, want 2 (block 2 and block 3 below it; the unknown hash is ignored)", n)
 	}
 	overlap := make([]uint32, 1)
 	x.FindMatches([]protocol.LocalBlockHash{1, 2, 3}, overlap)
-	if overlap[0] != 1 {
-		t.Fatalf("overlap = %d, want 1: the walk must stop at the removed block", overlap[0])
+	if overlap[0] != 1 || x.Blocks(0) != 1 {
+		t.Fatalf("overlap = %d and %d blocks held, want 1 and 1", overlap[0], x.Blocks(0))
+	}
+	storeChain(t, x, 0, &seq[0], 2)
+	x.FindMatches([]protocol.LocalBlockHash{1, 2, 3}, overlap)
+	if overlap[0] != 2 || x.HasBlock(0, seq[2]) {
+		t.Fatalf("overlap = %d after storing block 2 again, want 2: block 3 must not come back", overlap[0])
 	}
 }
 
@@ -126,6 +135,35 @@ func (m model) overlap(id RankID, local []protocol.LocalBlockHash) uint32 {
 			break
 		}
 		n++
+	}
+	return n
+}
+
+// dropBelow is a removal's cascade: once rank id holds no hash at path, it
+// loses every block below path that it reaches through prefixes it holds
+// (Dynamo's tree: what hangs under a removed block is unreachable), and
+// this returns how many.
+func (m model) dropBelow(id RankID, path []protocol.LocalBlockHash) int {
+	held := map[string]bool{}
+	for _, p := range m[id] {
+		held[fmt.Sprint(p)] = true
+	}
+	if held[fmt.Sprint(path)] {
+		return 0 // another hash of the rank still holds it
+	}
+	n := 0
+	for h, q := range m[id] {
+		if len(q) <= len(path) || !slices.Equal(q[:len(path)], path) {
+			continue
+		}
+		reached := true
+		for k := len(path) + 1; k < len(q); k++ {
+			reached = reached && held[fmt.Sprint(q[:k])]
+		}
+		if reached {
+			delete(m[id], h)
+			n++
+		}
 	}
 	return n
 }
@@ -207,10 +245,10 @@ func TestIndexMatchesModel(t *testing.T) {
 				seq := blockHashes(t, gen.Draw(t, "local"))
 				h := seq[len(seq)-1]
 				want := 0
-				if _, ok := m[r][h]; ok {
-					want = 1
+				if path, ok := m[r][h]; ok {
+					delete(m[r], h)
+					want = 1 + m.dropBelow(r, path)
 				}
-				delete(m[r], h)
 				if got := x.Remove(r, []protocol.SequenceHash{h}); got != want {
 					t.Fatalf("remove returned %d, want %d", got, want)
 				}

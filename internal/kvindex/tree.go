@@ -21,10 +21,12 @@ type tree struct {
 	size     uint32 // node ids in use or freed: the next new id
 	free     []uint32
 	children edgeTable
-	// tabled counts each node's children in the edge table, for the few
-	// nodes that have any (they carry the inTable flag), so that nodes
-	// need no child count of their own.
-	tabled map[uint32]uint32
+	// tabled lists each node's children in the edge table, for the few
+	// nodes that have any (they carry the inTable flag), and tabledAt where
+	// each child is in its parent's list: a walk can visit a node's
+	// children, and a child leaves the list in O(1).
+	tabled   map[uint32][]uint32
+	tabledAt map[uint32]int
 }
 
 const (
@@ -40,6 +42,7 @@ type treeNode struct {
 	first uint32 // a child kept here rather than in the edge table; 0: none
 	local uint64
 	mask  uint64
+	hash  uint64 // the block hash the node was first stored under
 }
 
 // inTable marks a node some of whose children are in the edge table. Node
@@ -53,7 +56,7 @@ func (n *treeNode) leaf() bool { return n.first == 0 && n.up&inTable == 0 }
 
 // newTree returns a tree holding only the root.
 func newTree() *tree {
-	t := &tree{tabled: map[uint32]uint32{}}
+	t := &tree{tabled: map[uint32][]uint32{}, tabledAt: map[uint32]int{}}
 	t.alloc()
 	return t
 }
@@ -91,11 +94,12 @@ func (w *walk) down(local uint64) bool {
 	return ok
 }
 
-// child finds or makes the child of parent for local.
-func (t *tree) child(parent uint32, local uint64) uint32 {
+// child finds or makes the child of parent for local, and reports whether
+// it made it.
+func (t *tree) child(parent uint32, local uint64) (uint32, bool) {
 	p := t.node(parent)
 	if p.first != 0 && t.node(p.first).local == local {
-		return p.first
+		return p.first, false
 	}
 	var c uint32
 	if p.leaf() {
@@ -104,13 +108,26 @@ func (t *tree) child(parent uint32, local uint64) uint32 {
 	} else {
 		var added bool
 		if c, added = t.children.findOrAdd(parent, local, t.alloc); !added {
-			return c
+			return c, false
 		}
-		t.tabled[parent]++
+		t.tabledAt[c] = len(t.tabled[parent])
+		t.tabled[parent] = append(t.tabled[parent], c)
 		p.up |= inTable
 	}
 	*t.node(c) = treeNode{up: parent, local: local}
-	return c
+	return c, true
+}
+
+// kids appends the children of n to out.
+func (t *tree) kids(n uint32, out []uint32) []uint32 {
+	nd := t.node(n)
+	if nd.first != 0 {
+		out = append(out, nd.first)
+	}
+	if nd.up&inTable != 0 {
+		out = append(out, t.tabled[n]...)
+	}
+	return out
 }
 
 // alloc takes a free node id, adding a page if there is none.
@@ -141,9 +158,15 @@ func (t *tree) unlink(n uint32) uint32 {
 		p.first = 0
 	} else {
 		t.children.take(parent, nd.local)
-		if t.tabled[parent]--; t.tabled[parent] == 0 {
+		kids, i := t.tabled[parent], t.tabledAt[n]
+		last := kids[len(kids)-1]
+		kids[i], t.tabledAt[last] = last, i
+		delete(t.tabledAt, n)
+		if kids = kids[:len(kids)-1]; len(kids) == 0 {
 			delete(t.tabled, parent)
 			p.up &^= inTable
+		} else {
+			t.tabled[parent] = kids
 		}
 	}
 	*nd = treeNode{}
