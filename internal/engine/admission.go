@@ -69,7 +69,9 @@ func (e *Engine) placeOrWait(req *request, cs candidateSet) (protocol.Placement,
 	}
 	req.score = e.queueScore(req.d)
 	e.queue.push(req)
-	e.stale(req.d.role)
+	if e.queue.head(req.d.role) == req { // queued behind a head, it changes nothing
+		e.stale(req.d.role)
+	}
 	return protocol.Placement{}, false
 }
 
@@ -169,7 +171,7 @@ func (e *Engine) drain() {
 	}
 	for _, role := range roleOrder {
 		rq := e.queue.byRole[role]
-		if w := e.wake[roleIndex(role)]; rq.Len() == 0 || (w.known && w.at > e.now) {
+		if rq.Len() == 0 || (e.wake[roleIndex(role)].known && e.headAt(role) > e.now) {
 			continue // no head, or none admissible before its moment
 		}
 		for rq.Len() > 0 {

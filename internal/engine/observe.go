@@ -69,7 +69,7 @@ func (e *Engine) applyEvent(i int, x *protocol.KVEvent) string {
 	// restarts numbers its events afresh, and a router that waited for its
 	// ids to pass the old ones would miss its cleared and every store
 	// after it. What does not follow is said.
-	if seen && x.EventID != last+1 {
+	if seen && (x.EventID <= last || x.EventID-last > 1) { // (last+1 would wrap at 2^64 - 1)
 		note := protocol.EventIDNote{Index: i, WorkerID: x.WorkerID, DPRank: x.DPRank, EventID: x.EventID, LastEventID: last}
 		if x.EventID <= last {
 			e.out.ev.EventIDRepeats = append(e.out.ev.EventIDRepeats, note)

@@ -35,7 +35,7 @@ func drawConfig(t *rapid.T) protocol.Config {
 	}
 	if rapid.Bool().Draw(t, "linear") {
 		cfg.PrefillLoadModel = protocol.PrefillLoadLinear
-		cfg.PrefillTokensPerMS = ptrTo(rapid.SampledFrom([]float64{0.5, 1, 3}).Draw(t, "rate"))
+		cfg.PrefillTokensPerMS = ptrTo(rapid.SampledFrom([]float64{0.5, 0.7, 1, 3}).Draw(t, "rate")) // 0.7: decays that round
 	}
 	cfg.Affinity.Mode = rapid.SampledFrom([]protocol.AffinityMode{protocol.AffinityOff, protocol.AffinityHard, protocol.AffinitySoft}).Draw(t, "affinity")
 	cfg.Affinity.Key = rapid.SampledFrom([]protocol.AffinityKey{protocol.AffinityKeySession, protocol.AffinityKeySiblingGroup}).Draw(t, "affinity_key")

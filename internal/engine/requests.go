@@ -64,8 +64,10 @@ func (e *Engine) unbook(req *request) {
 func (e *Engine) finish(req *request) {
 	switch {
 	case req.queueIndex >= 0:
+		if e.queue.head(req.d.role) == req { // from behind the head, it changes nothing
+			e.stale(req.d.role)
+		}
 		e.queue.remove(req)
-		e.stale(req.d.role)
 	case req.rank != nil:
 		e.unbook(req)
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"container/heap"
 	"math"
 
 	"github.com/offline-router/offline-router/internal/protocol"
@@ -11,17 +12,17 @@ import (
 // head becomes admissible as prefill load decays.
 //
 // Every response carries it, and finding a head's moment reads every rank
-// its role has, so it is kept per role, with the worker that admits the
-// head first, and mended rather than found again:
-//   - a worker that comes up, or whose load falls, can only bring the moment
-//     forward: it is asked alone (O(its ranks));
-//   - a worker that goes moves it only if it was the one that admitted the
-//     head first;
-//   - a new head, or a binding of the role invalidated, calls the role stale.
-//
+// its role has, so each role keeps every worker's own moment for its head,
+// in a heap, and mends them rather than finding them all again:
+//   - a worker that comes up, or whose load falls, is asked again alone
+//     (O(its ranks)); its moment may move either way by a rounding, as its
+//     decay is re-based;
+//   - a worker that goes drops out;
+//   - a new head, or a binding of the role invalidated, finds them all.
 // A load rises only by a placement, and a request is placed only when no
 // head waits in its role, or as the head itself (no overtaking): that is a
 // new head already.
+//
 // The clock moving alone changes nothing: loads only fall and deadlines
 // stay, so the first moment at which the head is admissible is the same from
 // any earlier now. A head is admissible on a worker at time t exactly when
@@ -32,9 +33,32 @@ import (
 // the now it was found at, at which some worker of the role admits the
 // head; +Inf when there is no head or no worker will without input.
 type roleWake struct {
-	at    float64
-	from  *worker // the worker that admits the head at `at`
 	known bool
+	at    map[*worker]float64 // each worker's moment, where it has one
+	first wakeHeap            // the same, earliest first; an entry no longer in at is stale
+}
+
+type wakeEntry struct {
+	t float64
+	w *worker
+}
+
+type wakeHeap []wakeEntry
+
+func (h wakeHeap) Len() int { return len(h) }
+func (h wakeHeap) Less(i, j int) bool {
+	if h[i].t != h[j].t {
+		return h[i].t < h[j].t
+	}
+	return h[i].w.id < h[j].w.id
+}
+func (h wakeHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *wakeHeap) Push(x any)   { *h = append(*h, x.(wakeEntry)) }
+func (h *wakeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 func roleIndex(r protocol.Role) int {
@@ -47,44 +71,68 @@ func roleIndex(r protocol.Role) int {
 	return 0
 }
 
-// stale drops role's moment: its head, or what admits the head, changed.
+// stale drops role's moments: its head, or what admits the head, changed.
 func (e *Engine) stale(role protocol.Role) { e.wake[roleIndex(role)].known = false }
 
-// headAt returns role's moment, finding it if it is not known.
+// headAt returns role's moment, finding every worker's if they are not known.
 func (e *Engine) headAt(role protocol.Role) float64 {
 	w := &e.wake[roleIndex(role)]
 	if !w.known {
-		w.at, w.from, w.known = math.Inf(1), nil, true
+		w.known, w.first = true, w.first[:0]
+		if w.at == nil {
+			w.at = map[*worker]float64{}
+		}
+		clear(w.at)
 		if head := e.queue.head(role); head != nil {
 			for _, wk := range e.fleet.readyWorkers() {
-				if t := e.workerAdmitsAt(head.d, wk); t < w.at {
-					w.at, w.from = t, wk
+				if t := e.workerAdmitsAt(head.d, wk); !math.IsInf(t, 1) {
+					w.at[wk] = t
+					w.first = append(w.first, wakeEntry{t, wk})
 				}
 			}
 		}
+		heap.Init(&w.first)
 	}
-	return w.at
+	for len(w.first) > 0 {
+		top := w.first[0]
+		if t, ok := w.at[top.w]; ok && t == top.t {
+			return t
+		}
+		heap.Pop(&w.first)
+	}
+	return math.Inf(1)
 }
 
-// workerGained: wk came up, or its load fell, so it may admit its role's
-// head sooner than any worker did.
+// workerGained: wk came up, or its load fell; its moment is found again.
 func (e *Engine) workerGained(wk *worker) {
 	w := &e.wake[roleIndex(wk.role)]
 	if !w.known {
 		return
 	}
-	if head := e.queue.head(wk.role); head != nil {
-		if t := e.workerAdmitsAt(head.d, wk); t < w.at {
-			w.at, w.from = t, wk
+	head := e.queue.head(wk.role)
+	if head == nil {
+		return
+	}
+	t := e.workerAdmitsAt(head.d, wk)
+	if math.IsInf(t, 1) {
+		delete(w.at, wk)
+		return
+	}
+	w.at[wk] = t
+	heap.Push(&w.first, wakeEntry{t, wk})
+	if len(w.first) > 2*len(w.at)+64 { // stale entries outnumber the live: rebuild
+		w.first = w.first[:0]
+		for wk, t := range w.at {
+			w.first = append(w.first, wakeEntry{t, wk})
 		}
+		heap.Init(&w.first)
 	}
 }
 
-// workerLost: wk went; no other worker's moment moved, so the role's moves
-// only if wk set it.
+// workerLost: wk went; its moment drops out.
 func (e *Engine) workerLost(wk *worker) {
-	if w := &e.wake[roleIndex(wk.role)]; w.from == wk {
-		w.known = false
+	if w := &e.wake[roleIndex(wk.role)]; w.known {
+		delete(w.at, wk)
 	}
 }
 

@@ -3,7 +3,6 @@ package kvindex
 import (
 	"errors"
 	"math/bits"
-	"slices"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -43,7 +42,7 @@ type Index struct {
 	// alias lists a rank's block hashes for a node other than the one the
 	// node was first stored under (hosts hashing with other seeds), so that
 	// a removal that takes the rank off the node's descendants finds them.
-	alias map[rankNode][]protocol.SequenceHash
+	alias map[rankNode]map[protocol.SequenceHash]struct{}
 	below []uint32 // scratch: the nodes a removal still has to visit
 	ranks []rankCache
 	live  uint64 // mask of the live ranks below maskRanks
@@ -58,7 +57,7 @@ type rankNode struct {
 // New returns an empty index.
 func New() *Index {
 	return &Index{tree: newTree(), wide: map[uint32][]RankID{}, widePos: map[rankNode]int{},
-		extra: map[rankNode]int{}, alias: map[rankNode][]protocol.SequenceHash{}}
+		extra: map[rankNode]int{}, alias: map[rankNode]map[protocol.SequenceHash]struct{}{}}
 }
 
 // AddRank starts an empty cache for id, dropping anything an earlier user of
@@ -206,7 +205,7 @@ func (x *Index) dropBelow(nd uint32, id RankID) int {
 			r.blocks.take(0, h)
 			n++
 		}
-		for _, h := range x.alias[k] {
+		for h := range x.alias[k] {
 			r.blocks.take(0, uint64(h))
 			n++
 		}
@@ -232,15 +231,10 @@ func (x *Index) unalias(nd uint32, id RankID, h protocol.SequenceHash) {
 		return
 	}
 	k := rankNode{id, nd}
-	hs := x.alias[k]
-	if i := slices.Index(hs, h); i >= 0 {
-		hs[i] = hs[len(hs)-1]
-		hs = hs[:len(hs)-1]
-	}
-	if len(hs) == 0 {
-		delete(x.alias, k)
-	} else {
-		x.alias[k] = hs
+	if hs := x.alias[k]; hs != nil {
+		if delete(hs, h); len(hs) == 0 {
+			delete(x.alias, k)
+		}
 	}
 }
 
@@ -310,7 +304,10 @@ func setDepth(mask uint64, depth uint32, overlap []uint32) {
 func (x *Index) attach(nd uint32, id RankID, h protocol.SequenceHash) {
 	if uint64(h) != x.tree.node(nd).hash {
 		k := rankNode{id, nd}
-		x.alias[k] = append(x.alias[k], h)
+		if x.alias[k] == nil {
+			x.alias[k] = map[protocol.SequenceHash]struct{}{}
+		}
+		x.alias[k][h] = struct{}{}
 	}
 	if id >= maskRanks {
 		k := rankNode{id, nd}
