@@ -313,3 +313,13 @@ func ptrVal[T any](p *T) any {
 	}
 	return *p
 }
+
+// findWakeup is nextWakeup found afresh, to check the kept
+// moments against.
+func (e *Engine) findWakeup() (float64, bool) {
+	kept := e.wake
+	e.wake = [len(e.wake)]roleWake{}
+	t, ok := e.nextWakeup()
+	e.wake = kept
+	return t, ok
+}

@@ -151,16 +151,6 @@ func (e *Engine) nextWakeup() (float64, bool) {
 	return best, !math.IsInf(best, 1)
 }
 
-// findWakeup is nextWakeup found afresh, for the tests that check the kept
-// moments.
-func (e *Engine) findWakeup() (float64, bool) {
-	kept := e.wake
-	e.wake = [len(e.wake)]roleWake{}
-	t, ok := e.nextWakeup()
-	e.wake = kept
-	return t, ok
-}
-
 // workerAdmitsAt returns the first time at or after now at which d is
 // admissible on wk alone, or +Inf. Loads only fall without input, so each
 // rank stops being overloaded (and queue-busy) at one moment, and d is
