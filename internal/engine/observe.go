@@ -17,9 +17,7 @@ func (e *Engine) observe(events []protocol.KVEvent) {
 			continue
 		}
 		if reason := e.applyEvent(i, x); reason != "" {
-			ev.EventsSkipped = append(ev.EventsSkipped, protocol.SkippedEvent{
-				Index: i, WorkerID: x.WorkerID, DPRank: x.DPRank, EventID: x.EventID, Reason: reason,
-			})
+			ev.EventsSkipped = append(ev.EventsSkipped, protocol.SkippedEvent{EventRef: refOf(i, x), Reason: reason})
 			continue
 		}
 		applied++
@@ -70,7 +68,7 @@ func (e *Engine) applyEvent(i int, x *protocol.KVEvent) string {
 	// ids to pass the old ones would miss its cleared and every store
 	// after it. What does not follow is said.
 	if seen && (x.EventID <= last || x.EventID-last > 1) { // (last+1 would wrap at 2^64 - 1)
-		note := protocol.EventIDNote{Index: i, WorkerID: x.WorkerID, DPRank: x.DPRank, EventID: x.EventID, LastEventID: last}
+		note := protocol.EventIDNote{EventRef: refOf(i, x), LastEventID: last}
 		if x.EventID <= last {
 			e.out.ev.EventIDRepeats = append(e.out.ev.EventIDRepeats, note)
 		} else {
@@ -79,4 +77,8 @@ func (e *Engine) applyEvent(i int, x *protocol.KVEvent) string {
 	}
 	e.index.RecordEventID(id, x.EventID)
 	return ""
+}
+
+func refOf(i int, x *protocol.KVEvent) protocol.EventRef {
+	return protocol.EventRef{Index: i, WorkerID: x.WorkerID, DPRank: x.DPRank, EventID: x.EventID}
 }

@@ -155,22 +155,25 @@ func (e *CommandEvidence) Empty() bool {
 		len(e.BindingsExpired) == 0 && len(e.BindingsInvalidated) == 0
 }
 
-// SkippedEvent is a KV event that was not applied, and why.
-type SkippedEvent struct {
+// EventRef names one KV event of an observe: its place in the list, and
+// the rank and id it carried.
+type EventRef struct {
 	Index    int    `json:"index"`
 	WorkerID uint64 `json:"worker_id"`
 	DPRank   uint32 `json:"dp_rank"`
 	EventID  uint64 `json:"event_id"`
-	Reason   string `json:"reason"`
+}
+
+// SkippedEvent is a KV event that was not applied, and why.
+type SkippedEvent struct {
+	EventRef
+	Reason string `json:"reason"`
 }
 
 // EventIDNote is an applied event whose event_id did not follow the last
 // one applied on its rank.
 type EventIDNote struct {
-	Index       int    `json:"index"`
-	WorkerID    uint64 `json:"worker_id"`
-	DPRank      uint32 `json:"dp_rank"`
-	EventID     uint64 `json:"event_id"`
+	EventRef
 	LastEventID uint64 `json:"last_event_id"`
 }
 

@@ -127,12 +127,17 @@ func appendEventIDNotes(b []byte, mark int, key string, notes []protocol.EventID
 	}
 	b = append(append(append(memberStart(b, mark), '"'), key...), `":`...)
 	return appendArray(b, notes, func(b []byte, n *protocol.EventIDNote) []byte {
-		b = strconv.AppendInt(append(b, `{"index":`...), int64(n.Index), 10)
-		b = strconv.AppendUint(append(b, `,"worker_id":`...), n.WorkerID, 10)
-		b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(n.DPRank), 10)
-		b = strconv.AppendUint(append(b, `,"event_id":`...), n.EventID, 10)
+		b = appendEventRef(b, &n.EventRef)
 		return append(strconv.AppendUint(append(b, `,"last_event_id":`...), n.LastEventID, 10), '}')
 	})
+}
+
+// appendEventRef opens an event's object with the members that name it.
+func appendEventRef(b []byte, r *protocol.EventRef) []byte {
+	b = strconv.AppendInt(append(b, `{"index":`...), int64(r.Index), 10)
+	b = strconv.AppendUint(append(b, `,"worker_id":`...), r.WorkerID, 10)
+	b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(r.DPRank), 10)
+	return strconv.AppendUint(append(b, `,"event_id":`...), r.EventID, 10)
 }
 
 func appendCommandEvidence(b []byte, e *protocol.CommandEvidence) []byte {
@@ -144,10 +149,7 @@ func appendCommandEvidence(b []byte, e *protocol.CommandEvidence) []byte {
 	b = appendCount(b, mark, "events_ignored", e.EventsIgnored)
 	if len(e.EventsSkipped) > 0 {
 		b = appendArray(append(memberStart(b, mark), `"events_skipped":`...), e.EventsSkipped, func(b []byte, s *protocol.SkippedEvent) []byte {
-			b = strconv.AppendInt(append(b, `{"index":`...), int64(s.Index), 10)
-			b = strconv.AppendUint(append(b, `,"worker_id":`...), s.WorkerID, 10)
-			b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(s.DPRank), 10)
-			b = strconv.AppendUint(append(b, `,"event_id":`...), s.EventID, 10)
+			b = appendEventRef(b, &s.EventRef)
 			return append(appendGoccyString(append(b, `,"reason":`...), s.Reason), '}')
 		})
 	}

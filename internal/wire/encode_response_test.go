@@ -137,11 +137,10 @@ func genCommandEvidence(t *rapid.T) *protocol.CommandEvidence {
 		ApproxExpired:     genCount(t, "approx_expired"),
 	}
 	for range rapid.IntRange(0, 2).Draw(t, "skipped") {
-		e.EventsSkipped = append(e.EventsSkipped, protocol.SkippedEvent{Index: genCount(t, "s_index"), WorkerID: rapid.Uint64().Draw(t, "s_worker"), DPRank: rapid.Uint32().Draw(t, "s_rank"), EventID: rapid.Uint64().Draw(t, "s_event"), Reason: genString(t, "s_reason")})
+		e.EventsSkipped = append(e.EventsSkipped, protocol.SkippedEvent{EventRef: genEventRef(t), Reason: genString(t, "s_reason")})
 	}
 	note := func() protocol.EventIDNote {
-		return protocol.EventIDNote{Index: genCount(t, "n_index"), WorkerID: rapid.Uint64().Draw(t, "n_worker"), DPRank: rapid.Uint32().Draw(t, "n_rank"),
-			EventID: rapid.Uint64().Draw(t, "n_event"), LastEventID: rapid.Uint64().Draw(t, "n_last")}
+		return protocol.EventIDNote{EventRef: genEventRef(t), LastEventID: rapid.Uint64().Draw(t, "n_last")}
 	}
 	for range rapid.IntRange(0, 2).Draw(t, "gaps") {
 		e.EventIDGaps = append(e.EventIDGaps, note())
@@ -159,4 +158,9 @@ func genCommandEvidence(t *rapid.T) *protocol.CommandEvidence {
 		e.BindingsInvalidated = append(e.BindingsInvalidated, protocol.BindingRef{Role: protocol.Role(genString(t, "i_role")), Key: genString(t, "i_key")})
 	}
 	return e
+}
+
+func genEventRef(t *rapid.T) protocol.EventRef {
+	return protocol.EventRef{Index: genCount(t, "e_index"), WorkerID: rapid.Uint64().Draw(t, "e_worker"),
+		DPRank: rapid.Uint32().Draw(t, "e_rank"), EventID: rapid.Uint64().Draw(t, "e_event")}
 }
