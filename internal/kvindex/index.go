@@ -176,7 +176,7 @@ func (x *Index) Remove(id RankID, hashes []protocol.SequenceHash) int {
 	for _, h := range hashes {
 		if nd, ok := r.blocks.take(0, uint64(h)); ok {
 			x.unalias(nd, id, h)
-			if x.extra[rankNode{id, nd}] == 0 { // its last hash there: it leaves nd
+			if len(x.extra) == 0 || x.extra[rankNode{id, nd}] == 0 { // its last hash there: it leaves nd
 				n += x.dropBelow(nd, id)
 			}
 			x.detach(nd, id)
