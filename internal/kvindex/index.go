@@ -2,7 +2,9 @@ package kvindex
 
 import (
 	"errors"
+	"maps"
 	"math/bits"
+	"slices"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -20,8 +22,13 @@ type Block = protocol.StoredBlock
 const maskRanks = 64
 
 type rankCache struct {
-	live    bool
-	blocks  edgeTable // block_hash (as the local hash, under parent 0) -> node
+	live   bool
+	blocks edgeTable // block_hash (as the local hash, under parent 0) -> node
+	// phantom lists the nodes the rank still holds though none of its block
+	// hashes addresses them: a hash moved to another prefix. As in Dynamo,
+	// whose old node keeps the worker, what the rank holds below stays
+	// reachable, and a removal above finds it.
+	phantom map[uint32]struct{}
 	lastID  uint64
 	seenAny bool
 }
@@ -148,16 +155,30 @@ func (x *Index) Store(id RankID, parent *protocol.SequenceHash, blocks []Block) 
 			x.attach(child, id, b.BlockHash)
 		case old != child:
 			// The hash moves to another prefix. Attach first: detaching
-			// could otherwise prune child if it is an ancestor of old. The
-			// rank keeps what it holds below old (a move is no removal).
+			// could otherwise prune child if it is an ancestor of old.
 			x.attach(child, id, b.BlockHash)
 			r.blocks.set(0, uint64(b.BlockHash), child)
 			x.unalias(old, id, b.BlockHash)
-			x.detach(old, id)
+			x.vacate(old, id)
 		}
 		cur = child
 	}
 	return nil
+}
+
+// vacate takes one of id's hashes off nd, which it moved elsewhere. A move
+// is no removal: if it was the rank's last hash there, the rank keeps nd as
+// a phantom, so that every node it holds keeps its whole prefix held.
+func (x *Index) vacate(nd uint32, id RankID) {
+	if len(x.extra) > 0 && x.extra[rankNode{id, nd}] > 0 {
+		x.detach(nd, id)
+		return
+	}
+	r := &x.ranks[id]
+	if r.phantom == nil {
+		r.phantom = map[uint32]struct{}{}
+	}
+	r.phantom[nd] = struct{}{}
 }
 
 // Remove drops the blocks of id addressed by hashes; unknown hashes are
@@ -211,6 +232,7 @@ func (x *Index) dropBelow(nd uint32, id RankID) int {
 		}
 		delete(x.alias, k)
 		delete(x.extra, k)
+		delete(r.phantom, c)
 		x.detach(c, id) // prunes c once nothing holds it and it has no children
 	}
 	return n
@@ -246,7 +268,12 @@ func (x *Index) Clear(id RankID) int {
 		delete(x.alias, rankNode{id, nd})
 		x.detach(nd, id)
 	})
-	r.blocks = edgeTable{}
+	// Sorted, so that the nodes are freed, and their ids reused, in the
+	// same order on every run.
+	for _, nd := range slices.Sorted(maps.Keys(r.phantom)) {
+		x.detach(nd, id)
+	}
+	r.blocks, r.phantom = edgeTable{}, nil
 	return n
 }
 
@@ -308,6 +335,12 @@ func (x *Index) attach(nd uint32, id RankID, h protocol.SequenceHash) {
 			x.alias[k] = map[protocol.SequenceHash]struct{}{}
 		}
 		x.alias[k][h] = struct{}{}
+	}
+	if r := &x.ranks[id]; len(r.phantom) > 0 {
+		if _, ok := r.phantom[nd]; ok { // the rank holds nd already, now by a hash
+			delete(r.phantom, nd)
+			return
+		}
 	}
 	if id >= maskRanks {
 		k := rankNode{id, nd}

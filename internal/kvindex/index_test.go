@@ -118,53 +118,72 @@ func TestLastEventIDIsTheLastRecorded(t *testing.T) {
 	}
 }
 
-// model is the obvious implementation: every block remembers its whole path.
-type model map[RankID]map[protocol.SequenceHash][]protocol.LocalBlockHash
+// model is the obvious implementation: every block remembers its whole
+// path, and a rank's phantoms are the paths it holds with none of its
+// hashes (one moved elsewhere; Dynamo's old node keeps the worker).
+type model map[RankID]*rankModel
 
-func (m model) overlap(id RankID, local []protocol.LocalBlockHash) uint32 {
+type rankModel struct {
+	blocks  map[protocol.SequenceHash][]protocol.LocalBlockHash
+	phantom map[string][]protocol.LocalBlockHash
+}
+
+func newRankModel() *rankModel {
+	return &rankModel{blocks: map[protocol.SequenceHash][]protocol.LocalBlockHash{}, phantom: map[string][]protocol.LocalBlockHash{}}
+}
+
+// byHash reports whether one of the rank's hashes addresses path.
+func (m *rankModel) byHash(path []protocol.LocalBlockHash) bool {
+	for _, p := range m.blocks {
+		if slices.Equal(p, path) {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *rankModel) held(path []protocol.LocalBlockHash) bool {
+	_, phantom := m.phantom[fmt.Sprint(path)]
+	return phantom || m.byHash(path)
+}
+
+// store puts hash h at path; a hash that was elsewhere leaves its old path
+// held as a phantom if no other hash of the rank addresses it.
+func (m *rankModel) store(h protocol.SequenceHash, path []protocol.LocalBlockHash) {
+	old, moved := m.blocks[h]
+	m.blocks[h] = path
+	delete(m.phantom, fmt.Sprint(path))
+	if moved && !slices.Equal(old, path) && !m.byHash(old) {
+		m.phantom[fmt.Sprint(old)] = old
+	}
+}
+
+func (m *rankModel) overlap(local []protocol.LocalBlockHash) uint32 {
 	n := uint32(0)
-	for i := range local {
-		found := false
-		for _, path := range m[id] {
-			if slices.Equal(path, local[:i+1]) {
-				found = true
-				break
-			}
-		}
-		if !found {
-			break
-		}
+	for n < uint32(len(local)) && m.held(local[:n+1]) {
 		n++
 	}
 	return n
 }
 
-// dropBelow is a removal's cascade: once rank id holds no hash at path, it
-// loses every block below path that it reaches through prefixes it holds
-// (Dynamo's tree: what hangs under a removed block is unreachable), and
-// this returns how many.
-func (m model) dropBelow(id RankID, path []protocol.LocalBlockHash) int {
-	held := map[string]bool{}
-	for _, p := range m[id] {
-		held[fmt.Sprint(p)] = true
-	}
-	if held[fmt.Sprint(path)] {
+// dropBelow is a removal's cascade: once the rank no longer holds path, it
+// loses every block and phantom below path (Dynamo's tree: what hangs under
+// a removed block is unreachable), and this returns how many blocks.
+func (m *rankModel) dropBelow(path []protocol.LocalBlockHash) int {
+	if m.held(path) {
 		return 0 // another hash of the rank still holds it
 	}
+	below := func(q []protocol.LocalBlockHash) bool {
+		return len(q) > len(path) && slices.Equal(q[:len(path)], path)
+	}
 	n := 0
-	for h, q := range m[id] {
-		if len(q) <= len(path) || !slices.Equal(q[:len(path)], path) {
-			continue
-		}
-		reached := true
-		for k := len(path) + 1; k < len(q); k++ {
-			reached = reached && held[fmt.Sprint(q[:k])]
-		}
-		if reached {
-			delete(m[id], h)
+	for h, q := range m.blocks {
+		if below(q) {
+			delete(m.blocks, h)
 			n++
 		}
 	}
+	maps.DeleteFunc(m.phantom, func(_ string, q []protocol.LocalBlockHash) bool { return below(q) })
 	return n
 }
 
@@ -200,7 +219,7 @@ func TestIndexMatchesModel(t *testing.T) {
 		m := model{}
 		for _, r := range ids {
 			x.AddRank(r)
-			m[r] = map[protocol.SequenceHash][]protocol.LocalBlockHash{}
+			m[r] = newRankModel()
 		}
 		// Local hashes from a tiny alphabet make shared prefixes common.
 		gen := rapid.SliceOfN(hashIn[protocol.LocalBlockHash](1, 3), 1, 5)
@@ -211,12 +230,12 @@ func TestIndexMatchesModel(t *testing.T) {
 				var parent *protocol.SequenceHash
 				var prefix []protocol.LocalBlockHash
 				if rapid.Bool().Draw(t, "under a parent") {
-					held := slices.Sorted(maps.Keys(m[r]))
+					held := slices.Sorted(maps.Keys(m[r].blocks))
 					p := hashIn[protocol.SequenceHash](1, 4).Draw(t, "unknown parent")
 					if len(held) > 0 && rapid.Bool().Draw(t, "a held parent") {
 						p = rapid.SampledFrom(held).Draw(t, "parent")
 					}
-					parent, prefix = &p, m[r][p]
+					parent, prefix = &p, m[r].blocks[p]
 				}
 				local := gen.Draw(t, "local")
 				seq := blockHashes(t, append(slices.Clone(prefix), local...))[len(prefix):]
@@ -238,42 +257,42 @@ func TestIndexMatchesModel(t *testing.T) {
 					t.Fatalf("store under parent %v (held prefix %v) returned %v, want %v", parent != nil, prefix, err, want)
 				} else if err == nil {
 					for i := range local {
-						m[r][seq[i]] = append(slices.Clone(prefix), local[:i+1]...)
+						m[r].store(seq[i], append(slices.Clone(prefix), local[:i+1]...))
 					}
 				}
 			case 6, 7:
 				seq := blockHashes(t, gen.Draw(t, "local"))
 				h := seq[len(seq)-1]
 				want := 0
-				if path, ok := m[r][h]; ok {
-					delete(m[r], h)
-					want = 1 + m.dropBelow(r, path)
+				if path, ok := m[r].blocks[h]; ok {
+					delete(m[r].blocks, h)
+					want = 1 + m[r].dropBelow(path)
 				}
 				if got := x.Remove(r, []protocol.SequenceHash{h}); got != want {
 					t.Fatalf("remove returned %d, want %d", got, want)
 				}
 			case 8:
-				if got := x.Clear(r); got != len(m[r]) {
-					t.Fatalf("clear dropped %d, model %d", got, len(m[r]))
+				if got := x.Clear(r); got != len(m[r].blocks) {
+					t.Fatalf("clear dropped %d, model %d", got, len(m[r].blocks))
 				}
-				m[r] = map[protocol.SequenceHash][]protocol.LocalBlockHash{}
+				m[r] = newRankModel()
 			case 9:
 				x.DropRank(r)
 				x.AddRank(r)
-				m[r] = map[protocol.SequenceHash][]protocol.LocalBlockHash{}
+				m[r] = newRankModel()
 			}
 			probe := gen.Draw(t, "probe")
 			overlap := make([]uint32, ids[len(ids)-1]+1)
 			x.FindMatches(probe, overlap)
 			for _, rr := range ids {
-				if want := m.overlap(rr, probe); overlap[rr] != want {
+				if want := m[rr].overlap(probe); overlap[rr] != want {
 					t.Fatalf("rank %d probe %v: overlap %d, want %d", rr, probe, overlap[rr], want)
 				}
-				if x.Blocks(rr) != len(m[rr]) {
-					t.Fatalf("rank %d holds %d blocks, model %d", rr, x.Blocks(rr), len(m[rr]))
+				if x.Blocks(rr) != len(m[rr].blocks) {
+					t.Fatalf("rank %d holds %d blocks, model %d", rr, x.Blocks(rr), len(m[rr].blocks))
 				}
 				for _, h := range blockHashes(t, probe) {
-					if _, want := m[rr][h]; x.HasBlock(rr, h) != want {
+					if _, want := m[rr].blocks[h]; x.HasBlock(rr, h) != want {
 						t.Fatalf("rank %d block %d: held %v, model %v", rr, h, !want, want)
 					}
 				}
@@ -311,4 +330,31 @@ func TestOnePrefixUnderTwoBlockHashes(t *testing.T) {
 // hashIn draws a hash of type H in [lo, hi].
 func hashIn[H ~uint64](lo, hi uint64) *rapid.Generator[H] {
 	return rapid.Map(rapid.Uint64Range(lo, hi), func(v uint64) H { return H(v) })
+}
+
+// TestMovedHashKeepsItsOldPrefix: a hash stored again under another prefix
+// moves there, and the rank keeps its old prefix (Dynamo's old node keeps
+// the worker), so a removal above the old prefix still takes what the rank
+// holds below it, and storing that prefix again does not bring it back.
+func TestMovedHashKeepsItsOldPrefix(t *testing.T) {
+	for _, id := range []RankID{0, 70} {
+		x := New()
+		x.AddRank(id)
+		x.Store(id, nil, []Block{{BlockHash: 10, TokensHash: 1}, {BlockHash: 20, TokensHash: 2}, {BlockHash: 30, TokensHash: 3}})
+		x.Store(id, nil, []Block{{BlockHash: 20, TokensHash: 9}}) // hash 20 moves from [1 2] to [9]
+		overlap := make([]uint32, 71)
+		if x.FindMatches([]protocol.LocalBlockHash{1, 2, 3}, overlap); overlap[id] != 3 {
+			t.Fatalf("rank %d: overlap %d after the move, want 3: the old prefix stays held", id, overlap[id])
+		}
+		if n := x.Remove(id, []protocol.SequenceHash{10}); n != 2 || x.Blocks(id) != 1 {
+			t.Fatalf("rank %d: removing block 10 dropped %d, holding %d; want 2 (10 and 30 below it) and 1 (20, moved)", id, n, x.Blocks(id))
+		}
+		x.Store(id, nil, []Block{{BlockHash: 10, TokensHash: 1}, {BlockHash: 21, TokensHash: 2}})
+		if x.FindMatches([]protocol.LocalBlockHash{1, 2, 3}, overlap); overlap[id] != 2 {
+			t.Fatalf("rank %d: overlap %d, want 2: block 30 went with block 10", id, overlap[id])
+		}
+		if x.Clear(id); x.Nodes() != 0 {
+			t.Fatalf("rank %d: %d nodes outlived a clear", id, x.Nodes())
+		}
+	}
 }
