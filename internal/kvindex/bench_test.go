@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/goccy/go-json"
@@ -191,8 +192,16 @@ func BenchmarkFindMatchesIndexSize(b *testing.B) {
 // event of the blocks its rank lacked (under the last block it had), and,
 // once the rank holds more than its capacity, a removed event of the
 // oldest stored run (16 ranks of 2,000 blocks). One op is one of those
-// three events.
+// three events. A removed event lists the run tail first, as vLLM evicts
+// (a request's blocks are freed in reverse, so its last block goes first),
+// or head first, the order in which each removal cascades over the rest.
 func BenchmarkIndexChurn(b *testing.B) {
+	for _, order := range []string{"tail_first", "head_first"} {
+		b.Run("removed="+order, func(b *testing.B) { indexChurn(b, order == "tail_first") })
+	}
+}
+
+func indexChurn(b *testing.B, tailFirst bool) {
 	const ranks, capacity = 16, 2000
 	w := newIndexWorkload(b, ranks)
 	x := withRanks(ranks)
@@ -223,7 +232,12 @@ func BenchmarkIndexChurn(b *testing.B) {
 			ops++
 			changes++
 			moved += len(blocks)
-			fifo[r] = append(fifo[r], run{seq[have:]})
+			hashes := seq[have:]
+			if tailFirst {
+				hashes = slices.Clone(hashes)
+				slices.Reverse(hashes)
+			}
+			fifo[r] = append(fifo[r], run{hashes})
 			held[r] += len(local) - have
 		}
 		for held[r] > capacity {
@@ -279,6 +293,29 @@ func BenchmarkWideRanksShareANode(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/rank")
+		})
+	}
+}
+
+// BenchmarkRemoveUnderFanOut: rank 0 has given one shared block n children;
+// rank 1 stores that block and removes it, over and over. Rank 1 holds none
+// of the children, so its removal must not visit them: the time per removal
+// must not grow with n. (Ranks from 64 up are not in the node's below mask
+// and still visit every child, as Dynamo's cascade visits the whole
+// subtree.)
+func BenchmarkRemoveUnderFanOut(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprint("children=", n), func(b *testing.B) {
+			x := withRanks(2)
+			shared := Block{BlockHash: 1, TokensHash: 1}
+			x.Store(0, nil, []Block{shared})
+			for i := range n {
+				x.Store(0, &shared.BlockHash, []Block{{BlockHash: protocol.SequenceHash(100 + i), TokensHash: protocol.LocalBlockHash(100 + i)}})
+			}
+			for b.Loop() {
+				x.Store(1, nil, []Block{shared})
+				x.Remove(1, []protocol.SequenceHash{shared.BlockHash})
+			}
 		})
 	}
 }

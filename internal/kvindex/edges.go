@@ -102,25 +102,50 @@ func (t *edgeTable) each(f func(node uint32)) {
 }
 
 // take removes the edge of parent for local and returns its node, if there
-// is one. Every later slot of the probe run whose home is not between the
-// hole and itself moves back into the hole, so that no lookup meets an
-// empty slot before its key.
+// is one.
 func (t *edgeTable) take(parent uint32, local uint64) (uint32, bool) {
+	i, ok := t.locate(parent, local)
+	if !ok {
+		return 0, false
+	}
+	node := t.slots[i].node
+	t.removeAt(i)
+	return node, true
+}
+
+// takeIf removes the edge of parent for local if it leads to node, in one
+// probe sequence, and reports whether it did.
+func (t *edgeTable) takeIf(parent uint32, local uint64, node uint32) bool {
+	i, ok := t.locate(parent, local)
+	if !ok || t.slots[i].node != node {
+		return false
+	}
+	t.removeAt(i)
+	return true
+}
+
+// locate returns the slot of the edge of parent for local, if there is one.
+func (t *edgeTable) locate(parent uint32, local uint64) (uint64, bool) {
 	if t.slots == nil {
 		return 0, false
 	}
 	mask := uint64(len(t.slots) - 1)
-	hole := hashEdge(parent, local) & mask
-	for ; ; hole = (hole + 1) & mask {
-		s := &t.slots[hole]
+	for i := hashEdge(parent, local) & mask; ; i = (i + 1) & mask {
+		s := &t.slots[i]
 		if s.node == 0 {
 			return 0, false
 		}
 		if s.local == local && s.parent == parent {
-			break
+			return i, true
 		}
 	}
-	node := t.slots[hole].node
+}
+
+// removeAt empties slot hole. Every later slot of the probe run whose home
+// is not between the hole and itself moves back into the hole, so that no
+// lookup meets an empty slot before its key.
+func (t *edgeTable) removeAt(hole uint64) {
+	mask := uint64(len(t.slots) - 1)
 	for j := (hole + 1) & mask; t.slots[j].node != 0; j = (j + 1) & mask {
 		home := hashEdge(t.slots[j].parent, t.slots[j].local) & mask
 		// Distances along the probe order: j may fill the hole unless its
@@ -132,7 +157,6 @@ func (t *edgeTable) take(parent uint32, local uint64) (uint32, bool) {
 	}
 	t.slots[hole] = edgeSlot{}
 	t.used--
-	return node, true
 }
 
 // grow moves the edges into a table with room for n edges and as many

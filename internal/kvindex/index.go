@@ -212,30 +212,40 @@ func (x *Index) Remove(id RankID, hashes []protocol.SequenceHash) int {
 func (x *Index) dropBelow(nd uint32, id RankID) int {
 	r := &x.ranks[id]
 	n := 0
-	x.below = x.tree.kids(nd, x.below[:0])
+	x.below = x.heldKids(nd, id, x.below[:0])
 	for len(x.below) > 0 {
 		c := x.below[len(x.below)-1]
 		x.below = x.below[:len(x.below)-1]
 		if !x.holds(c, id) {
 			continue
 		}
-		x.below = x.tree.kids(c, x.below)
-		k := rankNode{id, c}
-		h := x.tree.node(c).hash
-		if at, ok := r.blocks.find(0, h); ok && at == c {
-			r.blocks.take(0, h)
+		x.below = x.heldKids(c, id, x.below)
+		if r.blocks.takeIf(0, x.tree.node(c).hash, c) {
 			n++
 		}
-		for h := range x.alias[k] {
-			r.blocks.take(0, uint64(h))
-			n++
+		if len(x.alias) > 0 || len(x.extra) > 0 || len(r.phantom) > 0 { // the rare cases: one lookup each
+			k := rankNode{id, c}
+			for h := range x.alias[k] {
+				r.blocks.take(0, uint64(h))
+				n++
+			}
+			delete(x.alias, k)
+			delete(x.extra, k)
+			delete(r.phantom, c)
 		}
-		delete(x.alias, k)
-		delete(x.extra, k)
-		delete(r.phantom, c)
 		x.detach(c, id) // prunes c once nothing holds it and it has no children
 	}
 	return n
+}
+
+// heldKids appends the children of nd that id may hold to out. The rank
+// is about to leave every one it holds, so nd forgets that it may.
+func (x *Index) heldKids(nd uint32, id RankID, out []uint32) []uint32 {
+	bit := uint64(0) // ranks from maskRanks up: every child
+	if id < maskRanks {
+		bit = 1 << id
+	}
+	return x.tree.kids(nd, bit, out)
 }
 
 // holds reports whether rank id holds node nd.
@@ -356,6 +366,7 @@ func (x *Index) attach(nd uint32, id RankID, h protocol.SequenceHash) {
 		x.extra[rankNode{id, nd}]++
 	} else {
 		*mask |= 1 << id
+		x.tree.holding(nd, 1<<id)
 	}
 }
 

@@ -25,8 +25,19 @@ type tree struct {
 	// nodes that have any (they carry the inTable flag), and tabledAt where
 	// each child is in its parent's list: a walk can visit a node's
 	// children, and a child leaves the list in O(1).
-	tabled   map[uint32][]uint32
+	tabled   map[uint32]*kidList
 	tabledAt map[uint32]int
+}
+
+// kidList is a node's children in the edge table.
+type kidList struct {
+	ids []uint32
+	// below has the bit of each rank under maskRanks that may hold one of
+	// ids: set when the rank comes to hold one, cleared when a removal has
+	// taken the rank off all of them, so that a removal passes over the
+	// children of a node the rank has none of (others may have given it
+	// thousands). Only nodes with more than one child carry it.
+	below uint64
 }
 
 const (
@@ -56,7 +67,7 @@ func (n *treeNode) leaf() bool { return n.first == 0 && n.up&inTable == 0 }
 
 // newTree returns a tree holding only the root.
 func newTree() *tree {
-	t := &tree{tabled: map[uint32][]uint32{}, tabledAt: map[uint32]int{}}
+	t := &tree{tabled: map[uint32]*kidList{}, tabledAt: map[uint32]int{}}
 	t.alloc()
 	return t
 }
@@ -110,24 +121,41 @@ func (t *tree) child(parent uint32, local uint64) (uint32, bool) {
 		if c, added = t.children.findOrAdd(parent, local, t.alloc); !added {
 			return c, false
 		}
-		t.tabledAt[c] = len(t.tabled[parent])
-		t.tabled[parent] = append(t.tabled[parent], c)
+		kl := t.tabled[parent]
+		if kl == nil {
+			kl = &kidList{}
+			t.tabled[parent] = kl
+		}
+		t.tabledAt[c] = len(kl.ids)
+		kl.ids = append(kl.ids, c)
 		p.up |= inTable
 	}
 	*t.node(c) = treeNode{up: parent, local: local}
 	return c, true
 }
 
-// kids appends the children of n to out.
-func (t *tree) kids(n uint32, out []uint32) []uint32 {
+// kids appends to out the children of n that a rank whose bit is in rank
+// may hold (rank 0: any rank), and forgets that it may hold any: the
+// caller is about to take the rank off every one.
+func (t *tree) kids(n uint32, rank uint64, out []uint32) []uint32 {
 	nd := t.node(n)
 	if nd.first != 0 {
 		out = append(out, nd.first)
 	}
 	if nd.up&inTable != 0 {
-		out = append(out, t.tabled[n]...)
+		if kl := t.tabled[n]; rank == 0 || kl.below&rank != 0 {
+			out = append(out, kl.ids...)
+			kl.below &^= rank
+		}
 	}
 	return out
+}
+
+// holding notes that the rank whose bit is rank has come to hold node n.
+func (t *tree) holding(n uint32, rank uint64) {
+	if p := t.node(n).parent(); t.node(p).first != n {
+		t.tabled[p].below |= rank
+	}
 }
 
 // alloc takes a free node id, adding a page if there is none.
@@ -158,15 +186,13 @@ func (t *tree) unlink(n uint32) uint32 {
 		p.first = 0
 	} else {
 		t.children.take(parent, nd.local)
-		kids, i := t.tabled[parent], t.tabledAt[n]
-		last := kids[len(kids)-1]
-		kids[i], t.tabledAt[last] = last, i
+		kl, i := t.tabled[parent], t.tabledAt[n]
+		last := kl.ids[len(kl.ids)-1]
+		kl.ids[i], t.tabledAt[last] = last, i
 		delete(t.tabledAt, n)
-		if kids = kids[:len(kids)-1]; len(kids) == 0 {
+		if kl.ids = kl.ids[:len(kl.ids)-1]; len(kl.ids) == 0 {
 			delete(t.tabled, parent)
 			p.up &^= inTable
-		} else {
-			t.tabled[parent] = kids
 		}
 	}
 	*nd = treeNode{}
