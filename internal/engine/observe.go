@@ -12,7 +12,7 @@ func (e *Engine) observe(events []protocol.KVEvent) {
 	applied := 0
 	for i := range events {
 		x := &events[i]
-		if x.StorageTier != "device" {
+		if !x.OnWorkerDevice() {
 			ev.EventsIgnored++
 			continue
 		}

@@ -15,9 +15,21 @@ type SequenceHash uint64
 type KVEvent struct {
 	WorkerID    uint64
 	StorageTier string // "device" when absent from the line
-	EventID     uint64
-	DPRank      uint32
-	Data        EventData // Stored, Removed or Cleared
+	// Tier is AISimulate's tier on the event ("" when absent), and
+	// ResidencyDomain Dynamo's owner of the cache ("" when absent: the
+	// worker). The index holds device caches of workers only.
+	Tier            string
+	ResidencyDomain string
+	EventID         uint64
+	DPRank          uint32
+	Data            EventData // Stored, Removed or Cleared
+}
+
+// OnWorkerDevice reports whether the event is about a worker's device
+// cache, the one the index models: other tiers and owners are ignored.
+func (ev *KVEvent) OnWorkerDevice() bool {
+	return ev.StorageTier == "device" && (ev.Tier == "" || ev.Tier == "device") &&
+		(ev.ResidencyDomain == "" || ev.ResidencyDomain == "worker")
 }
 
 // EventData is what a KV event did: Stored, Removed or Cleared.

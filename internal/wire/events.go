@@ -7,13 +7,19 @@ import (
 )
 
 // Decoding of KV events, as Dynamo serialises a RouterEvent:
-// {"worker_id", "storage_tier", "event": {"event_id", "dp_rank", "data"}},
-// where data is {"stored": {"parent_hash", "blocks": [{"block_hash",
-// "tokens_hash"}]}}, {"removed": {"block_hashes"}} or "cleared".
+// {"worker_id", "storage_tier", "residency_domain", "state_source",
+// "session_id", "event": {"event_id", "dp_rank", "tier", "data"}}, where
+// data is {"stored": {"parent_hash", "start_position", "blocks":
+// [{"block_hash", "tokens_hash", "mm_extra_info", "token_ids"}]}},
+// {"removed": {"block_hashes"}} or "cleared". ("tier" on the event and
+// "token_ids" on a block are AISimulate's.) What only informs is checked
+// for its type and dropped: docs/PROTOCOL.md says which, and why.
 
 // eventKeys are the keys of a RouterEvent and everything inside it.
-var eventKeys = []string{"worker_id", "storage_tier", "event", "event_id", "dp_rank", "data",
-	"stored", "removed", "block_hashes", "parent_hash", "blocks", "block_hash", "tokens_hash"}
+var eventKeys = []string{"worker_id", "storage_tier", "residency_domain", "state_source", "session_id",
+	"event", "event_id", "dp_rank", "tier", "data", "stored", "removed", "block_hashes", "parent_hash",
+	"start_position", "blocks", "block_hash", "tokens_hash", "mm_extra_info", "mm_objects", "mm_hash",
+	"offsets", "token_ids"}
 
 func decodeEvent(s *scanner, ev *protocol.KVEvent) *fieldError {
 	var hasWorker, hasEvent bool
@@ -35,11 +41,31 @@ func decodeEvent(s *scanner, ev *protocol.KVEvent) *fieldError {
 			v, err := s.str()
 			ev.StorageTier = v
 			return err.orNil(key)
+		case "residency_domain":
+			if s.null() {
+				return nil
+			}
+			v, err := s.str()
+			ev.ResidencyDomain = v
+			return err.orNil(key)
+		case "state_source":
+			// A cache owner's id, meaningful only with residency_domain
+			// "cache_owner", whose events the router ignores.
+			if !s.skip() {
+				return s.expected("a JSON value")
+			}
+			return nil
+		case "session_id":
+			if s.null() {
+				return nil
+			}
+			_, err := s.str()
+			return err.orNil(key)
 		case "event":
 			hasEvent = true
 			return decodeEventBody(s, ev).orNil(key)
 		}
-		return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a field of a RouterEvent (worker_id, storage_tier, event)"}
+		return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a field of a RouterEvent (worker_id, storage_tier, residency_domain, state_source, session_id, event)"}
 	})
 	if err != nil {
 		return err
@@ -72,10 +98,17 @@ func decodeEventBody(s *scanner, ev *protocol.KVEvent) *fieldError {
 			v, err := s.u32()
 			ev.DPRank = v
 			return err.orNil(key)
+		case "tier":
+			if s.null() {
+				return nil
+			}
+			v, err := s.str()
+			ev.Tier = v
+			return err.orNil(key)
 		case "data":
 			return decodeEventData(s, ev).orNil(key)
 		}
-		return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a field of an event (event_id, dp_rank, data)"}
+		return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a field of an event (event_id, dp_rank, tier, data)"}
 	})
 	if err != nil {
 		return err
@@ -144,6 +177,12 @@ func decodeStored(s *scanner, st *protocol.Stored) *fieldError {
 				st.ParentHash = &h
 			}
 			return err.orNil(key)
+		case "start_position":
+			if s.null() {
+				return nil
+			}
+			_, err := s.u32()
+			return err.orNil(key)
 		case "blocks":
 			hasBlocks = true
 			st.Blocks = []protocol.StoredBlock{}
@@ -162,8 +201,14 @@ func decodeStored(s *scanner, st *protocol.Stored) *fieldError {
 						hasTH = true
 						v, err = s.u64()
 						b.TokensHash = protocol.LocalBlockHash(v)
+					case "mm_extra_info":
+						err = decodeMMExtraInfo(s)
+					case "token_ids":
+						if !s.null() {
+							_, err = u64s[uint64](s)
+						}
 					default:
-						return &fieldError{code: protocol.CodeUnknownField, path: k, msg: "is not a field of a stored block (block_hash, tokens_hash)"}
+						return &fieldError{code: protocol.CodeUnknownField, path: k, msg: "is not a field of a stored block (block_hash, tokens_hash, mm_extra_info, token_ids)"}
 					}
 					return err.orNil(k)
 				})
@@ -174,10 +219,43 @@ func decodeStored(s *scanner, st *protocol.Stored) *fieldError {
 				return err
 			}).orNil(key)
 		}
-		return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a field of stored (parent_hash, blocks)"}
+		return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a field of stored (parent_hash, start_position, blocks)"}
 	})
 	if err == nil && !hasBlocks {
 		err = &fieldError{code: protocol.CodeInvalidField, path: "blocks", msg: "required"}
 	}
 	return err
+}
+
+// decodeMMExtraInfo checks a block's multimodal objects, Dynamo's
+// BlockExtraInfo: null or {"mm_objects": [{"mm_hash", "offsets": [[start,
+// end], ...]}]}. The block's tokens_hash already folds the objects' hashes
+// in, so nothing of it is kept.
+func decodeMMExtraInfo(s *scanner) *fieldError {
+	if s.null() {
+		return nil
+	}
+	return s.object(func(key string) *fieldError {
+		if key != "mm_objects" {
+			return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a field of mm_extra_info (mm_objects)"}
+		}
+		return s.array(func(int) *fieldError {
+			return s.object(func(k string) *fieldError {
+				switch k {
+				case "mm_hash":
+					_, err := s.u64()
+					return err.orNil(k)
+				case "offsets":
+					return s.array(func(int) *fieldError {
+						v, err := u64s[uint64](s)
+						if err == nil && len(v) != 2 {
+							err = &fieldError{code: protocol.CodeInvalidField, msg: fmt.Sprintf("an offset range is two numbers, [start, end]; got %d", len(v))}
+						}
+						return err
+					}).orNil(k)
+				}
+				return &fieldError{code: protocol.CodeUnknownField, path: k, msg: "is not a field of a multimodal object (mm_hash, offsets)"}
+			})
+		}).orNil(key)
+	})
 }
