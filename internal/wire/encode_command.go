@@ -103,8 +103,14 @@ func appendEvent(b []byte, ev *protocol.KVEvent) []byte {
 	if ev.StorageTier != "" {
 		b = appendString(append(b, `,"storage_tier":`...), ev.StorageTier)
 	}
+	if ev.ResidencyDomain != "" {
+		b = appendString(append(b, `,"residency_domain":`...), ev.ResidencyDomain)
+	}
 	b = strconv.AppendUint(append(b, `,"event":{"event_id":`...), ev.EventID, 10)
 	b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(ev.DPRank), 10)
+	if ev.Tier != "" {
+		b = appendString(append(b, `,"tier":`...), ev.Tier)
+	}
 	b = append(b, `,"data":`...)
 	switch d := ev.Data.(type) {
 	case protocol.Stored:
