@@ -117,13 +117,20 @@ class OfflineRouterPolicy:
         self.role = role
         self._capture = bool(workers.get("capture_decisions"))
         self._affinity_key, router_config = self._router_config(config, workers)
-        self._router = OfflineRouter(_binary(), config=router_config)
+        binary = _binary()
+        try:
+            self._router = OfflineRouter(binary, config=router_config)
+        except RouterError as e:
+            raise ValueError(f"config: {e.code}: {e.message}") from e
         try:
             for w in workers.get("workers", []):
                 fields = {"role": role, "dp_size": workers.get("dp_size"),
                           "total_kv_blocks": workers.get("total_kv_blocks"),
                           "max_num_batched_tokens": workers.get("max_num_batched_tokens")}
                 self._router.worker_ready(w["worker_id"], **fields)
+        except RouterError as e:
+            self._router._abandon()
+            raise ValueError(f"workers: {e.code}: {e.message}") from e
         except BaseException:
             self._router._abandon()
             raise
@@ -143,7 +150,9 @@ class OfflineRouterPolicy:
         policy = config.pop("policy", "kv_router")
         if policy not in POLICIES:
             raise ValueError(f"policy {policy!r}: expected one of {', '.join(sorted(POLICIES))}")
-        out = {"policy": POLICIES[policy]}
+        # The bridge reads none of a placement's evidence: "none" halves
+        # what each response carries (unless the host asks for it).
+        out = {"policy": POLICIES[policy], "evidence": "none"}
         affinity = config.pop("affinity", None) or {}
         mode = affinity.get("mode")
         key = None
@@ -273,7 +282,7 @@ class OfflineRouterPolicy:
         if identity.get("session") is not None and not identity.get("lineage_available", False):
             raise ValueError("identity has a session but lineage_available is false: "
                              "affinity needs the request's lineage")
-        cmd = {"op": "place", "request_id": rid, "input_tokens": payload.get("input_tokens", 0)}
+        cmd = {"op": "place", "request_id": rid, "role": self.role, "input_tokens": payload.get("input_tokens", 0)}
         if payload.get("output_tokens") is not None:
             cmd["output_tokens"] = payload["output_tokens"]
         if local:

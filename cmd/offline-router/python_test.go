@@ -174,3 +174,15 @@ func jsonInts(v []int) string {
 	}
 	return "[" + strings.Join(s, ", ") + "]"
 }
+
+// TestPythonPolicy runs the unittest suite of scripts/offline_router_policy.py,
+// AISimulate's policy bridge adapter, against the binary.
+func TestPythonPolicy(t *testing.T) {
+	py := python(t)
+	cmd := exec.Command(py, "-m", "unittest", "test_offline_router_policy")
+	cmd.Dir = "../../scripts"
+	cmd.Env = append(os.Environ(), "OFFLINE_ROUTER_BIN="+binary, "PYTHONDONTWRITEBYTECODE=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}

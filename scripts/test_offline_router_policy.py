@@ -1,0 +1,304 @@
+"""Tests of OfflineRouterPolicy, called as AISimulate's policy bridge calls it.
+
+Needs the binary: OFFLINE_ROUTER_BIN, or offline-router on PATH. Run:
+    go build -o /tmp/offline-router ./cmd/offline-router
+    OFFLINE_ROUTER_BIN=/tmp/offline-router python3 -m unittest -v scripts/test_offline_router_policy.py
+(`go test ./cmd/offline-router/` builds the binary and runs this suite.)
+"""
+
+import json
+import os
+import random
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from offline_router import RouterDied  # noqa: E402
+from offline_router_policy import MAX_GROUP_KEY_BYTES, OfflineRouterPolicy  # noqa: E402
+
+SELECTED = {"request_id", "worker_id", "dp_rank", "cached_tokens", "overlap_blocks",
+            "best_available_overlap_blocks", "isl_blocks"}
+
+
+def workers(n=2, **over):
+    w = {"api_version": 1, "dp_size": 1, "block_size": 4, "total_kv_blocks": 1000,
+         "max_num_batched_tokens": 64, "host_offload": False, "g3_offload": False,
+         "capture_decisions": True, "workers": [{"worker_id": i + 1} for i in range(n)]}
+    w.update(over)
+    return json.dumps(w)
+
+
+def config(mode=None, ttl=None, **router):
+    c = {"policy": "kv_router", **router}
+    if mode:
+        c["affinity"] = {"mode": mode, "ttl_seconds": ttl}
+    return json.dumps(c)
+
+
+def req(rid, blocks=(1, 2), scope="play", session=None, parent=None, **over):
+    p = {"request_id": rid, "input_tokens": 4 * len(blocks), "output_tokens": 8,
+         "local_block_hashes": list(blocks), "sequence_hashes": [100 + b for b in blocks],
+         "priority": None, "strict_priority": None, "policy_class": None, "preferred_dp_rank": None,
+         "preferred_prefill_dp_rank": None, "prompt_token_source": "materialized",
+         "authored_request_id": rid, "session_id": session,
+         "identity": {"scope": scope, "session": session, "root": session, "parent": parent,
+                      "lineage_available": True}}
+    p.update(over)
+    return json.dumps(p)
+
+
+def stored(worker, event_id, blocks, tier=None):
+    ev = {"event_id": event_id, "dp_rank": 0,
+          "data": {"stored": {"parent_hash": None, "start_position": 0,
+                              "blocks": [{"block_hash": 100 + b, "tokens_hash": b, "token_ids": [b] * 4,
+                                          "mm_extra_info": None} for b in blocks]}}}
+    if tier:
+        ev["tier"] = tier
+    return {"worker_id": worker, "event": ev}
+
+
+class PolicyTest(unittest.TestCase):
+    def policy(self, cfg=None, wk=None, role="aggregated"):
+        p = OfflineRouterPolicy(role, cfg or config(), wk or workers())
+        self.addCleanup(p.close)
+        return p
+
+    def evidence(self, p):
+        return json.loads(p.evidence())
+
+
+class Construction(PolicyTest):
+    def test_contract_on_the_class(self):
+        self.assertEqual(OfflineRouterPolicy.contract()["api_version"], 1)
+
+    def test_missing_binary_names_both_places(self):
+        with mock.patch.dict(os.environ, {"OFFLINE_ROUTER_BIN": "", "PATH": tempfile.gettempdir()}):
+            with self.assertRaises(FileNotFoundError) as e:
+                OfflineRouterPolicy("aggregated", config(), workers())
+        self.assertIn("OFFLINE_ROUTER_BIN", str(e.exception))
+        self.assertIn("PATH", str(e.exception))
+
+    def test_refused_workers(self):
+        for over, word in (({"api_version": 2}, "API version"), ({"host_offload": True}, "device KV"),
+                           ({"g3_offload": True}, "device KV")):
+            with self.assertRaises(ValueError) as e:
+                OfflineRouterPolicy("aggregated", config(), workers(**over))
+            self.assertIn(word, str(e.exception))
+        with self.assertRaises(ValueError):
+            OfflineRouterPolicy("encode", config(), workers())
+
+    def test_a_dead_router_carries_its_stderr(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as f:
+            f.write("#!/bin/sh\necho 'the router broke' >&2\nexit 3\n")
+        self.addCleanup(os.unlink, f.name)
+        os.chmod(f.name, 0o755)
+        with mock.patch.dict(os.environ, {"OFFLINE_ROUTER_BIN": f.name}):
+            with self.assertRaises(RouterDied) as e:
+                OfflineRouterPolicy("aggregated", config(), workers())
+        self.assertIn("the router broke", e.exception.stderr)
+
+    def test_router_config_passes_through_and_is_checked(self):
+        with self.assertRaises(ValueError) as e:
+            OfflineRouterPolicy("aggregated", config(no_such_key=1), workers())
+        self.assertIn("no_such_key", str(e.exception))
+
+
+class Callbacks(PolicyTest):
+    def test_every_callback(self):
+        p = self.policy()
+        self.assertEqual(json.loads(p.observe(json.dumps([stored(2, 1, [1, 2])]), 0.0)), [])
+        self.assertEqual(self.evidence(p)["physical_kv_events"], 1)
+        out = json.loads(p.place(req("a"), 1.0))
+        self.assertEqual(set(out["decision"]), SELECTED)
+        self.assertEqual((out["decision"]["worker_id"], out["decision"]["overlap_blocks"],
+                          out["decision"]["cached_tokens"], out["decision"]["isl_blocks"]), (2, 2, 8, 2))
+        self.assertEqual(out["released"], [])
+        self.assertIsNone(p.dispatch_committed("a", 1.0))
+        self.assertEqual(json.loads(p.prefill_completed("a", 2.0)), [])
+        self.assertEqual(json.loads(p.request_terminal("a", 3.0)), [])
+        self.assertEqual(json.loads(p.advance_clock(4.0)), [])
+        self.assertIsNone(p.next_wakeup_ms())
+        self.assertEqual(p.pending_count(), 0)
+        self.assertIs(p.cancel_pending("a"), False)
+        json.loads(p.place(req("b"), 5.0))
+        self.assertIsNone(p.dispatch_aborted("b", 5.0))
+        ev = self.evidence(p)
+        self.assertEqual((ev["decision_count"], ev["decisions_captured"]), (2, True))
+        self.assertEqual([d["request_id"] for d in ev["decisions"]], ["a", "b"])
+
+    def test_roles(self):
+        for role in ("prefill", "decode"):
+            p = self.policy(role=role)
+            self.assertIsNotNone(json.loads(p.place(req("a"), 0.0))["decision"])
+
+    def test_router_errors_are_value_errors_a_host_can_match(self):
+        p = self.policy()
+        p.place(req("a"), 5.0)
+        with self.assertRaises(ValueError) as e:
+            p.place(req("a"), 5.0)
+        self.assertIn("duplicate", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            p.advance_clock(4.0)
+        self.assertIn("monotonic", str(e.exception))
+
+    def test_non_device_events_are_refused_and_not_counted(self):
+        p = self.policy()
+        with self.assertRaises(ValueError) as e:
+            p.observe(json.dumps([stored(1, 1, [1]), stored(1, 2, [2], tier="host")]), 0.0)
+        self.assertIn("device KV", str(e.exception))
+        self.assertEqual(self.evidence(p)["physical_kv_events"], 0)
+
+    def test_refusals_record_nothing(self):
+        p = self.policy(config("session"))
+        cases = ((dict(prompt_token_source="synthetic"), "materialized"),
+                 (dict(preferred_dp_rank=0), "DP pins"), (dict(preferred_prefill_dp_rank=1), "DP pins"),
+                 (dict(policy_class="gold"), "policy classes"),
+                 (dict(sequence_hashes=[101]), "counts"))
+        for over, word in cases:
+            with self.assertRaises(ValueError) as e:
+                p.place(req("a", session="s", **over), 0.0)
+            self.assertIn(word, str(e.exception))
+        no_lineage = json.loads(req("a", session="s"))
+        no_lineage["identity"]["lineage_available"] = False
+        with self.assertRaises(ValueError) as e:
+            p.place(json.dumps(no_lineage), 0.0)
+        self.assertIn("lineage", str(e.exception))
+        self.assertEqual((self.evidence(p)["decision_count"], p.pending_count()), (0, 0))
+        self.assertIsNotNone(json.loads(p.place(req("a", session="s"), 0.0))["decision"])
+
+
+class Affinity(PolicyTest):
+    def test_waiter_released_at_the_same_time_after_the_commit(self):
+        p = self.policy(config("session", 60))
+        first = json.loads(p.place(req("a", session="s"), 0.0))["decision"]
+        self.assertIsNone(json.loads(p.place(req("b", session="s"), 1.0))["decision"])
+        self.assertEqual(p.pending_count(), 1)
+        self.assertIsNone(p.dispatch_committed("a", 2.0))
+        self.assertEqual(p.next_wakeup_ms(), 2.0)  # held by the adapter: wake me now
+        out = json.loads(p.advance_clock(2.0))
+        self.assertEqual([(s["request_id"], s["worker_id"]) for s in out], [("b", first["worker_id"])])
+        self.assertIsNone(p.next_wakeup_ms())
+        self.assertEqual(json.loads(p.advance_clock(2.0)), [])  # handed out once
+        self.assertTrue(self.evidence(p)["decisions"][1]["binding_reused"])
+
+    def test_abort_promotes_the_waiter(self):
+        p = self.policy(config("session", 60))
+        p.place(req("a", session="s"), 0.0)
+        p.place(req("b", session="s"), 0.0)
+        p.place(req("c", session="s"), 0.0)
+        self.assertEqual(p.pending_count(), 2)
+        p.dispatch_aborted("a", 1.0)
+        self.assertEqual(p.next_wakeup_ms(), 1.0)
+        out = json.loads(p.place(req("d", session="other"), 1.0))  # any list-returning callback hands it out
+        self.assertEqual([s["request_id"] for s in out["released"]], ["b"])
+        self.assertEqual(p.pending_count(), 1)  # c waits for b's commit
+        p.dispatch_committed("b", 2.0)
+        self.assertEqual([s["request_id"] for s in json.loads(p.request_terminal("d", 2.0))], ["c"])
+        self.assertEqual(p.pending_count(), 0)
+
+    def test_cancel(self):
+        p = self.policy(config("session", 60))
+        p.place(req("a", session="s"), 0.0)
+        p.place(req("b", session="s"), 0.0)
+        self.assertIs(p.cancel_pending("b"), True)
+        self.assertIs(p.cancel_pending("b"), False)
+        self.assertIs(p.cancel_pending("never-seen"), False)
+        self.assertEqual(p.pending_count(), 0)
+        p.dispatch_committed("a", 1.0)
+        self.assertEqual(json.loads(p.advance_clock(1.0)), [])
+
+    def test_binding_expires_at_last_release_plus_ttl(self):
+        p = self.policy(config("session", 1))
+        for rid, t in (("a", 0.0), ("b", 999.5)):  # b arrives before a's lease expires
+            p.place(req(rid, session="s"), t)
+            p.dispatch_committed(rid, t)
+            p.request_terminal(rid, t + 10)
+        p.place(req("c", session="s"), 999.5 + 10 + 1000)  # exactly b's release + TTL: fresh
+        reused = [d["binding_reused"] for d in self.evidence(p)["decisions"]]
+        self.assertEqual(reused, [False, True, False])
+
+    def test_scopes_never_share_a_binding(self):
+        p = self.policy(config("session", 60))
+        p.place(req("a", scope="play1", session="s"), 0.0)
+        self.assertIsNotNone(json.loads(p.place(req("b", scope="play2", session="s"), 0.0))["decision"])
+        keys = [d["group_key"] for d in self.evidence(p)["decisions"]]
+        self.assertNotEqual(keys[0], keys[1])
+        # Names that a plain separator would confuse stay apart.
+        p.place(req("c", scope="x/y", session="z"), 0.0)
+        self.assertIsNotNone(json.loads(p.place(req("d", scope="x", session="y/z"), 0.0))["decision"])
+
+    def test_long_identities_give_bounded_stable_keys(self):
+        long = "é" * 128  # 256 bytes each
+        p = self.policy(config("sibling_group", 60))
+        q = self.policy(config("sibling_group", 60))
+        for pol in (p, q):
+            pol.place(req("a", scope=long, session=long, parent=long + "1"), 0.0)
+            pol.place(req("b", scope=long, session=long, parent=long + "2"), 0.0)
+        kp = [d["group_key"] for d in self.evidence(p)["decisions"]]
+        self.assertEqual(kp, [d["group_key"] for d in self.evidence(q)["decisions"]])
+        self.assertNotEqual(kp[0], kp[1])
+        self.assertTrue(all(len(k.encode()) <= MAX_GROUP_KEY_BYTES for k in kp), kp)
+
+    def test_capture_off_keeps_counting(self):
+        p = self.policy(wk=workers(capture_decisions=False))
+        p.place(req("a"), 0.0)
+        ev = self.evidence(p)
+        self.assertEqual((ev["decision_count"], ev["decisions_captured"], ev["decisions"]), (1, False, []))
+
+    def test_queue_timeout_rejections_are_in_the_evidence(self):
+        p = self.policy(config(queue_threshold=0.5, queue_timeout_ms=100), workers(n=1, max_num_batched_tokens=8))
+        p.place(req("a"), 0.0)
+        self.assertIsNone(json.loads(p.place(req("b"), 1.0))["decision"])
+        self.assertEqual(p.next_wakeup_ms(), 101.0)
+        self.assertEqual(json.loads(p.advance_clock(101.0)), [])
+        self.assertEqual([r["request_id"] for r in self.evidence(p)["rejected"]], ["b"])
+        self.assertEqual(p.pending_count(), 0)
+
+
+class HostLoop(PolicyTest):
+    def test_many_sessions_nothing_stranded(self):
+        """A host as the bridge runs one: requests arrive in 40 sessions,
+        each is committed when placed, its prefill completes and it ends
+        later; the host wakes the policy when it asks. Every request is
+        placed exactly once and nothing waits at the end."""
+        rng = random.Random(7)
+        p = self.policy(config("session", 5), workers(n=4, max_num_batched_tokens=256))
+        now, placed, running = 0.0, {}, []
+        arrivals = [(i * 3.0, f"r{i}", f"s{rng.randrange(40)}") for i in range(400)]
+
+        def took(selected, t):
+            for s in selected:
+                self.assertNotIn(s["request_id"], placed)
+                placed[s["request_id"]] = s["worker_id"]
+                p.dispatch_committed(s["request_id"], t)
+                running.append((t + rng.uniform(1, 30), s["request_id"]))
+
+        i = 0
+        while i < len(arrivals) or running or p.pending_count():
+            wake = p.next_wakeup_ms()
+            nexts = [t for t in (arrivals[i][0] if i < len(arrivals) else None,
+                                 min(running)[0] if running else None, wake) if t is not None]
+            self.assertTrue(nexts, f"stranded: {p.pending_count()} waiting and nothing to wake them")
+            now = max(now, min(nexts))
+            if i < len(arrivals) and arrivals[i][0] <= now:
+                _, rid, session = arrivals[i]
+                i += 1
+                blocks = [hash(session) % 97, rng.randrange(1000)]
+                out = json.loads(p.place(req(rid, blocks, session=session), now))
+                took(([out["decision"]] if out["decision"] else []) + out["released"], now)
+            elif running and min(running)[0] <= now:
+                running.sort()
+                _, rid = running.pop(0)
+                took(json.loads(p.prefill_completed(rid, now)), now)
+                took(json.loads(p.request_terminal(rid, now)), now)
+            else:
+                took(json.loads(p.advance_clock(now)), now)
+        self.assertEqual(len(placed), 400)
+        self.assertEqual((p.pending_count(), p.next_wakeup_ms()), (0, None))
+        self.assertEqual(self.evidence(p)["decision_count"], 400)
+
+
+if __name__ == "__main__":
+    unittest.main()
