@@ -20,7 +20,7 @@ float milliseconds; JSON strings in and out, as the bridge passes them.
 config_json: {"policy": "kv_router" (Dynamo's cost; also "round_robin",
 "random", "least_loaded"), "affinity": {"mode": "session" | "sibling_group",
 "ttl_seconds": N}}; every other key goes to the router's config as it is
-(docs/PROTOCOL.md, section 7: overlap_score_credit, temperature, seed,
+(docs/PROTOCOL.md, section 2: overlap_score_credit, temperature, seed,
 queue_threshold, queue_policy, queue_timeout_ms, the busy thresholds,
 prefill_load_model, ...), and the router checks it. block_size comes from
 workers_json.
