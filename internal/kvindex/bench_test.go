@@ -298,24 +298,35 @@ func BenchmarkWideRanksShareANode(b *testing.B) {
 }
 
 // BenchmarkRemoveUnderFanOut: rank 0 has given one shared block n children;
-// rank 1 stores that block and removes it, over and over. Rank 1 holds none
-// of the children, so its removal must not visit them: the time per removal
-// must not grow with n. (Ranks from 64 up are not in the node's below mask
-// and still visit every child, as Dynamo's cascade visits the whole
-// subtree.)
+// another rank stores that block and removes it, over and over, holding none
+// of the children ("none"), or storing a child too and removing it first
+// ("child_gone"). Either way its removal must not visit the n children: the
+// time per round must not grow with n, for a rank under 64 and one above.
 func BenchmarkRemoveUnderFanOut(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
-		b.Run(fmt.Sprint("children=", n), func(b *testing.B) {
-			x := withRanks(2)
-			shared := Block{BlockHash: 1, TokensHash: 1}
-			x.Store(0, nil, []Block{shared})
-			for i := range n {
-				x.Store(0, &shared.BlockHash, []Block{{BlockHash: protocol.SequenceHash(100 + i), TokensHash: protocol.LocalBlockHash(100 + i)}})
+		for _, rank := range []RankID{1, maskRanks} {
+			for _, how := range []string{"none", "child_gone"} {
+				b.Run(fmt.Sprintf("children=%d/rank=%d/%s", n, rank, how), func(b *testing.B) {
+					x := New()
+					x.AddRank(0)
+					x.AddRank(rank)
+					shared := Block{BlockHash: 1, TokensHash: 1}
+					x.Store(0, nil, []Block{shared})
+					for i := range n {
+						x.Store(0, &shared.BlockHash, []Block{{BlockHash: protocol.SequenceHash(100 + i), TokensHash: protocol.LocalBlockHash(100 + i)}})
+					}
+					child := Block{BlockHash: 99, TokensHash: 99}
+					for b.Loop() {
+						if how == "child_gone" {
+							x.Store(rank, nil, []Block{shared, child})
+							x.Remove(rank, []protocol.SequenceHash{child.BlockHash})
+						} else {
+							x.Store(rank, nil, []Block{shared})
+						}
+						x.Remove(rank, []protocol.SequenceHash{shared.BlockHash})
+					}
+				})
 			}
-			for b.Loop() {
-				x.Store(1, nil, []Block{shared})
-				x.Remove(1, []protocol.SequenceHash{shared.BlockHash})
-			}
-		})
+		}
 	}
 }

@@ -50,7 +50,12 @@ type Index struct {
 	// node was first stored under (hosts hashing with other seeds), so that
 	// a removal that takes the rank off the node's descendants finds them.
 	alias map[rankNode]map[protocol.SequenceHash]struct{}
-	below []uint32 // scratch: the nodes a removal still has to visit
+	// tabledHeld counts, for a rank and a node, the node's children in the
+	// edge table that the rank holds, so that a removal passes over the
+	// children of a shared node the rank holds none of (others may have
+	// given it thousands). Only branching nodes have such children.
+	tabledHeld map[rankNode]uint32
+	below      []uint32 // scratch: the nodes a removal still has to visit
 	ranks []rankCache
 	live  uint64 // mask of the live ranks below maskRanks
 	warm  uint64 // where Store and Remove leave the slots they warm, so the loads stay
@@ -64,7 +69,8 @@ type rankNode struct {
 // New returns an empty index.
 func New() *Index {
 	return &Index{tree: newTree(), wide: map[uint32][]RankID{}, widePos: map[rankNode]int{},
-		extra: map[rankNode]int{}, alias: map[rankNode]map[protocol.SequenceHash]struct{}{}}
+		extra: map[rankNode]int{}, alias: map[rankNode]map[protocol.SequenceHash]struct{}{},
+		tabledHeld: map[rankNode]uint32{}}
 }
 
 // AddRank starts an empty cache for id, dropping anything an earlier user of
@@ -238,14 +244,27 @@ func (x *Index) dropBelow(nd uint32, id RankID) int {
 	return n
 }
 
-// heldKids appends the children of nd that id may hold to out. The rank
-// is about to leave every one it holds, so nd forgets that it may.
+// heldKids appends the children of nd that id may hold to out: the tabled
+// ones only if it holds any.
 func (x *Index) heldKids(nd uint32, id RankID, out []uint32) []uint32 {
-	bit := uint64(0) // ranks from maskRanks up: every child
-	if id < maskRanks {
-		bit = 1 << id
+	return x.tree.kids(nd, len(x.tabledHeld) > 0 && x.tabledHeld[rankNode{id, nd}] > 0, out)
+}
+
+// holdsChild and leftChild keep tabledHeld as id comes to hold node nd, or
+// stops holding it.
+func (x *Index) holdsChild(nd uint32, id RankID) {
+	if p, tabled := x.tree.tabledChild(nd); tabled {
+		x.tabledHeld[rankNode{id, p}]++
 	}
-	return x.tree.kids(nd, bit, out)
+}
+
+func (x *Index) leftChild(nd uint32, id RankID) {
+	if p, tabled := x.tree.tabledChild(nd); tabled {
+		k := rankNode{id, p}
+		if x.tabledHeld[k]--; x.tabledHeld[k] == 0 {
+			delete(x.tabledHeld, k)
+		}
+	}
 }
 
 // holds reports whether rank id holds node nd.
@@ -359,6 +378,7 @@ func (x *Index) attach(nd uint32, id RankID, h protocol.SequenceHash) {
 		} else {
 			x.widePos[k] = len(x.wide[nd])
 			x.wide[nd] = append(x.wide[nd], id)
+			x.holdsChild(nd, id)
 		}
 		return
 	}
@@ -366,7 +386,7 @@ func (x *Index) attach(nd uint32, id RankID, h protocol.SequenceHash) {
 		x.extra[rankNode{id, nd}]++
 	} else {
 		*mask |= 1 << id
-		x.tree.holding(nd, 1<<id)
+		x.holdsChild(nd, id)
 	}
 }
 
@@ -393,6 +413,7 @@ func (x *Index) detach(nd uint32, id RankID) {
 	default:
 		x.tree.node(nd).mask &^= 1 << id
 	}
+	x.leftChild(nd, id)
 	x.prune(nd)
 }
 

@@ -301,8 +301,8 @@ func TestIndexMatchesModel(t *testing.T) {
 		for _, r := range ids {
 			x.DropRank(r)
 		}
-		if x.Nodes() != 0 || x.tree.children.used != 0 {
-			t.Fatalf("every rank dropped, yet %d nodes and %d edges remain", x.Nodes(), x.tree.children.used)
+		if x.Nodes() != 0 || x.tree.children.used != 0 || len(x.tabledHeld) != 0 {
+			t.Fatalf("every rank dropped, yet %d nodes, %d edges and %d child counts remain", x.Nodes(), x.tree.children.used, len(x.tabledHeld))
 		}
 	})
 }

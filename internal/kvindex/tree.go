@@ -32,12 +32,6 @@ type tree struct {
 // kidList is a node's children in the edge table.
 type kidList struct {
 	ids []uint32
-	// below has the bit of each rank under maskRanks that may hold one of
-	// ids: set when the rank comes to hold one, cleared when a removal has
-	// taken the rank off all of them, so that a removal passes over the
-	// children of a node the rank has none of (others may have given it
-	// thousands). Only nodes with more than one child carry it.
-	below uint64
 }
 
 const (
@@ -134,28 +128,24 @@ func (t *tree) child(parent uint32, local uint64) (uint32, bool) {
 	return c, true
 }
 
-// kids appends to out the children of n that a rank whose bit is in rank
-// may hold (rank 0: any rank), and forgets that it may hold any: the
-// caller is about to take the rank off every one.
-func (t *tree) kids(n uint32, rank uint64, out []uint32) []uint32 {
+// kids appends the children of n to out: the one kept in the node, and,
+// with tabled, those in the edge table.
+func (t *tree) kids(n uint32, tabled bool, out []uint32) []uint32 {
 	nd := t.node(n)
 	if nd.first != 0 {
 		out = append(out, nd.first)
 	}
-	if nd.up&inTable != 0 {
-		if kl := t.tabled[n]; rank == 0 || kl.below&rank != 0 {
-			out = append(out, kl.ids...)
-			kl.below &^= rank
-		}
+	if tabled && nd.up&inTable != 0 {
+		out = append(out, t.tabled[n].ids...)
 	}
 	return out
 }
 
-// holding notes that the rank whose bit is rank has come to hold node n.
-func (t *tree) holding(n uint32, rank uint64) {
-	if p := t.node(n).parent(); t.node(p).first != n {
-		t.tabled[p].below |= rank
-	}
+// tabledChild returns the parent of n, and whether n is one of the
+// parent's children in the edge table (a child stays where it was put).
+func (t *tree) tabledChild(n uint32) (uint32, bool) {
+	p := t.node(n).parent()
+	return p, t.node(p).first != n
 }
 
 // alloc takes a free node id, adding a page if there is none.
