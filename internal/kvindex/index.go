@@ -56,9 +56,9 @@ type Index struct {
 	// given it thousands). Only branching nodes have such children.
 	tabledHeld map[rankNode]uint32
 	below      []uint32 // scratch: the nodes a removal still has to visit
-	ranks []rankCache
-	live  uint64 // mask of the live ranks below maskRanks
-	warm  uint64 // where Store and Remove leave the slots they warm, so the loads stay
+	ranks      []rankCache
+	live       uint64 // mask of the live ranks below maskRanks
+	warm       uint64 // where Store and Remove leave the slots they warm, so the loads stay
 }
 
 type rankNode struct {
