@@ -42,12 +42,7 @@ func decodeEvent(s *scanner, ev *protocol.KVEvent) *fieldError {
 			ev.StorageTier = v
 			return err.orNil(key)
 		case "residency_domain":
-			if s.null() {
-				return nil
-			}
-			v, err := s.str()
-			ev.ResidencyDomain = v
-			return err.orNil(key)
+			return s.optString(&ev.ResidencyDomain).orNil(key)
 		case "state_source":
 			// A cache owner's id, meaningful only with residency_domain
 			// "cache_owner", whose events the router ignores.
@@ -56,11 +51,8 @@ func decodeEvent(s *scanner, ev *protocol.KVEvent) *fieldError {
 			}
 			return nil
 		case "session_id":
-			if s.null() {
-				return nil
-			}
-			_, err := s.str()
-			return err.orNil(key)
+			var informs string
+			return s.optString(&informs).orNil(key)
 		case "event":
 			hasEvent = true
 			return decodeEventBody(s, ev).orNil(key)
@@ -99,12 +91,7 @@ func decodeEventBody(s *scanner, ev *protocol.KVEvent) *fieldError {
 			ev.DPRank = v
 			return err.orNil(key)
 		case "tier":
-			if s.null() {
-				return nil
-			}
-			v, err := s.str()
-			ev.Tier = v
-			return err.orNil(key)
+			return s.optString(&ev.Tier).orNil(key)
 		case "data":
 			return decodeEventData(s, ev).orNil(key)
 		}

@@ -106,6 +106,17 @@ func (s *scanner) null() bool {
 	return false
 }
 
+// optString reads a string into dst, or leaves dst as it is for null (an
+// optional string, Rust's Option<String>).
+func (s *scanner) optString(dst *string) *fieldError {
+	if s.null() {
+		return nil
+	}
+	v, err := s.str()
+	*dst = v
+	return err
+}
+
 // object reads an object, calling field for each key; field consumes the
 // value. Repeated keys are an error: the protocol has no "last one wins".
 func (s *scanner) object(field func(key string) *fieldError) *fieldError {
