@@ -29,7 +29,9 @@ func hashEdge(parent uint32, local uint64) uint64 {
 	return x
 }
 
-// find returns the child of parent for local.
+// find returns the child of parent for local. It probes itself rather
+// than through locate: every step of a walk down the tree calls it, and
+// locate, a loop, is not inlined.
 func (t *edgeTable) find(parent uint32, local uint64) (uint32, bool) {
 	if t.slots == nil {
 		return 0, false
@@ -79,17 +81,8 @@ func (t *edgeTable) home(parent uint32, local uint64) uint64 {
 
 // set points the edge of parent for local, which must exist, at node.
 func (t *edgeTable) set(parent uint32, local uint64, node uint32) {
-	t.slots[t.slot(parent, local)].node = node
-}
-
-// slot is the index of the edge of parent for local, which must exist.
-func (t *edgeTable) slot(parent uint32, local uint64) uint64 {
-	mask := uint64(len(t.slots) - 1)
-	for i := hashEdge(parent, local) & mask; ; i = (i + 1) & mask {
-		if s := &t.slots[i]; s.local == local && s.parent == parent {
-			return i
-		}
-	}
+	i, _ := t.locate(parent, local)
+	t.slots[i].node = node
 }
 
 // each calls f with every edge's node.
