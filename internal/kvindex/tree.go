@@ -25,13 +25,8 @@ type tree struct {
 	// nodes that have any (they carry the inTable flag), and tabledAt where
 	// each child is in its parent's list: a walk can visit a node's
 	// children, and a child leaves the list in O(1).
-	tabled   map[uint32]*kidList
+	tabled   map[uint32][]uint32
 	tabledAt map[uint32]int
-}
-
-// kidList is a node's children in the edge table.
-type kidList struct {
-	ids []uint32
 }
 
 const (
@@ -61,7 +56,7 @@ func (n *treeNode) leaf() bool { return n.first == 0 && n.up&inTable == 0 }
 
 // newTree returns a tree holding only the root.
 func newTree() *tree {
-	t := &tree{tabled: map[uint32]*kidList{}, tabledAt: map[uint32]int{}}
+	t := &tree{tabled: map[uint32][]uint32{}, tabledAt: map[uint32]int{}}
 	t.alloc()
 	return t
 }
@@ -115,13 +110,8 @@ func (t *tree) child(parent uint32, local uint64) (uint32, bool) {
 		if c, added = t.children.findOrAdd(parent, local, t.alloc); !added {
 			return c, false
 		}
-		kl := t.tabled[parent]
-		if kl == nil {
-			kl = &kidList{}
-			t.tabled[parent] = kl
-		}
-		t.tabledAt[c] = len(kl.ids)
-		kl.ids = append(kl.ids, c)
+		t.tabledAt[c] = len(t.tabled[parent])
+		t.tabled[parent] = append(t.tabled[parent], c)
 		p.up |= inTable
 	}
 	*t.node(c) = treeNode{up: parent, local: local}
@@ -136,7 +126,7 @@ func (t *tree) kids(n uint32, tabled bool, out []uint32) []uint32 {
 		out = append(out, nd.first)
 	}
 	if tabled && nd.up&inTable != 0 {
-		out = append(out, t.tabled[n].ids...)
+		out = append(out, t.tabled[n]...)
 	}
 	return out
 }
@@ -176,13 +166,15 @@ func (t *tree) unlink(n uint32) uint32 {
 		p.first = 0
 	} else {
 		t.children.take(parent, nd.local)
-		kl, i := t.tabled[parent], t.tabledAt[n]
-		last := kl.ids[len(kl.ids)-1]
-		kl.ids[i], t.tabledAt[last] = last, i
+		kids, i := t.tabled[parent], t.tabledAt[n]
+		last := kids[len(kids)-1]
+		kids[i], t.tabledAt[last] = last, i
 		delete(t.tabledAt, n)
-		if kl.ids = kl.ids[:len(kl.ids)-1]; len(kl.ids) == 0 {
+		if kids = kids[:len(kids)-1]; len(kids) == 0 {
 			delete(t.tabled, parent)
 			p.up &^= inTable
+		} else {
+			t.tabled[parent] = kids
 		}
 	}
 	*nd = treeNode{}
