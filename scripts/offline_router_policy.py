@@ -19,7 +19,7 @@ float milliseconds; JSON strings in and out, as the bridge passes them.
 
 config_json: {"policy": "kv_router" (Dynamo's cost; also "round_robin",
 "random", "least_loaded"), "affinity": {"mode": "session" | "sibling_group",
-"ttl_seconds": N}}; every other key goes to the router's config as it is
+"ttl_seconds": N}} (mode "none", "off" or absent: no affinity); every other key goes to the router's config as it is
 (docs/PROTOCOL.md, section 2: overlap_score_credit, temperature, seed,
 queue_threshold, queue_policy, queue_timeout_ms, the busy thresholds,
 prefill_load_model, ...), and the router checks it. block_size comes from
@@ -128,11 +128,10 @@ class OfflineRouterPolicy:
                           "total_kv_blocks": workers.get("total_kv_blocks"),
                           "max_num_batched_tokens": workers.get("max_num_batched_tokens")}
                 self._router.worker_ready(w["worker_id"], **fields)
-        except RouterError as e:
-            self._router._abandon()
-            raise ValueError(f"workers: {e.code}: {e.message}") from e
-        except BaseException:
-            self._router._abandon()
+        except BaseException as e:
+            self._router._abandon()  # the process must not outlive a failed constructor
+            if isinstance(e, RouterError):
+                raise ValueError(f"workers: {e.code}: {e.message}") from e
             raise
         self._now = 0.0
         self._held = []  # released in a response the bridge ignores
