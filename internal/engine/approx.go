@@ -86,12 +86,13 @@ func (a *approxIndex) forget(r *rank) {
 
 // compactApprox rebuilds the heap from the deadlines of the ranks that are
 // up once stale entries (of blocks routed to again later, or of ranks gone)
-// outnumber them: a prompt routed again and again costs one entry, and a
-// rank that went costs none. The heap's order is total on the entries of
-// ranks that are up, so the rebuild changes no expiry order.
+// outnumber them and the rank slots it walks: a prompt routed again and
+// again costs one entry, a rank that went costs none, and a rebuild is paid
+// for by the pushes since the last one. The heap's order is total on the
+// entries of ranks that are up, so the rebuild changes no expiry order.
 func (e *Engine) compactApprox() {
 	a := e.approx
-	if len(a.queue) <= 2*a.live+64 {
+	if len(a.queue) <= 2*a.live+len(e.fleet.slots)+64 {
 		return
 	}
 	a.queue = a.queue[:0]
