@@ -45,10 +45,24 @@ type Response struct {
 	Rejected     []Rejection      `json:"rejected,omitempty"`
 	Evidence     *CommandEvidence `json:"evidence,omitempty"`
 	State        *State           `json:"state,omitempty"`
-	Config       *Config          `json:"config,omitempty"` // the effective config, in a config command's response
+	Config       *Config          `json:"config,omitempty"`   // the effective config, in a config command's response
+	Versions     *Versions        `json:"versions,omitempty"` // beside Config: what the host is talking to
 	Error        *Error           `json:"error,omitempty"`
 	PendingCount int              `json:"pending_count"`
 	NextWakeupMS *Num             `json:"next_wakeup_ms"`
+}
+
+// Versions are the protocol's and the replay report's versions, so a host
+// can tell when behaviour changed.
+type Versions struct {
+	Protocol     int `json:"protocol"`
+	ReportSchema int `json:"report_schema"`
+}
+
+// Configured makes r the answer to a config command that set cfg.
+func (r *Response) Configured(cfg *Config) {
+	r.OK, r.Config = true, cfg
+	r.Versions = &Versions{Protocol: Version, ReportSchema: ReportSchemaVersion}
 }
 
 // Placement is one request placed on a rank.

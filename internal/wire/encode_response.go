@@ -58,6 +58,10 @@ func Encode(b []byte, r *protocol.Response) ([]byte, error) {
 	if r.Config != nil {
 		b = appendConfig(append(b, `,"config":`...), r.Config)
 	}
+	if v := r.Versions; v != nil {
+		b = strconv.AppendInt(append(b, `,"versions":{"protocol":`...), int64(v.Protocol), 10)
+		b = append(strconv.AppendInt(append(b, `,"report_schema":`...), int64(v.ReportSchema), 10), '}')
+	}
 	if r.Error != nil {
 		b = appendGoccyString(append(b, `,"error":{"code":`...), string(r.Error.Code))
 		b = append(appendGoccyString(append(b, `,"message":`...), r.Error.Message), '}')

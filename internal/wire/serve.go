@@ -140,7 +140,8 @@ func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, e
 				if err != nil {
 					resp.Error = err
 				} else {
-					eng, resp.OK, resp.Config = next, true, cfg
+					eng = next
+					resp.Configured(cfg)
 				}
 				eng.Status(&resp)
 			default:
