@@ -252,17 +252,32 @@ class Host:
             self.schedule(t + turn["delay"], "arrival", turn)
 
     def report(self, trace):
-        def pct(v):
+        def stats(v):
+            """mean, median, std, p90, p99 as numpy gives them (linear
+            percentiles, population std), summed in the Go replay's order
+            (the mean in trace order, the squares sorted) so that the
+            figures agree to the bit."""
+            if not v:
+                return dict(mean=0.0, median=0.0, std=0.0, p90=0.0, p99=0.0)
+            mean = sum(v) / len(v)
             v = sorted(v)
-            at = lambda p: v[max(math.ceil(p * len(v)) - 1, 0)] if v else 0.0
-            return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99)}
+            ss = 0.0
+            for x in v:
+                ss += (x - mean) * (x - mean)
+
+            def pct(p):
+                pos = p / 100 * (len(v) - 1)
+                lo = math.floor(pos)
+                return v[lo] if lo == pos else v[lo] + (v[lo + 1] - v[lo]) * (pos - lo)
+            return dict(mean=mean, median=pct(50), std=math.sqrt(ss / len(v)), p90=pct(90), p99=pct(99))
 
         counts = [0] * len(self.workers)
         hit = inp = overlap = isl = regret = 0.0
         ttft, wait = [], []
-        rep = {"requests": len(trace), "completed": 0, "rejected": 0, "sim_duration_ms": 0.0}
+        first, last = math.inf, 0.0
+        rep = {"requests": len(trace), "completed": 0, "rejected": 0}
         for r in trace:
-            rep["sim_duration_ms"] = max(rep["sim_duration_ms"], r["done"])
+            first, last = min(first, r["arrival"]), max(last, r["done"])
             if r["rejected"]:
                 rep["rejected"] += 1
                 continue
@@ -282,11 +297,15 @@ class Host:
         ss = 0.0
         for c in counts:
             ss += (c - mean) * (c - mean)
-        rep.update(prefix_hit_rate=hit / inp if inp else 0.0, router_overlap_rate=overlap / isl if isl else 0.0,
+        rep.update(duration=(last - first) / 1000 if last > first else 0.0,
+                   prefix_hit_rate=hit / inp if inp else 0.0, router_overlap_rate=overlap / isl if isl else 0.0,
                    mean_overlap_regret_blocks=regret / rep["completed"] if rep["completed"] else 0.0,
-                   ttft_ms=pct(ttft), queue_wait_ms=pct(wait), worker_requests=counts,
-                   worker_share_cv=math.sqrt(ss / len(counts)) / mean if total else 0.0,
-                   router_commands=self.router.commands_sent)
+                   worker_requests=counts, worker_share_cv=math.sqrt(ss / len(counts)) / mean if total else 0.0,
+                   # The Go replay counts the config command its stream opens with.
+                   router_commands=self.router.commands_sent + 1)
+        for name, v in (("ttft", ttft), ("queue_wait", wait)):
+            for k, x in stats(v).items():
+                rep[f"{k}_{name}_ms"] = x
         return rep
 
 
@@ -318,11 +337,11 @@ def main():
             ("prefix hit rate", f"{rep['prefix_hit_rate']:.3f}"),
             ("router overlap rate", f"{rep['router_overlap_rate']:.3f}"),
             ("mean overlap regret (blocks)", f"{rep['mean_overlap_regret_blocks']:.2f}")]
-    for name, key in (("TTFT", "ttft_ms"), ("queue wait", "queue_wait_ms")):
-        for p in ("p50", "p90", "p99"):
-            rows.append((f"{name} {p} (ms)", f"{rep[key][p]:.1f}"))
+    for name, key in (("TTFT", "ttft"), ("queue wait", "queue_wait")):
+        for p in ("mean", "median", "p99"):
+            rows.append((f"{p} {name} (ms)", f"{rep[f'{p}_{key}_ms']:.1f}"))
     rows += [("worker share CV", f"{rep['worker_share_cv']:.3f}"),
-             ("simulated time (s)", f"{rep['sim_duration_ms'] / 1000:.1f}"),
+             ("simulated time (s)", f"{rep['duration']:.1f}"),
              ("router commands", f"{rep['router_commands']}")]
     width = max(len(n) for n, _ in rows)
     print(f"replay of {c.trace}: {rep['requests']} requests on {c.workers} workers (Python host)\n")

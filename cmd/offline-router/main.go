@@ -89,6 +89,8 @@ The wire protocol is in docs/PROTOCOL.md; a worked session is in the README.`,
 		},
 	}
 	opts.bind(root)
+	root.Version = toolVersion()
+	root.SetVersionTemplate(versionLine())
 	serve := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the JSON Lines protocol on stdin/stdout (same as no subcommand)",

@@ -154,9 +154,12 @@ func TestPythonReplayMatchesGo(t *testing.T) {
 		}
 		return m
 	}
-	g, p := read(goReport), read(pyReport)
-	keys := []string{"requests", "completed", "rejected", "sim_duration_ms", "prefix_hit_rate", "router_overlap_rate",
-		"mean_overlap_regret_blocks", "ttft_ms", "queue_wait_ms", "worker_requests", "worker_share_cv", "router_commands"}
+	g, p := read(goReport)["deterministic"].(map[string]any)["policies"].([]any)[0].(map[string]any), read(pyReport)
+	keys := []string{"requests", "completed", "rejected", "duration", "prefix_hit_rate", "router_overlap_rate",
+		"mean_overlap_regret_blocks", "worker_requests", "worker_share_cv", "router_commands"}
+	for _, stat := range []string{"mean", "median", "std", "p90", "p99"} {
+		keys = append(keys, stat+"_ttft_ms", stat+"_queue_wait_ms")
+	}
 	for _, k := range keys {
 		if diff := cmp.Diff(g[k], p[k]); diff != "" {
 			t.Errorf("%s differs (-go +python):\n%s", k, diff)

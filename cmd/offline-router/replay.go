@@ -1,23 +1,39 @@
 package main
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
 
 	"github.com/goccy/go-json"
 	"github.com/mattn/go-isatty"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/replay"
+	"github.com/offline-router/offline-router/internal/wire"
 )
+
+// replayBlockSize is replay's default block size: Mooncake traces' hash_ids
+// are 512 tokens each.
+const replayBlockSize = 512
 
 type replayOptions struct {
 	serve         serveOptions // the router's config file and flags (bindConfig only)
 	cluster       replay.ClusterConfig
-	sessions      int
+	workload      replay.Workload
+	synthetic     replay.Synthetic
+	goodput       []string
+	policies      []string
 	compare       bool
 	reportFile    string
 	emitCommands  string
@@ -27,142 +43,285 @@ type replayOptions struct {
 }
 
 func newReplayCommand() *cobra.Command {
-	o := &replayOptions{cluster: replay.DefaultCluster(8)}
+	o := &replayOptions{cluster: replay.DefaultCluster(8), workload: replay.Workload{ArrivalSpeedupRatio: 1, BuiltinSessions: 300}}
 	cmd := &cobra.Command{
-		Use:   "replay [TRACE]",
-		Short: "Replay a trace (or the built-in workload) through the router and a simulated cluster",
+		Use:   "replay [TRACE] [--goodput ttft:MS tpot:MS e2el:MS]",
+		Short: "Replay a trace (or a built-in or synthetic workload) through the router and a simulated cluster",
 		Long: `Replays a Mooncake-style JSONL trace (timestamp ms, input_length, output_length,
-hash_ids at --block-size tokens per block; optional session_id, and delay_ms for
-a session's later turns) through the router and a simulated cluster, and
-reports what routing did: prefix hit rate, the router's predicted overlap and
-its regret, TTFT and queue-wait percentiles, and how evenly requests spread.
+hash_ids at --block-size tokens per block, 512 by default here as in Mooncake
+traces; optional session_id, delay_ms for a session's later turns,
+parent_session_id, priority, strict_priority and role, passed to the router
+as a host would) through the router and a simulated cluster, and reports what
+routing did: vLLM benchmark_serving's metrics (TTFT, TPOT, ITL, E2EL,
+throughput, goodput), the prefix hit rate, the router's predicted overlap
+and its regret, queue wait and how evenly requests spread.
 
-With no TRACE it runs a built-in workload: multi-turn chat sessions sharing a
-few system prompts (seeded by --seed, sized by --sessions).
+With no TRACE it runs the built-in workload: multi-turn chat sessions
+sharing a few system prompts (--sessions, seeded by --seed); or, given
+--input-tokens, --output-tokens and --request-count, a synthetic one, as
+Dynamo's replay makes it. --arrival-speedup-ratio and --replay-concurrency
+shape arrivals with the meaning Dynamo's replay gives them (README).
 
 The simulated workers each have a prefix KV cache of --worker-kv-blocks blocks
 with LRU eviction of unreferenced blocks, one FIFO prefill server at
 --worker-prefill-tokens-per-ms for uncached tokens, decode time of
---worker-decode-ms-per-token per output token, at most
---worker-max-num-seqs requests running, and a prefill backlog of at most
---worker-max-num-batched-tokens uncached tokens (a worker with none takes any
-request). They talk to the router with the same
-wire commands a host would send (worker_ready, place, dispatch_committed,
-observe stored/removed, prefill_completed, request_terminal, advance_clock at
-next_wakeup_ms); --emit-commands writes that stream, and piping it into
-offline-router with the same config reproduces every response byte for byte.
+--worker-decode-ms-per-token per output token, at most --worker-max-num-seqs
+requests running, and a prefill backlog of at most
+--worker-max-num-batched-tokens uncached tokens. They talk to the router with
+the wire commands a host would send; --emit-commands writes that stream,
+opening with its config, so that piping it into offline-router with no flags
+gives back --emit-responses byte for byte.
 
-The router takes the same config as serve (--config and flags); block size
-defaults to 512 here, as in Mooncake traces.`,
-		Args: cobra.MaximumNArgs(1),
+The router takes the same config as serve (--config and flags, and Dynamo's
+flag names). With --kv-events=false (approximate mode) the host sends no KV
+events. A request the router turns away (every worker over a busy
+threshold: Dynamo's HTTP 529; a queue timeout) is counted as rejected, by
+reason.
+
+--report FILE.json (or - for stdout, the table then going to stderr) writes
+the report: docs/report.schema.json describes it.`,
+		Args: replayArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runReplay(cmd, o, args)
 		},
 	}
 	o.serve.bindConfig(cmd)
 	f := cmd.Flags()
+	f.Lookup("block-size").DefValue = fmt.Sprint(replayBlockSize)
 	f.IntVar(&o.cluster.Workers, "workers", o.cluster.Workers, "simulated workers")
 	f.IntVar(&o.cluster.TotalKVBlocks, "worker-kv-blocks", o.cluster.TotalKVBlocks, "KV cache capacity of each worker, in blocks")
 	f.IntVar(&o.cluster.MaxNumSeqs, "worker-max-num-seqs", o.cluster.MaxNumSeqs, "requests running at once on a worker")
-	f.Uint64Var(&o.cluster.MaxNumBatchedTokens, "worker-max-num-batched-tokens", o.cluster.MaxNumBatchedTokens, "reported to the router for its busy and queue thresholds")
+	f.Uint64Var(&o.cluster.MaxNumBatchedTokens, "worker-max-num-batched-tokens", o.cluster.MaxNumBatchedTokens, "prefill backlog a worker takes on; reported to the router for its busy and queue thresholds")
 	f.Float64Var(&o.cluster.PrefillTokensPerMS, "worker-prefill-tokens-per-ms", o.cluster.PrefillTokensPerMS, "prefill speed for uncached tokens")
 	f.Float64Var(&o.cluster.DecodeMSPerToken, "worker-decode-ms-per-token", o.cluster.DecodeMSPerToken, "decode time per output token")
-	f.IntVar(&o.sessions, "sessions", 300, "sessions of the built-in workload")
-	f.BoolVar(&o.compare, "compare", false, "run kv and the baselines (round_robin, random, least_loaded) and print them side by side")
-	f.StringVar(&o.reportFile, "report", "", "write the report(s) as JSON to this file")
-	f.StringVar(&o.emitCommands, "emit-commands", "", "write every command sent to the router to this file")
-	f.StringVar(&o.emitResponses, "emit-responses", "", "write every response the router gave to this file (what serve answers to the --emit-commands stream)")
-	f.StringVar(&o.plotFile, "plot", "", "draw per-worker load and the running hit rate over simulated time (.png or .svg)")
+	f.IntVar(&o.workload.BuiltinSessions, "sessions", o.workload.BuiltinSessions, "sessions of the built-in workload (only when no trace and no synthetic workload is given)")
+	f.Float64Var(&o.workload.ArrivalSpeedupRatio, "arrival-speedup-ratio", 1, "arrivals (from the first) and think times divided by this: 2 = twice the load (open loop only)")
+	f.IntVar(&o.workload.ReplayConcurrency, "replay-concurrency", 0, "closed loop: this many sessions in flight, the next starting when one ends, timestamps ignored (0 = open loop)")
+	f.Uint64Var(&o.synthetic.InputTokens, "input-tokens", 0, "synthetic workload: input tokens per request")
+	f.Uint64Var(&o.synthetic.OutputTokens, "output-tokens", 0, "synthetic workload: output tokens per request")
+	f.IntVar(&o.synthetic.RequestCount, "request-count", 0, "synthetic workload: requests")
+	f.Float64Var(&o.synthetic.ArrivalIntervalMS, "arrival-interval-ms", 0, "synthetic workload: ms between arrivals (0 = all at once)")
+	f.Float64Var(&o.synthetic.SharedPrefixRatio, "shared-prefix-ratio", 0, "synthetic workload: fraction of each prompt shared with its prefix group")
+	f.IntVar(&o.synthetic.NumPrefixGroups, "num-prefix-groups", 0, "synthetic workload: prefix groups (0 = no sharing)")
+	f.StringSliceVar(&o.goodput, "goodput", nil, "service levels for request_goodput, as vLLM's benchmark takes them: ttft:MS tpot:MS e2el:MS")
+	f.BoolVar(&o.compare, "compare", false, "run kv and the baselines (round_robin, random, least_loaded) side by side; same as --policies kv,round_robin,random,least_loaded")
+	f.StringSliceVar(&o.policies, "policies", nil, "run these policies side by side (comma-separated: kv, round_robin, random, least_loaded)")
+	f.StringVar(&o.reportFile, "report", "", "write the JSON report to this .json file, or - for stdout (the table then goes to stderr)")
+	f.StringVar(&o.emitCommands, "emit-commands", "", "write every command sent to the router to this file (one policy only)")
+	f.StringVar(&o.emitResponses, "emit-responses", "", "write every response the router gave to this file (one policy only)")
+	f.StringVar(&o.plotFile, "plot", "", "draw the policies side by side (hit rate, TTFT, hit rate over time, per-worker load) to this .png or .svg")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress bar")
 	return cmd
 }
 
+// goodputKeys are the level names of vLLM's --goodput.
+var goodputKeys = []string{"ttft:", "tpot:", "e2el:"}
+
+// isLevel reports whether a word is a --goodput level (ttft:MS, ...).
+func isLevel(arg string) bool {
+	return slices.ContainsFunc(goodputKeys, func(k string) bool { return strings.HasPrefix(arg, k) })
+}
+
+// replayArgs takes at most one trace, and lets --goodput's levels follow it
+// separated by spaces, as vLLM's benchmark takes them.
+func replayArgs(cmd *cobra.Command, args []string) error {
+	traces := slices.DeleteFunc(slices.Clone(args), isLevel)
+	if len(traces) > 1 {
+		return fmt.Errorf("replay takes at most one TRACE, got %q", traces)
+	}
+	if len(traces) < len(args) && !cmd.Flags().Changed("goodput") {
+		return fmt.Errorf("%q looks like a --goodput level: give it after --goodput", args[slices.IndexFunc(args, isLevel)])
+	}
+	return nil
+}
+
 func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	flags := cmd.Flags()
-	if !flags.Changed("block-size") {
-		if err := flags.Set("block-size", "512"); err != nil {
-			return err
+	for _, a := range args {
+		if isLevel(a) {
+			o.goodput = append(o.goodput, a)
 		}
 	}
-	cfg, err := o.serve.loadConfig(flags)
+	args = slices.DeleteFunc(args, isLevel)
+	src, err := o.serve.configSource(flags)
 	if err != nil {
 		return &exitError{2, err}
 	}
-	if o.compare {
-		for _, name := range []string{"emit-commands", "emit-responses", "plot"} {
-			if flags.Changed(name) {
-				return &exitError{2, fmt.Errorf("--%s describes one run, and --compare makes four: drop one of them", name)}
-			}
-		}
+	if err := o.check(flags, args); err != nil {
+		return &exitError{2, err}
 	}
-	if o.cluster.Workers > protocol.MaxRanks {
-		return &exitError{2, fmt.Errorf("--workers %d: the router holds at most %d ranks", o.cluster.Workers, protocol.MaxRanks)}
+	src.Defaults = []wire.Override{{Key: "block_size", Value: replayBlockSize}}
+	cfg, err := src.Load()
+	if err != nil {
+		return &exitError{2, err}
 	}
-	if o.sessions < 1 {
-		return &exitError{2, fmt.Errorf("--sessions %d: the built-in workload needs at least 1 session", o.sessions)}
+	policies, err := o.policySet(cfg.Policy)
+	if err != nil {
+		return &exitError{2, err}
 	}
-	if o.emitCommands != "" && o.emitCommands == o.emitResponses {
-		return &exitError{2, fmt.Errorf("--emit-commands and --emit-responses name the same file, %s: give each its own", o.emitCommands)}
-	}
-	if o.cluster.Workers < 1 || o.cluster.TotalKVBlocks < 1 || o.cluster.MaxNumSeqs < 1 ||
-		!(o.cluster.PrefillTokensPerMS > 0) || o.cluster.DecodeMSPerToken < 0 {
-		return &exitError{2, fmt.Errorf("the --worker-* values and --workers must be positive")}
-	}
-	// Simulated times must stay within what the router takes (2^53 ms).
-	if v := o.cluster.PrefillTokensPerMS; v < 1e-6 || v > protocol.MaxNumber {
-		return &exitError{2, fmt.Errorf("--worker-prefill-tokens-per-ms %v: expected 1e-6 to 2^53", v)}
-	}
-	if v := o.cluster.DecodeMSPerToken; !(v <= 1e6) {
-		return &exitError{2, fmt.Errorf("--worker-decode-ms-per-token %v: expected a finite number from 0 to 1e6", v)}
-	}
-	if o.plotFile != "" {
-		if err := plotFormat(o.plotFile); err != nil {
-			return &exitError{2, err}
-		}
+	slo, err := replay.ParseSLO(o.goodput)
+	if err != nil {
+		return &exitError{2, err}
 	}
 	o.cluster.BlockSize = cfg.BlockSize
-	trace, source, err := loadTrace(args, cfg.BlockSize, cfg.Seed, o.sessions)
+	trace, info, err := o.load(args, cfg)
 	if err != nil {
 		return &exitError{2, err}
 	}
-	policies := []protocol.Policy{cfg.Policy}
-	if o.compare {
-		policies = []protocol.Policy{protocol.PolicyKV, protocol.PolicyRoundRobin, protocol.PolicyRandom, protocol.PolicyLeastLoaded}
+	rep := &replay.Report{
+		SchemaVersion: protocol.ReportSchemaVersion,
+		Deterministic: replay.Deterministic{ProtocolVersion: protocol.Version, Trace: info, Workload: o.workload,
+			Cluster: o.cluster, Router: cfg, Seed: cfg.Seed, Goodput: slo},
+		Run: replay.RunInfo{ToolVersion: toolVersion(),
+			Host: replay.Host{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}},
 	}
-	out := cmd.OutOrStdout()
-	fmt.Fprintf(out, "replay of %s: %d requests on %d workers\n\n", source, len(trace), o.cluster.Workers)
-	var reports []*replay.Report
+	if len(args) == 1 {
+		rep.Run.TracePath = args[0]
+	}
+	table, out := cmd.OutOrStdout(), cmd.OutOrStdout()
+	if o.reportFile == "-" {
+		table = cmd.ErrOrStderr()
+	}
+	fmt.Fprintf(table, "replay of %s: %d requests on %d workers\n\n", describe(args, &o.workload), len(trace), o.cluster.Workers)
+	var results []*replay.Result
 	for _, p := range policies {
 		c := cfg
 		c.Policy = p
-		rep, err := o.run(trace, c)
+		res, err := o.run(trace, c, slo)
 		if err != nil {
 			return err
 		}
-		reports = append(reports, rep)
+		results = append(results, res)
+		rep.Deterministic.Policies = append(rep.Deterministic.Policies, res.Metrics)
+		rep.Run.Policies = append(rep.Run.Policies, res.Cost)
 	}
-	if err := replay.WriteTable(out, reports); err != nil {
+	if err := replay.WriteTable(table, rep); err != nil {
 		return err
 	}
-	if o.reportFile != "" {
-		var v any = reports[0]
-		if o.compare {
-			v = reports
-		}
-		data, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
+	if o.plotFile != "" {
+		if err := savePlot(o.plotFile, "replay of "+describe(args, &o.workload), results); err != nil {
 			return err
 		}
-		if err := os.WriteFile(o.reportFile, append(data, '\n'), 0o644); err != nil {
+	}
+	if o.reportFile == "" {
+		return nil
+	}
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	data = append(data, '\n')
+	if o.reportFile == "-" {
+		_, err = out.Write(data)
+		return err
+	}
+	return os.WriteFile(o.reportFile, data, 0o644)
+}
+
+// check refuses, before anything runs, what the run would ignore or could
+// not write.
+func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
+	synthetic := slices.ContainsFunc([]string{"input-tokens", "output-tokens", "request-count", "arrival-interval-ms",
+		"shared-prefix-ratio", "num-prefix-groups"}, flags.Changed)
+	switch {
+	case len(args) == 1 && synthetic:
+		return fmt.Errorf("a trace is given: the synthetic workload's flags (--input-tokens, ...) do not apply")
+	case (len(args) == 1 || synthetic) && flags.Changed("sessions"):
+		return fmt.Errorf("--sessions sizes the built-in workload, which does not run when a trace or a synthetic workload is given")
+	case synthetic:
+		if err := o.synthetic.Check(); err != nil {
 			return err
+		}
+		o.workload.Synthetic, o.workload.BuiltinSessions = &o.synthetic, 0
+	case len(args) == 1:
+		o.workload.BuiltinSessions = 0
+	case o.workload.BuiltinSessions < 1:
+		return fmt.Errorf("--sessions %d: the built-in workload needs at least 1 session", o.workload.BuiltinSessions)
+	}
+	w := &o.workload
+	if !(w.ArrivalSpeedupRatio > 0) || w.ArrivalSpeedupRatio > 1e9 {
+		return fmt.Errorf("--arrival-speedup-ratio %v: expected a number above 0", w.ArrivalSpeedupRatio)
+	}
+	if w.ReplayConcurrency < 0 {
+		return fmt.Errorf("--replay-concurrency %d: expected 1 or more (0 = open loop)", w.ReplayConcurrency)
+	}
+	if w.ReplayConcurrency > 0 && (flags.Changed("arrival-speedup-ratio") || flags.Changed("arrival-interval-ms")) {
+		return fmt.Errorf("--replay-concurrency runs a closed loop, where arrival times do not apply: drop --arrival-speedup-ratio and --arrival-interval-ms")
+	}
+	if o.compare && flags.Changed("policies") {
+		return fmt.Errorf("--compare is --policies kv,round_robin,random,least_loaded: give one of them")
+	}
+	if o.compare || len(o.policies) > 1 {
+		for _, name := range []string{"emit-commands", "emit-responses"} {
+			if flags.Changed(name) {
+				return fmt.Errorf("--%s writes the stream of one policy, and several run: give one --policy", name)
+			}
+		}
+	}
+	if err := o.cluster.Check(); err != nil {
+		return err
+	}
+	if o.emitCommands != "" && o.emitCommands == o.emitResponses {
+		return fmt.Errorf("--emit-commands and --emit-responses name the same file, %s: give each its own", o.emitCommands)
+	}
+	if o.plotFile != "" {
+		if err := plotFormat(o.plotFile); err != nil {
+			return err
+		}
+	}
+	if o.reportFile != "" && o.reportFile != "-" && strings.ToLower(filepath.Ext(o.reportFile)) != ".json" {
+		return fmt.Errorf("--report %s: the file must end in .json (or be - for stdout)", o.reportFile)
+	}
+	for _, out := range []struct{ flag, path string }{{"report", o.reportFile}, {"plot", o.plotFile},
+		{"emit-commands", o.emitCommands}, {"emit-responses", o.emitResponses}} {
+		if out.path != "" && out.path != "-" {
+			if err := writableFolder(out.path); err != nil {
+				return fmt.Errorf("--%s %s: %w", out.flag, out.path, err)
+			}
 		}
 	}
 	return nil
 }
 
+// writableFolder checks that a file can be created in path's folder, by
+// creating and removing a scratch file there.
+func writableFolder(path string) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".offline-router-*")
+	if err != nil {
+		return fmt.Errorf("its folder cannot take a new file (%v)", err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// policySet is the policies to run: --policies, --compare's four, or the
+// config's one.
+func (o *replayOptions) policySet(configured protocol.Policy) ([]protocol.Policy, error) {
+	if o.compare {
+		return []protocol.Policy{protocol.PolicyKV, protocol.PolicyRoundRobin, protocol.PolicyRandom, protocol.PolicyLeastLoaded}, nil
+	}
+	if len(o.policies) == 0 {
+		return []protocol.Policy{configured}, nil
+	}
+	var out []protocol.Policy
+	for _, name := range o.policies {
+		p := protocol.Policy(name)
+		c := protocol.DefaultConfig()
+		c.Policy = p
+		if err := c.Validate(); err != nil {
+			return nil, fmt.Errorf("--policies: %q is not a policy (kv, round_robin, random or least_loaded)", name)
+		}
+		if slices.Contains(out, p) {
+			return nil, fmt.Errorf("--policies: %s is given twice", name)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
 // run replays one policy, with the outputs and the progress bar it asked for.
-func (o *replayOptions) run(trace []replay.Request, cfg protocol.Config) (*replay.Report, error) {
-	opt := replay.Options{Cluster: o.cluster, Router: cfg}
+func (o *replayOptions) run(trace []replay.Request, cfg protocol.Config, slo replay.SLO) (*replay.Result, error) {
+	opt := replay.Options{Cluster: o.cluster, Router: cfg, Goodput: slo, Concurrency: o.workload.ReplayConcurrency}
 	// Each run gets its own copy: later turns' arrival times are filled in.
 	trace = append([]replay.Request(nil), trace...)
 	for _, out := range []struct {
@@ -179,11 +338,6 @@ func (o *replayOptions) run(trace []replay.Request, cfg protocol.Config) (*repla
 		defer f.Close()
 		*out.to = f
 	}
-	var plot *loadPlot
-	if o.plotFile != "" {
-		plot = &loadPlot{}
-		opt.Sample = plot.sample
-	}
 	if !o.quiet && isatty.IsTerminal(os.Stderr.Fd()) {
 		bar := progressbar.NewOptions(len(trace), progressbar.OptionSetWriter(os.Stderr),
 			progressbar.OptionSetDescription("replay "+string(cfg.Policy)), progressbar.OptionShowCount(),
@@ -191,34 +345,49 @@ func (o *replayOptions) run(trace []replay.Request, cfg protocol.Config) (*repla
 		opt.Progress = func(done, _ int) { bar.Set(done) }
 		defer bar.Finish()
 	}
-	rep, err := replay.Run(trace, opt)
-	if err != nil {
-		return nil, err
-	}
-	if plot != nil {
-		if err := plot.save(o.plotFile, rep); err != nil {
-			return nil, err
-		}
-	}
-	return rep, nil
+	return replay.Run(trace, opt)
 }
 
-func loadTrace(args []string, blockSize, seed uint64, sessions int) ([]replay.Request, string, error) {
-	if len(args) == 0 {
-		return replay.Builtin(seed, sessions, blockSize), fmt.Sprintf("the built-in workload (%d sessions, seed %d)", sessions, seed), nil
-	}
-	var r io.Reader = os.Stdin
-	if args[0] != "-" {
-		f, err := os.Open(args[0])
-		if err != nil {
-			return nil, "", err
+// load makes the requests to replay, shaped by the workload's flags, and
+// says what they are.
+func (o *replayOptions) load(args []string, cfg protocol.Config) ([]replay.Request, replay.TraceInfo, error) {
+	var trace []replay.Request
+	var info replay.TraceInfo
+	switch {
+	case o.workload.Synthetic != nil:
+		trace, info.Source = o.synthetic.Requests(cfg.Seed, cfg.BlockSize), "synthetic"
+	case len(args) == 0:
+		trace, info.Source = replay.Builtin(cfg.Seed, o.workload.BuiltinSessions, cfg.BlockSize), "builtin"
+	default:
+		var data []byte
+		var err error
+		if args[0] == "-" {
+			data, err = io.ReadAll(os.Stdin)
+		} else {
+			data, err = os.ReadFile(args[0])
 		}
-		defer f.Close()
-		r = f
+		if err != nil {
+			return nil, info, err
+		}
+		if trace, err = replay.ReadMooncake(bytes.NewReader(data), cfg.BlockSize); err != nil {
+			return nil, info, fmt.Errorf("%s: %w", args[0], err)
+		}
+		sum := sha256.Sum256(data)
+		info.Source, info.SHA256 = "file", hex.EncodeToString(sum[:])
 	}
-	trace, err := replay.ReadMooncake(r, blockSize)
-	if err != nil {
-		return nil, "", fmt.Errorf("%s: %w", args[0], err)
+	info.Requests = len(trace)
+	replay.SpeedUp(trace, o.workload.ArrivalSpeedupRatio)
+	return trace, info, nil
+}
+
+// describe names the workload for the table's first line.
+func describe(args []string, w *replay.Workload) string {
+	switch {
+	case w.Synthetic != nil:
+		s := w.Synthetic
+		return fmt.Sprintf("a synthetic workload (%d requests of %d input and %d output tokens)", s.RequestCount, s.InputTokens, s.OutputTokens)
+	case len(args) == 0:
+		return fmt.Sprintf("the built-in workload (%d sessions)", w.BuiltinSessions)
 	}
-	return trace, args[0], nil
+	return args[0]
 }

@@ -1,15 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/goccy/go-json"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/offline-router/offline-router/internal/replay"
 )
 
+// TestReplayCompareAndReport: one report shape for one policy or four,
+// with the run's identity, and the table's rows.
 func TestReplayCompareAndReport(t *testing.T) {
 	dir := t.TempDir()
 	report := filepath.Join(dir, "report.json")
@@ -17,29 +23,105 @@ func TestReplayCompareAndReport(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{"prefix hit rate", "round_robin", "least_loaded", "TTFT p99 (ms)"} {
+	for _, want := range []string{"prefix hit rate", "round_robin", "least_loaded", "P99 TTFT (ms)", "mean TPOT (ms)"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("the table lacks %q:\n%s", want, stdout)
 		}
 	}
-	data, err := os.ReadFile(report)
+	four := readReport(t, report)
+	if len(four.Deterministic.Policies) != 4 || len(four.Run.Policies) != 4 {
+		t.Fatalf("--compare: %d policies", len(four.Deterministic.Policies))
+	}
+	if _, stderr, code := run(t, "", "replay", "--sessions", "60", "--report", report); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	one := readReport(t, report)
+	if one.SchemaVersion != 1 || one.Deterministic.ProtocolVersion != 1 || one.Run.ToolVersion == "" ||
+		one.Deterministic.Trace.Source != "builtin" || one.Deterministic.Trace.Requests != 251 ||
+		one.Deterministic.Router.BlockSize != 512 || len(one.Deterministic.Policies) != 1 {
+		t.Fatalf("one policy: %+v", one)
+	}
+	if diff := cmp.Diff(one.Deterministic.Policies[0], four.Deterministic.Policies[0]); diff != "" {
+		t.Fatalf("kv alone and kv among four differ:\n%s", diff)
+	}
+}
+
+func readReport(t *testing.T, path string) *replay.Report {
+	t.Helper()
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reports []map[string]any
-	if err := json.Unmarshal(data, &reports); err != nil || len(reports) != 4 {
-		t.Fatalf("report: %v, %d entries", err, len(reports))
+	var rep replay.Report
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
-	for _, key := range []string{"requests", "sim_duration_ms", "wall_ms", "router_commands", "router_commands_per_s",
-		"prefix_hit_rate", "router_overlap_rate", "mean_overlap_regret_blocks", "ttft_ms", "queue_wait_ms", "worker_share", "worker_share_cv"} {
-		if _, ok := reports[0][key]; !ok {
-			t.Errorf("the report lacks %s", key)
+	return &rep
+}
+
+// TestDeterministicReportIsByteIdentical: the same trace from two folders,
+// with reports written to two folders, gives the same deterministic bytes;
+// only the run part (the trace path here) differs.
+func TestDeterministicReportIsByteIdentical(t *testing.T) {
+	trace := "{\"timestamp\": 0, \"input_length\": 1500, \"output_length\": 10, \"hash_ids\": [1, 2, 3]}\n" +
+		"{\"timestamp\": 5, \"input_length\": 1024, \"output_length\": 10, \"hash_ids\": [1, 2]}\n"
+	var parts [2][]byte
+	var paths [2]string
+	for i := range parts {
+		dir := t.TempDir()
+		paths[i] = filepath.Join(dir, "trace.jsonl")
+		os.WriteFile(paths[i], []byte(trace), 0o644)
+		report := filepath.Join(dir, "r.json")
+		if _, stderr, code := run(t, "", "replay", paths[i], "--compare", "-q", "--report", report); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
 		}
+		var raw struct {
+			Deterministic json.RawMessage `json:"deterministic"`
+			Run           struct {
+				TracePath string `json:"trace_path"`
+			} `json:"run"`
+		}
+		data, _ := os.ReadFile(report)
+		if err := json.Unmarshal(data, &raw); err != nil || raw.Run.TracePath != paths[i] {
+			t.Fatalf("%v, trace_path %q", err, raw.Run.TracePath)
+		}
+		parts[i] = raw.Deterministic
+	}
+	if !bytes.Equal(parts[0], parts[1]) {
+		t.Fatalf("the deterministic parts differ:\n%s\n%s", parts[0], parts[1])
+	}
+	if !bytes.Contains(parts[0], []byte(`"sha256": "`)) || bytes.Contains(parts[0], []byte("wall")) {
+		t.Fatalf("deterministic part: %s", parts[0])
+	}
+}
+
+// TestReportToStdout: --report - writes the report to stdout, alone, and
+// the table to stderr.
+func TestReportToStdout(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(binary, "replay", "--sessions", "10", "--report", "-")
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	var rep replay.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || rep.SchemaVersion != 1 {
+		t.Fatalf("stdout is not the report: %v\n%s", err, stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "prefix hit rate") {
+		t.Fatalf("the table is not on stderr: %s", stderr.String())
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("--report - wrote a file: %v", entries)
 	}
 }
 
 // TestReplayEmitThenServe: the emitted stream, piped into the binary with
-// the same config, gets byte for byte the responses the replay itself got,
+// no flags, gets byte for byte the responses the replay itself got,
 // placements included.
 func TestReplayEmitThenServe(t *testing.T) {
 	dir := t.TempDir()
@@ -59,7 +141,8 @@ func TestReplayEmitThenServe(t *testing.T) {
 	if !strings.Contains(string(want), `"reason":"affinity"`) || strings.Contains(string(want), `"ok":false`) {
 		t.Fatal("the replay's own responses should hold affinity placements and no error")
 	}
-	got, _, code := run(t, string(stream), append([]string{"--block-size", "512"}, args...)...)
+	// No flags: the stream carries its config.
+	got, _, code := run(t, string(stream))
 	if code != 0 {
 		t.Fatalf("serving the emitted stream: exit %d", code)
 	}
@@ -75,13 +158,23 @@ func TestReplayRefusesClashingOutputs(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "both.jsonl")
 	for args, want := range map[string]string{
 		"--emit-commands " + path + " --emit-responses " + path: "name the same file",
-		"--compare --emit-responses " + path:                    "--emit-responses describes one run",
+		"--compare --emit-responses " + path:                    "--emit-responses writes the stream of one policy",
+		"--policies kv,random --emit-commands " + path:          "--emit-commands writes the stream of one policy",
 		// Values the simulated cluster would take past the router's times.
-		"--worker-decode-ms-per-token NaN":      "--worker-decode-ms-per-token NaN: expected a finite number",
-		"--worker-decode-ms-per-token 1e300":    "--worker-decode-ms-per-token 1e+300",
-		"--worker-prefill-tokens-per-ms 1e-300": "--worker-prefill-tokens-per-ms 1e-300: expected 1e-6 to 2^53",
-		"--plot " + path + ".jpg":               "must end in .png or .svg",
-		"--temperature NaN":                     "config temperature: expected a finite number",
+		"--worker-decode-ms-per-token NaN":                 "--worker-decode-ms-per-token NaN: expected a finite number",
+		"--worker-decode-ms-per-token 1e300":               "--worker-decode-ms-per-token 1e+300",
+		"--worker-prefill-tokens-per-ms 1e-300":            "--worker-prefill-tokens-per-ms 1e-300: expected 1e-6 to 2^53",
+		"--plot " + path + ".jpg":                          "must end in .png or .svg",
+		"--temperature NaN":                                "config temperature: expected a finite number",
+		"--plot /no/such/folder/x.png":                     "--plot /no/such/folder/x.png: its folder cannot take a new file",
+		"--report /no/such/folder/x.json":                  "--report /no/such/folder/x.json: its folder cannot take a new file",
+		"--report " + path + ".txt":                        "must end in .json (or be - for stdout)",
+		"--policies kv,nope":                               `--policies: "nope" is not a policy`,
+		"--compare --policies kv":                          "--compare is --policies",
+		"--replay-concurrency 2 --arrival-speedup-ratio 2": "--replay-concurrency runs a closed loop",
+		"--arrival-speedup-ratio 0":                        "--arrival-speedup-ratio 0: expected a number above 0",
+		"--input-tokens 100 --request-count 3":             "--sessions sizes the built-in workload",
+		"--goodput ttft:x":                                 `--goodput "ttft:x"`,
 	} {
 		stdout, stderr, code := run(t, "", append([]string{"replay", "--sessions", "5"}, strings.Fields(args)...)...)
 		if code != 2 || !strings.Contains(stderr, want) || stdout != "" {
@@ -104,10 +197,13 @@ func TestReplayBadTrace(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	for trace, want := range map[string]string{
-		`{"timestamp":-5,"input_length":10,"output_length":1}`:    "trace line 1: timestamp -5: expected a time from 0 to",
-		`{"timestamp":1e300,"input_length":10,"output_length":1}`: "trace line 1: timestamp 1e+300: expected a time from 0 to",
+		`{"timestamp":-5,"input_length":10,"output_length":1}`:    `trace line 1: field "timestamp": expected a time from 0 to`,
+		`{"timestamp":1e300,"input_length":10,"output_length":1}`: `trace line 1: field "timestamp": expected a time from 0 to`,
 		`{"timestamp":0,"input_length":10,"output_length":1,"session_id":"s"}` + "\n" +
-			`{"delay_ms":-1,"input_length":10,"output_length":1,"session_id":"s"}`: "trace line 2: delay_ms -1: expected a delay >= 0",
+			`{"delay_ms":-1,"input_length":10,"output_length":1,"session_id":"s"}`: `trace line 2: field "delay_ms": expected a delay from 0`,
+		`{"timestamp":0,"input_length":18446744073709551617,"output_length":1}`: `field "input_length": expected an unsigned 64-bit integer`,
+		`{"timestamp":0,"input_length":1,"output_length":1,"INPUT_LENGTH":1}`:   `"INPUT_LENGTH"`,
+		`{"timestamp":0,"input_length":1,"output_length":1,"output_length":2}`:  `"output_length"`,
 	} {
 		os.WriteFile(path, []byte(trace+"\n"), 0o644)
 		if _, stderr, code := run(t, "", "replay", path); code != 2 || !strings.Contains(stderr, want) {
@@ -116,5 +212,128 @@ func TestReplayBadTrace(t *testing.T) {
 	}
 	if _, stderr, code := run(t, "", "replay", "--sessions", "-5"); code != 2 || !strings.Contains(stderr, "--sessions -5") {
 		t.Errorf("--sessions -5: exit %d: %s", code, stderr)
+	}
+	if _, stderr, code := run(t, "", "replay", "--input-tokens", "100", "--output-tokens", "5"); code != 2 || !strings.Contains(stderr, "--request-count 0: expected at least 1") {
+		t.Errorf("a synthetic workload without --request-count: exit %d: %s", code, stderr)
+	}
+	// A flag the chosen workload would ignore is refused.
+	os.WriteFile(path, []byte(`{"timestamp":0,"input_length":10,"output_length":1}`+"\n"), 0o644)
+	for _, args := range [][]string{{"--sessions", "5"}, {"--input-tokens", "5"}} {
+		if _, stderr, code := run(t, "", append([]string{"replay", path}, args...)...); code != 2 || !strings.Contains(stderr, "trace") {
+			t.Errorf("%v with a trace: exit %d: %s", args, code, stderr)
+		}
+	}
+}
+
+// TestReplayUnderEveryRouterFlag: replay runs to its end, without a panic
+// or an error, under each router flag (and each Dynamo alias) with a value
+// that changes behaviour; busy thresholds without a queue reject, with
+// reasons. A flag added without a case here fails the test.
+func TestReplayUnderEveryRouterFlag(t *testing.T) {
+	values := map[string][]string{
+		"policy":                               {"round_robin", "random", "least_loaded"},
+		"block_size":                           {"256"},
+		"seed":                                 {"7"},
+		"temperature":                          {"0.5"},
+		"overlap_score_credit":                 {"2"},
+		"prefill_load_scale":                   {"4"},
+		"kv_events":                            {"false"},
+		"dedupe_event_ids":                     {"true"},
+		"approx_ttl_ms":                        {"50"},
+		"active_decode_blocks_threshold":       {"0.001"},
+		"active_prefill_tokens_threshold":      {"100"},
+		"active_prefill_tokens_threshold_frac": {"0.01"},
+		"evidence":                             {"none", "full"},
+		"queue_threshold":                      {"0"},
+		"queue_policy":                         {"wspt", "lcfs"},
+		"queue_timeout_ms":                     {"1"},
+		"prefill_load_model":                   {"linear"},
+		"prefill_tokens_per_ms":                {"20"},
+		"affinity.mode":                        {"hard", "soft"},
+		"affinity.ttl_ms":                      {"10"},
+		"affinity.key":                         {"sibling_group"},
+	}
+	// Some values need their partner flags to be a valid config.
+	partners := map[string][]string{
+		"queue_policy":          {"--queue-threshold", "0.5"},
+		"queue_timeout_ms":      {"--queue-threshold", "0"},
+		"prefill_load_model":    {"--prefill-tokens-per-ms", "20"},
+		"prefill_tokens_per_ms": {"--prefill-load-model", "linear"},
+		"affinity.ttl_ms":       {"--affinity-mode", "hard"},
+		"affinity.key":          {"--affinity-mode", "hard"},
+		"approx_ttl_ms":         {"--kv-events=false"},
+	}
+	var cases [][]string
+	for _, cf := range configFlags {
+		vs, ok := values[cf.key]
+		if !ok {
+			t.Errorf("no case for --%s", flagName(cf.key))
+		}
+		for _, v := range vs {
+			cases = append(cases, append([]string{"--" + flagName(cf.key) + "=" + v}, partners[cf.key]...))
+		}
+	}
+	for _, d := range dynamoFlags {
+		if d.refuse != "" {
+			continue
+		}
+		v := map[string]string{"float": "2", "uint": "256", "bool": "true", "string": "round-robin"}[d.kind]
+		switch d.name {
+		case "router-queue-policy":
+			v = "wspt"
+		case "router-prefill-load-model":
+			v = "none"
+		case "router-session-affinity-mode":
+			v = "soft"
+		}
+		cases = append(cases, []string{"--" + d.name + "=" + v})
+	}
+	dir := t.TempDir()
+	for _, args := range cases {
+		report := filepath.Join(dir, "r.json")
+		_, stderr, code := run(t, "", append([]string{"replay", "--sessions", "20", "--workers", "2", "-q", "--report", report}, args...)...)
+		if code != 0 {
+			t.Errorf("%v: exit %d: %s", args, code, stderr)
+			continue
+		}
+		m := readReport(t, report).Deterministic.Policies[0]
+		if m.Completed+m.Rejected != m.Requests {
+			t.Errorf("%v: %d completed and %d rejected of %d", args, m.Completed, m.Rejected, m.Requests)
+		}
+		if strings.HasPrefix(args[0], "--active-") && m.RejectedByReason["all_workers_busy"] == 0 {
+			t.Errorf("%v: no request was turned away as busy", args)
+		}
+		if strings.HasPrefix(args[0], "--kv-events=false") && (m.EventsApplied != 0 || m.Mode != "approximate") {
+			t.Errorf("%v: approximate mode applied %d events (mode %s)", args, m.EventsApplied, m.Mode)
+		}
+	}
+}
+
+// TestDynamoFlagNames: Dynamo's names set the same keys, converted; one
+// without an equivalent is refused naming what to use; a key set by both
+// names is refused.
+func TestDynamoFlagNames(t *testing.T) {
+	dir := t.TempDir()
+	report := filepath.Join(dir, "r.json")
+	args := []string{"replay", "--sessions", "5", "-q", "--report", report, "--router-temperature", "0.25", "--kv-cache-block-size", "64",
+		"--no-kv-events", "--router-ttl-secs", "3", "--kv-overlap-score-weight", "0", "--router-mode", "least-loaded",
+		"--router-session-affinity-ttl-secs", "2"}
+	if _, stderr, code := run(t, "", args...); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	c := readReport(t, report).Deterministic.Router
+	if c.Temperature != 0.25 || c.BlockSize != 64 || c.KVEvents || c.ApproxTTLMS != 3000 || c.PrefillLoadScale != 0 ||
+		c.OverlapScoreCredit != 0 || c.Policy != "least_loaded" || c.Affinity.TTLMS != 2000 || c.Affinity.Mode != "hard" {
+		t.Fatalf("config %+v", c)
+	}
+	for args, want := range map[string]string{
+		"--busy-threshold 0.9":                               "use those",
+		"--router-replica-sync":                              "has no equivalent",
+		"--temperature 0.1 --router-temperature 0.2":         "--temperature and --router-temperature both set temperature",
+		"--kv-overlap-score-weight 2 --prefill-load-scale 1": "both set prefill_load_scale",
+	} {
+		if _, stderr, code := run(t, "", append([]string{"replay", "--sessions", "5"}, strings.Fields(args)...)...); code != 2 || !strings.Contains(stderr, want) {
+			t.Errorf("%s: exit %d: %s", args, code, stderr)
+		}
 	}
 }

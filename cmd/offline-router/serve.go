@@ -113,7 +113,7 @@ func (o *serveOptions) bind(cmd *cobra.Command) {
 // bindConfig adds --config and one flag per scalar config key.
 func (o *serveOptions) bindConfig(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&o.configFile, "config", "", "JSON config file (keys of docs/PROTOCOL.md §2; unknown keys are an error)")
+	f.StringVar(&o.configFile, "config", "", "JSON config file (keys of docs/PROTOCOL.md §2; unknown keys are an error); Dynamo's router flag names (--router-temperature, --kv-cache-block-size, --no-kv-events, ...) are accepted too, see the README")
 	for _, cf := range configFlags {
 		usage := "config " + cf.key + ": " + cf.usage
 		switch d := configDefault(cf.key).(type) {
@@ -127,6 +127,7 @@ func (o *serveOptions) bindConfig(cmd *cobra.Command) {
 			f.Bool(flagName(cf.key), d, usage)
 		}
 	}
+	bindDynamoFlags(f)
 }
 
 // loadConfig reads the config file, then applies the flags that were set.
@@ -168,6 +169,20 @@ func (o *serveOptions) configSource(flags *pflag.FlagSet) (wire.ConfigSource, er
 			return src, err
 		}
 		src.Overrides = append(src.Overrides, wire.Override{Key: cf.key, Value: v, Flag: "--" + fl.Name})
+	}
+	aliases, err := dynamoOverrides(flags)
+	if err != nil {
+		return src, err
+	}
+	src.Overrides = append(src.Overrides, aliases...)
+	// A key set by two flags (one of them Dynamo's name for it) must be
+	// set once.
+	by := map[string]string{}
+	for _, o := range src.Overrides {
+		if other, ok := by[o.Key]; ok && other != o.Flag {
+			return src, fmt.Errorf("%s and %s both set %s: give one", other, o.Flag, o.Key)
+		}
+		by[o.Key] = o.Flag
 	}
 	return src, nil
 }

@@ -17,14 +17,14 @@ type Config struct {
 	KVEvents                         bool             `json:"kv_events"`
 	DedupeEventIDs                   bool             `json:"dedupe_event_ids"`
 	ApproxTTLMS                      float64          `json:"approx_ttl_ms"`
-	QueueThreshold                   *float64         `json:"queue_threshold"`
+	QueueThreshold                   *float64         `json:"queue_threshold" jsonschema:"nullable"`
 	QueuePolicy                      QueuePolicy      `json:"queue_policy"`
-	QueueTimeoutMS                   *float64         `json:"queue_timeout_ms"`
-	ActiveDecodeBlocksThreshold      *float64         `json:"active_decode_blocks_threshold"`
-	ActivePrefillTokensThreshold     *float64         `json:"active_prefill_tokens_threshold"`
-	ActivePrefillTokensThresholdFrac *float64         `json:"active_prefill_tokens_threshold_frac"`
+	QueueTimeoutMS                   *float64         `json:"queue_timeout_ms" jsonschema:"nullable"`
+	ActiveDecodeBlocksThreshold      *float64         `json:"active_decode_blocks_threshold" jsonschema:"nullable"`
+	ActivePrefillTokensThreshold     *float64         `json:"active_prefill_tokens_threshold" jsonschema:"nullable"`
+	ActivePrefillTokensThresholdFrac *float64         `json:"active_prefill_tokens_threshold_frac" jsonschema:"nullable"`
 	PrefillLoadModel                 PrefillLoadModel `json:"prefill_load_model"`
-	PrefillTokensPerMS               *float64         `json:"prefill_tokens_per_ms"`
+	PrefillTokensPerMS               *float64         `json:"prefill_tokens_per_ms" jsonschema:"nullable"`
 	Affinity                         AffinityConfig   `json:"affinity"`
 	Evidence                         Evidence         `json:"evidence"`
 	WorkerDefaults                   WorkerDefaults   `json:"worker_defaults"`
@@ -40,11 +40,11 @@ type AffinityConfig struct {
 // WorkerDefaults fills worker_ready fields a command leaves out.
 type WorkerDefaults struct {
 	Role                Role    `json:"role"`
-	DPSize              *uint32 `json:"dp_size"`
-	DPStart             *uint32 `json:"dp_start"`
-	TotalKVBlocks       *uint64 `json:"total_kv_blocks"`
-	MaxNumBatchedTokens *uint64 `json:"max_num_batched_tokens"`
-	MaxNumSeqs          *uint64 `json:"max_num_seqs"`
+	DPSize              *uint32 `json:"dp_size" jsonschema:"nullable"`
+	DPStart             *uint32 `json:"dp_start" jsonschema:"nullable"`
+	TotalKVBlocks       *uint64 `json:"total_kv_blocks" jsonschema:"nullable"`
+	MaxNumBatchedTokens *uint64 `json:"max_num_batched_tokens" jsonschema:"nullable"`
+	MaxNumSeqs          *uint64 `json:"max_num_seqs" jsonschema:"nullable"`
 }
 
 // Policy is how a rank is chosen among the candidates.

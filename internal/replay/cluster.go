@@ -2,6 +2,7 @@ package replay
 
 import (
 	"container/list"
+	"fmt"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -9,13 +10,31 @@ import (
 // ClusterConfig is the simulated cluster: identical workers, each with a
 // prefix KV cache and one prefill server.
 type ClusterConfig struct {
-	Workers             int
-	BlockSize           uint64
-	TotalKVBlocks       int     // cache capacity per worker, in blocks
-	MaxNumSeqs          int     // requests running at once per worker
-	MaxNumBatchedTokens uint64  // prefill backlog a worker takes on; also reported to the router
-	PrefillTokensPerMS  float64 // prefill speed of uncached tokens
-	DecodeMSPerToken    float64 // decode time per output token
+	Workers             int     `json:"workers"`
+	BlockSize           uint64  `json:"block_size"`
+	TotalKVBlocks       int     `json:"worker_kv_blocks"`              // cache capacity per worker, in blocks
+	MaxNumSeqs          int     `json:"worker_max_num_seqs"`           // requests running at once per worker
+	MaxNumBatchedTokens uint64  `json:"worker_max_num_batched_tokens"` // prefill backlog a worker takes on; also reported to the router
+	PrefillTokensPerMS  float64 `json:"worker_prefill_tokens_per_ms"`  // prefill speed of uncached tokens
+	DecodeMSPerToken    float64 `json:"worker_decode_ms_per_token"`    // decode time per output token
+}
+
+// Check says what is wrong with the cluster, naming the flag.
+func (c *ClusterConfig) Check() error {
+	switch {
+	case c.Workers < 1 || c.Workers > protocol.MaxRanks:
+		return fmt.Errorf("--workers %d: expected 1 to %d (the router holds at most %d ranks)", c.Workers, protocol.MaxRanks, protocol.MaxRanks)
+	case c.TotalKVBlocks < 1:
+		return fmt.Errorf("--worker-kv-blocks %d: expected at least 1", c.TotalKVBlocks)
+	case c.MaxNumSeqs < 1:
+		return fmt.Errorf("--worker-max-num-seqs %d: expected at least 1", c.MaxNumSeqs)
+	// Simulated times must stay within what the router takes (2^53 ms).
+	case !(c.PrefillTokensPerMS >= 1e-6 && c.PrefillTokensPerMS <= protocol.MaxNumber):
+		return fmt.Errorf("--worker-prefill-tokens-per-ms %v: expected 1e-6 to 2^53", c.PrefillTokensPerMS)
+	case !(c.DecodeMSPerToken >= 0 && c.DecodeMSPerToken <= 1e6):
+		return fmt.Errorf("--worker-decode-ms-per-token %v: expected a finite number from 0 to 1e6", c.DecodeMSPerToken)
+	}
+	return nil
 }
 
 // DefaultCluster is the cluster replay uses unless told otherwise.

@@ -11,23 +11,20 @@ import (
 	"github.com/offline-router/offline-router/internal/engine"
 	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/protocol"
+	"github.com/offline-router/offline-router/internal/wire"
 )
 
 // Options configures one replay.
 type Options struct {
-	Cluster   ClusterConfig
-	Router    protocol.Config
-	Commands  io.Writer             // if set, every command line sent, as the router read it
-	Responses io.Writer             // if set, every response line
-	Progress  func(done, total int) // called now and then
-	Sample    func(Sample)          // if set, called after each event
-}
-
-// Sample is the cluster's state after an event, for plots.
-type Sample struct {
-	T       float64 // simulated ms
-	Active  []int   // requests running or waiting on each worker, in id order
-	HitRate float64 // prefix hit rate of the requests admitted so far
+	Cluster ClusterConfig
+	Router  protocol.Config
+	Goodput SLO // the service levels a request must meet to count in request_goodput
+	// Concurrency, when above 0, replays in a closed loop: that many
+	// sessions in flight (Workload.ReplayConcurrency says how).
+	Concurrency int
+	Commands    io.Writer             // if set, every command line sent, as the router read it
+	Responses   io.Writer             // if set, every response line
+	Progress    func(done, total int) // called now and then
 }
 
 // simRequest is a trace request on its way through the cluster.
@@ -42,7 +39,7 @@ type simRequest struct {
 
 	placedAt, prefillStart, firstToken, doneAt float64
 	overlap, best, islBlocks                   uint64
-	rejected                                   bool
+	rejected                                   protocol.Code // why the router turned it away; "" if it did not
 }
 
 type eventKind uint8
@@ -88,17 +85,18 @@ type host struct {
 	nextSeq  uint64
 	byID     map[string]*simRequest
 	later    map[string][]*simRequest // a session's turns still to arrive, in order
+	starts   []*simRequest            // closed loop: first turns of the sessions not started yet, in order
 	wakeup   *float64
 	pending  int
 	finished int
 	placed   []*simRequest // dispatch queue of placements to hand to workers
 
-	hitTokens, admittedTokens float64 // running totals, for Sample
-	err                       error   // the first failure to talk to the router
+	eventsApplied int   // KV events the router applied, as its answers to observe say
+	err           error // the first failure to talk to the router
 }
 
 // Run replays the trace and reports what routing did.
-func Run(trace []Request, opt Options) (*Report, error) {
+func Run(trace []Request, opt Options) (*Result, error) {
 	start := time.Now()
 	eng, err := engine.New(opt.Router)
 	if err != nil {
@@ -108,6 +106,8 @@ func Run(trace []Request, opt Options) (*Report, error) {
 		opt: opt, router: newRouter(eng, opt.Commands, opt.Responses),
 		workers: map[uint64]*simWorker{}, byID: map[string]*simRequest{}, later: map[string][]*simRequest{},
 	}
+	// The stream opens with its config, so that it replays alone.
+	h.send(&protocol.Command{Op: protocol.OpConfig, Config: wire.ConfigCommand(opt.Router)})
 	mbt, kv, seqs := opt.Cluster.MaxNumBatchedTokens, uint64(opt.Cluster.TotalKVBlocks), uint64(opt.Cluster.MaxNumSeqs)
 	for i := range opt.Cluster.Workers {
 		w := newWorker(uint64(i + 1))
@@ -124,10 +124,17 @@ func Run(trace []Request, opt Options) (*Report, error) {
 		r.seq = kvindex.SequenceHashes(r.local)
 		r.islBlocks = (r.InputTokens + opt.Cluster.BlockSize - 1) / opt.Cluster.BlockSize
 		h.byID[r.ID] = r
-		if r.DelayMS != nil {
-			h.later[r.Session] = append(h.later[r.Session], r)
-		} else {
-			h.schedule(r.Arrival, evArrival, r)
+	}
+	if opt.Concurrency > 0 {
+		h.closeLoop(trace)
+	} else {
+		for i := range trace {
+			r := h.byID[trace[i].ID]
+			if r.DelayMS != nil {
+				h.later[r.Session] = append(h.later[r.Session], r)
+			} else {
+				h.schedule(r.Arrival, evArrival, r)
+			}
 		}
 	}
 	if err := h.loop(len(trace)); err != nil {
@@ -136,7 +143,7 @@ func Run(trace []Request, opt Options) (*Report, error) {
 	if err := h.router.flush(); err != nil {
 		return nil, err
 	}
-	return h.report(trace, time.Since(start)), nil
+	return h.result(trace, time.Since(start)), nil
 }
 
 func (h *host) schedule(at float64, kind eventKind, r *simRequest) {
@@ -174,16 +181,6 @@ func (h *host) loop(total int) error {
 		case evDecodeDone:
 			h.decodeDone(ev.at, ev.req)
 		}
-		if h.opt.Sample != nil {
-			s := Sample{T: ev.at, Active: make([]int, len(h.order))}
-			for i, w := range h.order {
-				s.Active[i] = w.running + len(w.waiting)
-			}
-			if h.admittedTokens > 0 {
-				s.HitRate = h.hitTokens / h.admittedTokens
-			}
-			h.opt.Sample(s)
-		}
 	}
 	if h.opt.Progress != nil {
 		h.opt.Progress(h.finished, total)
@@ -204,6 +201,10 @@ func (h *host) arrive(t float64, r *simRequest) {
 	if r.Session != "" {
 		c.SessionID = &r.Session
 	}
+	if r.ParentSession != "" {
+		c.ParentSessionID = &r.ParentSession
+	}
+	c.Priority, c.StrictPriority, c.Role = r.Priority, r.StrictPriority, r.Role
 	h.send(c)
 }
 
@@ -216,11 +217,20 @@ func (h *host) send(c *protocol.Command) {
 	}
 	resp, err := h.router.send(c)
 	if err == nil && resp.Error != nil {
-		err = fmt.Errorf("the replay host sent a bad command: %s: %s", c.Op, resp.Error.Message)
+		if c.Op == protocol.OpPlace && turnedAway[resp.Error.Code] {
+			r := h.byID[c.RequestID]
+			r.rejected, r.doneAt = resp.Error.Code, float64(resp.NowMS)
+			h.ended(r.doneAt, r)
+		} else {
+			err = fmt.Errorf("the replay host sent a bad command: %s: %s", c.Op, resp.Error.Message)
+		}
 	}
 	if err != nil {
 		h.err = err
 		return
+	}
+	if resp.Evidence != nil && resp.Evidence.EventsApplied != nil {
+		h.eventsApplied += *resp.Evidence.EventsApplied
 	}
 	t := float64(resp.NowMS)
 	h.wakeup = nil
@@ -237,7 +247,7 @@ func (h *host) send(c *protocol.Command) {
 	}
 	for _, rj := range resp.Rejected {
 		r := h.byID[rj.RequestID]
-		r.rejected, r.doneAt = true, t
+		r.rejected, r.doneAt = rj.Code, t
 		h.ended(t, r)
 	}
 	// Dispatch outside the loop above: a commit may itself release requests.
@@ -247,6 +257,26 @@ func (h *host) send(c *protocol.Command) {
 		h.send(&protocol.Command{Op: protocol.OpDispatchCommitted, NowMS: ptr(t), RequestID: r.ID})
 		r.worker.waiting = append(r.worker.waiting, r)
 		h.admitWaiting(t, r.worker)
+	}
+}
+
+// turnedAway are the place errors a serving frontend answers with a
+// refusal to its client (Dynamo's HTTP 529 when every worker is busy), not
+// a host's mistake: the replay counts the request as rejected and goes on.
+var turnedAway = map[protocol.Code]bool{
+	protocol.CodeAllWorkersBusy:          true,
+	protocol.CodeNoEligibleWorker:        true,
+	protocol.CodePinnedWorkerUnavailable: true,
+	protocol.CodePinnedWorkerOverloaded:  true,
+	protocol.CodeAffinityConflict:        true,
+}
+
+// observe reports KV events to the router, unless it runs in approximate
+// mode: there a host has no event stream, and the router learns from its
+// own placements.
+func (h *host) observe(t float64, ev *protocol.KVEvent) {
+	if ev != nil && h.opt.Router.KVEvents {
+		h.send(&protocol.Command{Op: protocol.OpObserve, NowMS: ptr(t), Events: []protocol.KVEvent{*ev}})
 	}
 }
 
@@ -260,10 +290,8 @@ func (h *host) admitWaiting(t float64, w *simWorker) {
 		}
 		w.waiting = w.waiting[1:]
 		if len(evicted) > 0 {
-			h.send(&protocol.Command{Op: protocol.OpObserve, NowMS: ptr(t), Events: []protocol.KVEvent{*w.removedEvent(evicted)}})
+			h.observe(t, w.removedEvent(evicted))
 		}
-		h.hitTokens += float64(r.InputTokens - r.uncached)
-		h.admittedTokens += float64(r.InputTokens)
 		r.prefillStart = math.Max(t, w.prefillFreeAt)
 		w.prefillFreeAt = r.prefillStart + float64(r.uncached)/h.opt.Cluster.PrefillTokensPerMS
 		h.schedule(w.prefillFreeAt, evPrefillDone, r)
@@ -275,9 +303,7 @@ func (h *host) prefillDone(t float64, r *simRequest) {
 	r.worker.backlog -= r.uncached
 	// The backlog shrank: waiting requests may fit now.
 	defer h.admitWaiting(t, r.worker)
-	if ev := r.worker.store(r); ev != nil {
-		h.send(&protocol.Command{Op: protocol.OpObserve, NowMS: ptr(t), Events: []protocol.KVEvent{*ev}})
-	}
+	h.observe(t, r.worker.store(r))
 	h.send(&protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
 	// The product is rounded alone (no fused multiply-add), so that every
 	// platform replays to the same numbers.
@@ -292,16 +318,49 @@ func (h *host) decodeDone(t float64, r *simRequest) {
 	h.admitWaiting(t, r.worker)
 }
 
-// ended schedules the session's next turn, if any, after its think time.
+// ended schedules the session's next turn, if any, after its think time;
+// in a closed loop, a session that ended makes room for the next one.
 func (h *host) ended(t float64, r *simRequest) {
 	h.finished++
-	if r.Session == "" {
-		return
-	}
-	if next := h.later[r.Session]; len(next) > 0 {
+	if next := h.later[r.Session]; r.Session != "" && len(next) > 0 {
 		h.later[r.Session] = next[1:]
 		h.schedule(t+*next[0].DelayMS, evArrival, next[0])
+		return
 	}
+	if len(h.starts) > 0 {
+		h.schedule(t, evArrival, h.starts[0])
+		h.starts = h.starts[1:]
+	}
+}
+
+// closeLoop sets up the closed loop, as Dynamo's replay runs it with
+// --replay-concurrency: sessions start in the order they first appear in
+// the trace, opt.Concurrency of them at once at time 0, the next one when
+// one ends; a session's later turns follow its previous turn's end after
+// their delay_ms, or else after the gap between their timestamps, or else
+// at once. A request without a session is a session of one turn.
+func (h *host) closeLoop(trace []Request) {
+	lastTimestamp := map[string]float64{}
+	for i := range trace {
+		r := h.byID[trace[i].ID]
+		if _, started := lastTimestamp[r.Session]; !started || r.Session == "" {
+			lastTimestamp[r.Session] = r.Arrival
+			r.DelayMS = nil
+			h.starts = append(h.starts, r)
+			continue
+		}
+		if r.DelayMS == nil {
+			gap := max(r.Arrival-lastTimestamp[r.Session], 0)
+			lastTimestamp[r.Session] = r.Arrival
+			r.DelayMS = &gap
+		}
+		h.later[r.Session] = append(h.later[r.Session], r)
+	}
+	n := min(h.opt.Concurrency, len(h.starts))
+	for _, r := range h.starts[:n] {
+		h.schedule(0, evArrival, r)
+	}
+	h.starts = h.starts[n:]
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -21,11 +21,12 @@ func routerConfig(policy protocol.Policy) protocol.Config {
 // TestKVBeatsRoundRobinOnTheBuiltinWorkload: the point of KV-aware routing.
 func TestKVBeatsRoundRobinOnTheBuiltinWorkload(t *testing.T) {
 	trace := Builtin(7, 200, 512)
-	run := func(policy protocol.Policy) *Report {
-		rep, err := Run(append([]Request(nil), trace...), Options{Cluster: DefaultCluster(8), Router: routerConfig(policy)})
+	run := func(policy protocol.Policy) *Metrics {
+		res, err := Run(append([]Request(nil), trace...), Options{Cluster: DefaultCluster(8), Router: routerConfig(policy)})
 		if err != nil {
 			t.Fatal(err)
 		}
+		rep := &res.Metrics
 		if rep.Completed != rep.Requests || rep.Rejected != 0 {
 			t.Fatalf("%s: %d of %d requests completed", policy, rep.Completed, rep.Requests)
 		}
@@ -44,8 +45,9 @@ func TestKVBeatsRoundRobinOnTheBuiltinWorkload(t *testing.T) {
 }
 
 // TestEmittedCommandsReplayByteForByte: the stream the host sent, piped
-// into serve with the same config, gives the same responses, byte for byte,
-// with affinity, a queue and linear decay in play.
+// into serve with no config of its own, gives the same responses, byte for
+// byte, with affinity, a queue and linear decay in play: the stream opens
+// with its config.
 func TestEmittedCommandsReplayByteForByte(t *testing.T) {
 	cfg := routerConfig(protocol.PolicyKV)
 	cfg.Affinity.Mode = "hard"
@@ -67,12 +69,16 @@ func TestEmittedCommandsReplayByteForByte(t *testing.T) {
 	if !bytes.Contains(resps.Bytes(), []byte(`"queued":[`)) {
 		t.Error("nothing ever waited in the queue")
 	}
-	eng, err := engine.New(cfg)
+	if !bytes.HasPrefix(cmds.Bytes(), []byte(`{"op":"config","policy":"kv","block_size":512,`)) {
+		t.Fatalf("the stream does not open with its config: %.80s", cmds.String())
+	}
+	eng, err := engine.New(protocol.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var served bytes.Buffer
-	if _, err := wire.Serve(bytes.NewReader(cmds.Bytes()), &served, eng, wire.ServeOptions{}); err != nil {
+	configure := wire.ConfigSource{}.Configure(func(c protocol.Config) (wire.Stepper, error) { return engine.New(c) })
+	if _, err := wire.Serve(bytes.NewReader(cmds.Bytes()), &served, eng, wire.ServeOptions{Configure: configure}); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(served.Bytes(), resps.Bytes()) {
@@ -101,11 +107,11 @@ func TestSmallMooncakeTrace(t *testing.T) {
 	if reqs[3].Session != "42" || *reqs[3].DelayMS != 100 {
 		t.Fatalf("the later turn: %+v", reqs[3])
 	}
-	rep, err := Run(reqs, Options{Cluster: DefaultCluster(2), Router: routerConfig(protocol.PolicyKV)})
+	res, err := Run(reqs, Options{Cluster: DefaultCluster(2), Router: routerConfig(protocol.PolicyKV)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Completed != 5 || rep.PrefixHitRate == 0 {
+	if rep := res.Metrics; rep.Completed != 5 || rep.PrefixHitRate == 0 {
 		t.Fatalf("report %+v", rep)
 	}
 	// The later turn arrived 100 ms after its session's first turn ended,
@@ -145,11 +151,11 @@ func TestSharedTraceReplays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Run(reqs, Options{Cluster: DefaultCluster(16), Router: routerConfig(protocol.PolicyKV)})
+	res, err := Run(reqs, Options{Cluster: DefaultCluster(16), Router: routerConfig(protocol.PolicyKV)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Requests != 3993 || rep.Completed != rep.Requests || rep.PrefixHitRate <= 0 {
+	if rep := res.Metrics; rep.Requests != 3993 || rep.Completed != rep.Requests || rep.PrefixHitRate <= 0 {
 		t.Fatalf("report %+v", rep)
 	}
 }

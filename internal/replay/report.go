@@ -3,149 +3,117 @@ package replay
 import (
 	"fmt"
 	"io"
-	"math"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
-// Report is what a replay measured.
+// Report is replay's JSON report (--report), schema version
+// protocol.ReportSchemaVersion, described field by field in
+// docs/report.schema.json (generated from these types). It has the same
+// shape for one policy or many. Deterministic holds everything that follows
+// from the trace and the config, so that two runs of the same inputs, on
+// any machine and from any folder, give the same bytes there; Run holds
+// what depends on where and how it ran.
 type Report struct {
-	Policy                  string      `json:"policy"`
-	Workers                 int         `json:"workers"`
-	Requests                int         `json:"requests"`
-	Completed               int         `json:"completed"`
-	Rejected                int         `json:"rejected"`
-	SimDurationMS           float64     `json:"sim_duration_ms"`
-	WallMS                  float64     `json:"wall_ms"`
-	RouterMS                float64     `json:"router_ms"`
-	RouterCommands          int         `json:"router_commands"`
-	RouterCommandsPerS      float64     `json:"router_commands_per_s"`
-	PrefixHitRate           float64     `json:"prefix_hit_rate"`
-	RouterOverlapRate       float64     `json:"router_overlap_rate"`
-	MeanOverlapRegretBlocks float64     `json:"mean_overlap_regret_blocks"`
-	TTFTMS                  Percentiles `json:"ttft_ms"`
-	QueueWaitMS             Percentiles `json:"queue_wait_ms"`
-	WorkerRequests          []int       `json:"worker_requests"`
-	WorkerShare             []float64   `json:"worker_share"`
-	WorkerShareCV           float64     `json:"worker_share_cv"`
+	SchemaVersion int           `json:"schema_version"`
+	Deterministic Deterministic `json:"deterministic"`
+	Run           RunInfo       `json:"run"`
 }
 
-// Percentiles are nearest-rank percentiles.
-type Percentiles struct {
-	P50 float64 `json:"p50"`
-	P90 float64 `json:"p90"`
-	P99 float64 `json:"p99"`
+// Deterministic is the part of a report that two runs of the same trace and
+// config agree on to the byte.
+type Deterministic struct {
+	ProtocolVersion int           `json:"protocol_version"`
+	Trace           TraceInfo     `json:"trace"`
+	Workload        Workload      `json:"workload"`
+	Cluster         ClusterConfig `json:"cluster"`
+	// Router is the router's config in full; each entry of Policies ran it
+	// with its own policy.
+	Router   protocol.Config `json:"router"`
+	Seed     uint64          `json:"seed"`
+	Goodput  SLO             `json:"goodput"`
+	Policies []Metrics       `json:"policies"`
 }
 
-func percentiles(v []float64) Percentiles {
-	if len(v) == 0 {
-		return Percentiles{}
-	}
-	slices.Sort(v)
-	at := func(p float64) float64 { return v[max(int(math.Ceil(p*float64(len(v))))-1, 0)] }
-	return Percentiles{P50: at(0.5), P90: at(0.9), P99: at(0.99)}
+// TraceInfo identifies the requests replayed.
+type TraceInfo struct {
+	// Source is file (a trace given), builtin (the multi-turn chat
+	// workload) or synthetic (--input-tokens and friends).
+	Source string `json:"source"`
+	// SHA256 is the hex digest of the trace file's bytes; "" for a
+	// generated workload, which Workload's parameters identify.
+	SHA256   string `json:"sha256"`
+	Requests int    `json:"requests"`
 }
 
-func (h *host) report(trace []Request, wall time.Duration) *Report {
-	rep := &Report{Policy: string(h.opt.Router.Policy), Workers: len(h.workers), Requests: len(trace),
-		WallMS: ms(wall), RouterMS: ms(h.router.busy), RouterCommands: h.router.commands}
-	if h.router.busy > 0 {
-		rep.RouterCommandsPerS = float64(h.router.commands) / h.router.busy.Seconds()
-	}
-	index := map[uint64]int{}
-	for i, id := range h.workerIDs() {
-		index[id] = i
-	}
-	rep.WorkerRequests = make([]int, len(index))
-	var hitTokens, inputTokens, overlap, islBlocks, regret float64
-	var ttft, wait []float64
-	for i := range trace {
-		r := h.byID[trace[i].ID]
-		rep.SimDurationMS = math.Max(rep.SimDurationMS, r.doneAt)
-		if r.rejected {
-			rep.Rejected++
-			continue
-		}
-		if r.worker == nil {
-			continue
-		}
-		rep.Completed++
-		rep.WorkerRequests[index[r.worker.id]]++
-		hitTokens += float64(min(uint64(r.hitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens))
-		inputTokens += float64(r.InputTokens)
-		overlap += float64(r.overlap)
-		islBlocks += float64(r.islBlocks)
-		regret += float64(r.best - r.overlap)
-		ttft = append(ttft, r.firstToken-r.Arrival)
-		wait = append(wait, r.prefillStart-r.Arrival)
-	}
-	if inputTokens > 0 {
-		rep.PrefixHitRate = hitTokens / inputTokens
-	}
-	if islBlocks > 0 {
-		rep.RouterOverlapRate = overlap / islBlocks
-	}
-	if rep.Completed > 0 {
-		rep.MeanOverlapRegretBlocks = regret / float64(rep.Completed)
-	}
-	rep.TTFTMS, rep.QueueWaitMS = percentiles(ttft), percentiles(wait)
-	rep.WorkerShare, rep.WorkerShareCV = shares(rep.WorkerRequests)
-	return rep
+// RunInfo is what a report owes to the machine and the invocation.
+type RunInfo struct {
+	ToolVersion string `json:"tool_version"`
+	TracePath   string `json:"trace_path"` // as given; "" for a generated workload
+	Host        Host   `json:"host"`
+	Policies    []Cost `json:"policies"`
 }
 
-// shares returns each worker's share of the requests and the coefficient
-// of variation of the counts (0 = perfectly even).
-func shares(counts []int) ([]float64, float64) {
-	total := 0
-	for _, c := range counts {
-		total += c
-	}
-	out := make([]float64, len(counts))
-	if total == 0 {
-		return out, 0
-	}
-	mean := float64(total) / float64(len(counts))
-	var ss float64
-	for i, c := range counts {
-		out[i] = float64(c) / float64(total)
-		ss += float64((float64(c) - mean) * (float64(c) - mean)) // rounded alone: the same on every platform
-	}
-	return out, math.Sqrt(ss/float64(len(counts))) / mean
+// Host is the machine a report was made on.
+type Host struct {
+	OS        string `json:"os"`
+	Arch      string `json:"arch"`
+	CPUs      int    `json:"cpus"`
+	GoVersion string `json:"go_version"`
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// WriteTable prints reports side by side, one column per policy.
-func WriteTable(w io.Writer, reports []*Report) error {
+// WriteTable prints the policies side by side, one column each.
+func WriteTable(w io.Writer, rep *Report) error {
+	ms, costs := rep.Deterministic.Policies, rep.Run.Policies
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	row := func(name string, f func(r *Report) string) {
+	row := func(name string, cell func(i int) string) {
 		cells := []string{name}
-		for _, r := range reports {
-			cells = append(cells, f(r))
+		for i := range ms {
+			cells = append(cells, cell(i))
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 	}
-	num := func(format string, f func(r *Report) float64) func(r *Report) string {
-		return func(r *Report) string { return fmt.Sprintf(format, f(r)) }
+	num := func(format string, f func(m *Metrics) float64) func(i int) string {
+		return func(i int) string { return fmt.Sprintf(format, f(&ms[i])) }
 	}
-	row("policy", func(r *Report) string { return r.Policy })
-	row("requests", num("%.0f", func(r *Report) float64 { return float64(r.Requests) }))
-	row("rejected", num("%.0f", func(r *Report) float64 { return float64(r.Rejected) }))
-	row("prefix hit rate", num("%.3f", func(r *Report) float64 { return r.PrefixHitRate }))
-	row("router overlap rate", num("%.3f", func(r *Report) float64 { return r.RouterOverlapRate }))
-	row("mean overlap regret (blocks)", num("%.2f", func(r *Report) float64 { return r.MeanOverlapRegretBlocks }))
-	row("TTFT p50 (ms)", num("%.1f", func(r *Report) float64 { return r.TTFTMS.P50 }))
-	row("TTFT p90 (ms)", num("%.1f", func(r *Report) float64 { return r.TTFTMS.P90 }))
-	row("TTFT p99 (ms)", num("%.1f", func(r *Report) float64 { return r.TTFTMS.P99 }))
-	row("queue wait p50 (ms)", num("%.1f", func(r *Report) float64 { return r.QueueWaitMS.P50 }))
-	row("queue wait p90 (ms)", num("%.1f", func(r *Report) float64 { return r.QueueWaitMS.P90 }))
-	row("queue wait p99 (ms)", num("%.1f", func(r *Report) float64 { return r.QueueWaitMS.P99 }))
-	row("worker share CV", num("%.3f", func(r *Report) float64 { return r.WorkerShareCV }))
-	row("simulated time (s)", num("%.1f", func(r *Report) float64 { return r.SimDurationMS / 1000 }))
-	row("router commands", num("%.0f", func(r *Report) float64 { return float64(r.RouterCommands) }))
-	row("router commands/s", num("%.0f", func(r *Report) float64 { return r.RouterCommandsPerS }))
-	row("wall time (ms)", num("%.0f", func(r *Report) float64 { return r.WallMS }))
+	row("policy", func(i int) string { return ms[i].Policy })
+	row("mode", func(i int) string { return ms[i].Mode })
+	row("completed", num("%.0f", func(m *Metrics) float64 { return float64(m.Completed) }))
+	row("rejected", func(i int) string { return rejections(&ms[i]) })
+	row("prefix hit rate", num("%.3f", func(m *Metrics) float64 { return m.PrefixHitRate }))
+	row("router overlap rate", num("%.3f", func(m *Metrics) float64 { return m.RouterOverlapRate }))
+	row("mean overlap regret (blocks)", num("%.2f", func(m *Metrics) float64 { return m.MeanOverlapRegretBlocks }))
+	row("mean TTFT (ms)", num("%.1f", func(m *Metrics) float64 { return m.MeanTTFTMS }))
+	row("median TTFT (ms)", num("%.1f", func(m *Metrics) float64 { return m.MedianTTFTMS }))
+	row("P99 TTFT (ms)", num("%.1f", func(m *Metrics) float64 { return m.P99TTFTMS }))
+	row("mean TPOT (ms)", num("%.1f", func(m *Metrics) float64 { return m.MeanTPOTMS }))
+	row("mean E2EL (ms)", num("%.1f", func(m *Metrics) float64 { return m.MeanE2ELMS }))
+	row("P99 E2EL (ms)", num("%.1f", func(m *Metrics) float64 { return m.P99E2ELMS }))
+	row("median queue wait (ms)", num("%.1f", func(m *Metrics) float64 { return m.MedianQueueWaitMS }))
+	row("P99 queue wait (ms)", num("%.1f", func(m *Metrics) float64 { return m.P99QueueWaitMS }))
+	row("request throughput (req/s)", num("%.2f", func(m *Metrics) float64 { return m.RequestThroughput }))
+	row("output throughput (tok/s)", num("%.1f", func(m *Metrics) float64 { return m.OutputThroughput }))
+	if rep.Deterministic.Goodput.Set() {
+		row("request goodput (req/s)", num("%.2f", func(m *Metrics) float64 { return *m.RequestGoodput }))
+	}
+	row("worker share CV", num("%.3f", func(m *Metrics) float64 { return m.WorkerShareCV }))
+	row("simulated time (s)", num("%.1f", func(m *Metrics) float64 { return m.Duration }))
+	row("router commands/s (wall)", func(i int) string { return fmt.Sprintf("%.0f", costs[i].RouterCommandsPerS) })
 	return tw.Flush()
+}
+
+// rejections is the rejected count, with its reasons when there are any.
+func rejections(m *Metrics) string {
+	if m.Rejected == 0 {
+		return "0"
+	}
+	var why []string
+	for _, code := range slices.Sorted(maps.Keys(m.RejectedByReason)) {
+		why = append(why, fmt.Sprintf("%s %d", code, m.RejectedByReason[code]))
+	}
+	return fmt.Sprintf("%d (%s)", m.Rejected, strings.Join(why, ", "))
 }

@@ -51,7 +51,14 @@ func (r *router) send(c *protocol.Command) (*protocol.Response, error) {
 		op, r.ops[c.Op] = &name, &name
 	}
 	resp := &protocol.Response{Seq: uint64(r.commands), Op: op}
-	r.eng.Apply(c, resp)
+	if c.Op == protocol.OpConfig {
+		// The engine was built on this config: answer as serve does when a
+		// stream opens with it.
+		resp.Configured(&c.Config.Config)
+		r.eng.Status(resp)
+	} else {
+		r.eng.Apply(c, resp)
+	}
 	if r.resp != nil {
 		var err error
 		if r.out, err = wire.Encode(r.out[:0], resp); err != nil {

@@ -6,59 +6,78 @@ package replay
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"strconv"
-
-	"github.com/goccy/go-json"
+	"strings"
 
 	"github.com/offline-router/offline-router/internal/protocol"
+	"github.com/offline-router/offline-router/internal/wire"
 )
 
 // Request is one request of a trace.
 type Request struct {
-	ID           string
-	Arrival      float64 // ms; a later turn's is set when its previous turn ends
-	InputTokens  uint64
-	OutputTokens uint64
-	HashIDs      []protocol.LocalBlockHash // one per block of BlockSize tokens; the last may be partial
-	Session      string                    // "" when none
-	DelayMS      *float64                  // a later turn: arrives this long after its session's previous turn ends
+	ID             string
+	Arrival        float64 // ms; a later turn's is set when its previous turn ends
+	InputTokens    uint64
+	OutputTokens   uint64
+	HashIDs        []protocol.LocalBlockHash // one per block of BlockSize tokens; the last may be partial
+	Session        string                    // "" when none
+	DelayMS        *float64                  // a later turn: arrives this long after its session's previous turn ends
+	ParentSession  string                    // "" when none
+	Priority       *float64
+	StrictPriority *int64
+	Role           protocol.Role // "" when none
 }
 
-type mooncakeLine struct {
-	Timestamp    *float64                  `json:"timestamp"`
-	InputLength  *uint64                   `json:"input_length"`
-	OutputLength *uint64                   `json:"output_length"`
-	HashIDs      []protocol.LocalBlockHash `json:"hash_ids"`
-	SessionID    json.RawMessage           `json:"session_id"`
-	Delay        *float64                  `json:"delay"`
-	DelayMS      *float64                  `json:"delay_ms"`
-}
-
-// ReadMooncake reads a Mooncake JSONL trace: timestamp (ms), input_length,
-// output_length and hash_ids at blockSize tokens per block; optionally
-// session_id, and delay or delay_ms (ms) for a later turn of a session.
-// Other fields are ignored.
+// ReadMooncake reads a Mooncake JSONL trace, one request a line; blank
+// lines and lines starting with # are skipped, and an error names the line
+// (counting every line) and the field. The fields:
+//
+//   - timestamp: arrival, ms from 0 to 2^52; required but on a later turn;
+//   - input_length, output_length: tokens, at most 2^40 (as place takes);
+//   - hash_ids: unsigned 64-bit block ids, one per blockSize tokens of the
+//     prompt, the last block possibly partial;
+//   - session_id, parent_session_id: a string, or an integer kept as its
+//     digits;
+//   - delay or delay_ms (not both): makes the line a later turn of its
+//     session, arriving this long (ms, from 0 to 2^52) after the session's
+//     previous turn ends;
+//   - priority: a number of magnitude at most 2^53; strict_priority: a
+//     signed 64-bit integer; role: aggregated, prefill or decode (as place
+//     takes them).
+//
+// null is the same as an absent field, as in a command. Each field may be
+// given once, with its exact key: other keys, which traces in the wild
+// carry, are skipped whatever their value, but a key that differs from a
+// field's only in case or in '_' and '-' ("INPUT_LENGTH", "inputLength",
+// "hash-ids") is an error. Integers are exact: one past its type's range is
+// an error, never wrapped. Lines are read by wire's strict reader, not a
+// reflection decoder, for those rules.
 func ReadMooncake(r io.Reader, blockSize uint64) ([]Request, error) {
+	if blockSize == 0 {
+		return nil, errors.New("the block size must be at least 1 token")
+	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<16), 256<<20)
 	var out []Request
+	var rd wire.ObjectReader
+	var m mooncakeLine
 	for n := 1; sc.Scan(); n++ {
 		line := bytes.TrimSpace(sc.Bytes())
 		if len(line) == 0 || line[0] == '#' {
 			continue
 		}
-		var m mooncakeLine
-		if err := json.Unmarshal(line, &m); err != nil {
+		m = mooncakeLine{req: Request{ID: "r" + strconv.Itoa(len(out))}}
+		if err := rd.Read(line, m.field); err != nil {
 			return nil, fmt.Errorf("trace line %d: %w", n, err)
 		}
-		req, err := m.request(len(out), blockSize)
-		if err != nil {
+		if err := m.check(blockSize); err != nil {
 			return nil, fmt.Errorf("trace line %d: %w", n, err)
 		}
-		out = append(out, req)
+		out = append(out, m.req)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
@@ -69,48 +88,195 @@ func ReadMooncake(r io.Reader, blockSize uint64) ([]Request, error) {
 	return out, nil
 }
 
-func (m *mooncakeLine) request(i int, blockSize uint64) (Request, error) {
-	req := Request{ID: "r" + strconv.Itoa(i), HashIDs: m.HashIDs}
+// maxTraceMS bounds a timestamp and a delay: half the latest time the
+// router takes (protocol.MaxNumber), so that a time plus a delay is still
+// one it takes. (A chain of many long turns can still pass it; the router
+// then refuses the command, and the replay stops saying so.)
+const maxTraceMS = protocol.MaxNumber / 2
+
+// mooncakeLine is one line as it is read.
+type mooncakeLine struct {
+	req                            Request
+	hasInput, hasOutput, hasArrive bool
+	delay, delayMS                 *float64
+}
+
+// traceKeys are the fields of a trace line.
+var traceKeys = []string{"timestamp", "input_length", "output_length", "hash_ids", "session_id",
+	"parent_session_id", "delay", "delay_ms", "priority", "strict_priority", "role"}
+
+// squashedKeys maps each field, squashed, to its key.
+var squashedKeys = func() map[string]string {
+	m := make(map[string]string, len(traceKeys))
+	for _, k := range traceKeys {
+		var buf [24]byte
+		m[string(squash(buf[:0], k))] = k
+	}
+	return m
+}()
+
+// squash appends key to buf lower-cased (ASCII) and without '_' or '-',
+// stopping when buf is full: no field squashes to that length, so a key
+// that long matches none.
+func squash(buf []byte, key string) []byte {
+	for i := range len(key) {
+		c := key[i]
+		switch {
+		case c == '_' || c == '-':
+			continue
+		case len(buf) == cap(buf):
+			return buf
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		buf = append(buf, c)
+	}
+	return buf
+}
+
+// field reads the value of one key of the line.
+func (m *mooncakeLine) field(key string, v *wire.Value) error {
+	r := &m.req
+	var err error
+	switch key {
+	case "timestamp":
+		if !v.Null() {
+			r.Arrival, err = timeMS(v, "a time")
+			m.hasArrive = err == nil
+		}
+	case "input_length":
+		if !v.Null() {
+			r.InputTokens, err = tokens(v, protocol.FieldInputTokens)
+			m.hasInput = err == nil
+		}
+	case "output_length":
+		if !v.Null() {
+			r.OutputTokens, err = tokens(v, protocol.FieldOutputTokens)
+			m.hasOutput = err == nil
+		}
+	case "hash_ids":
+		if !v.Null() {
+			r.HashIDs, err = wire.AppendU64s[protocol.LocalBlockHash](v, nil)
+		}
+	case "session_id":
+		r.Session, err = sessionID(v)
+	case "parent_session_id":
+		r.ParentSession, err = sessionID(v)
+	case "delay", "delay_ms":
+		if !v.Null() {
+			var d float64
+			d, err = timeMS(v, "a delay")
+			if key == "delay" {
+				m.delay = &d
+			} else {
+				m.delayMS = &d
+			}
+		}
+	case "priority":
+		if !v.Null() {
+			var p float64
+			if p, err = v.Float(); err == nil {
+				err = checkValue(&protocol.Command{Priority: &p}, protocol.FieldPriority)
+				r.Priority = &p
+			}
+		}
+	case "strict_priority":
+		if !v.Null() {
+			var p int64
+			p, err = v.Int64()
+			r.StrictPriority = &p
+		}
+	case "role":
+		if !v.Null() {
+			var s string
+			if s, err = v.Str(); err == nil {
+				r.Role = protocol.Role(s)
+				err = checkValue(&protocol.Command{Role: r.Role}, protocol.FieldRole)
+			}
+		}
+	default:
+		var buf [24]byte
+		if k, ok := squashedKeys[string(squash(buf[:0], key))]; ok {
+			return fmt.Errorf("is not a trace field (did you mean %q?)", k)
+		}
+		return v.Skip() // an extra field of the trace's maker
+	}
+	return err
+}
+
+// timeMS reads a time or a delay in ms.
+func timeMS(v *wire.Value, what string) (float64, error) {
+	t, err := v.Float()
+	if err == nil && !(t >= 0 && t <= maxTraceMS) {
+		err = fmt.Errorf("expected %s from 0 to %d ms, got %v", what, uint64(maxTraceMS), t)
+	}
+	return t, err
+}
+
+// tokens reads a token count, which place takes up to protocol.MaxTokens.
+func tokens(v *wire.Value, f protocol.Field) (uint64, error) {
+	n, err := v.U64()
+	if err == nil {
+		err = checkValue(&protocol.Command{InputTokens: &n, OutputTokens: &n}, f)
+	}
+	return n, err
+}
+
+// checkValue applies place's check of one field.
+func checkValue(c *protocol.Command, f protocol.Field) error {
+	if msg := protocol.CheckValue(c, f); msg != "" {
+		return errors.New(msg)
+	}
+	return nil
+}
+
+// sessionID reads a session id: a string, or an integer, which is kept as
+// its digits; "" for null.
+func sessionID(v *wire.Value) (string, error) {
+	switch v.Kind() {
+	case wire.KindNull:
+		v.Null()
+		return "", nil
+	case wire.KindString:
+		return v.Str()
+	case wire.KindNumber:
+		tok, err := v.Number()
+		if err == nil && strings.ContainsAny(tok, ".eE") {
+			err = fmt.Errorf("expected a string or an integer, got %s", tok)
+		}
+		return tok, err
+	}
+	return "", v.Expected("a string or an integer")
+}
+
+// check applies the rules between the fields of a line.
+func (m *mooncakeLine) check(blockSize uint64) error {
+	r := &m.req
 	switch {
-	case m.InputLength == nil:
-		return req, fmt.Errorf("input_length is missing")
-	case m.OutputLength == nil:
-		return req, fmt.Errorf("output_length is missing")
-	case m.Timestamp == nil && m.Delay == nil && m.DelayMS == nil:
-		return req, fmt.Errorf("timestamp is missing (and no delay_ms makes this a later turn)")
+	case !m.hasInput:
+		return fmt.Errorf("input_length is missing")
+	case !m.hasOutput:
+		return fmt.Errorf("output_length is missing")
+	case m.delay != nil && m.delayMS != nil:
+		return fmt.Errorf(`field "delay_ms": give delay or delay_ms, not both`)
 	}
-	req.InputTokens, req.OutputTokens = *m.InputLength, *m.OutputLength
-	if max(req.InputTokens, req.OutputTokens) > protocol.MaxTokens {
-		return req, fmt.Errorf("input_length %d, output_length %d: the router takes at most %d tokens", req.InputTokens, req.OutputTokens, uint64(protocol.MaxTokens))
+	r.DelayMS = m.delayMS
+	if r.DelayMS == nil {
+		r.DelayMS = m.delay
 	}
-	if blocks := (req.InputTokens + blockSize - 1) / blockSize; uint64(len(m.HashIDs)) > blocks {
-		return req, fmt.Errorf("%d hash_ids for input_length %d: more than %d blocks of %d tokens (is --block-size right?)",
-			len(m.HashIDs), req.InputTokens, blocks, blockSize)
+	if !m.hasArrive && r.DelayMS == nil {
+		return fmt.Errorf("timestamp is missing (and no delay_ms makes this a later turn)")
 	}
-	if m.Timestamp != nil {
-		if !(*m.Timestamp >= 0) || *m.Timestamp > protocol.MaxNumber/2 {
-			return req, fmt.Errorf("timestamp %v: expected a time from 0 to %d ms", *m.Timestamp, uint64(protocol.MaxNumber/2))
-		}
-		req.Arrival = *m.Timestamp
+	// As place counts blocks: a partial last block counts, and no sum
+	// overflows whatever blockSize is.
+	if blocks := r.InputTokens/blockSize + min(r.InputTokens%blockSize, 1); uint64(len(r.HashIDs)) > blocks {
+		return fmt.Errorf("%d hash_ids for input_length %d: more than %d blocks of %d tokens (is --block-size right?)",
+			len(r.HashIDs), r.InputTokens, blocks, blockSize)
 	}
-	if len(m.SessionID) > 0 && string(m.SessionID) != "null" {
-		var s string
-		if err := json.Unmarshal(m.SessionID, &s); err != nil {
-			s = string(m.SessionID) // a number: its digits
-		}
-		req.Session = s
+	if r.DelayMS != nil && r.Session == "" {
+		return fmt.Errorf("delay_ms needs a session_id (it counts from the session's previous turn)")
 	}
-	req.DelayMS = m.DelayMS
-	if req.DelayMS == nil {
-		req.DelayMS = m.Delay
-	}
-	if req.DelayMS != nil && !(*req.DelayMS >= 0) {
-		return req, fmt.Errorf("delay_ms %v: expected a delay >= 0 (ms)", *req.DelayMS)
-	}
-	if req.DelayMS != nil && req.Session == "" {
-		return req, fmt.Errorf("delay_ms needs a session_id (it counts from the session's previous turn)")
-	}
-	return req, nil
+	return nil
 }
 
 // Builtin is the default workload: multi-turn chat sessions that share a

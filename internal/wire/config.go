@@ -22,13 +22,19 @@ type Override struct {
 // ConfigSource is the config a serve starts from, before its stream says
 // anything: a config file and flags, each setting some keys explicitly.
 type ConfigSource struct {
+	// Defaults replace protocol.DefaultConfig's for some keys, under the
+	// file: a command's own defaults (replay's block size of 512, as in
+	// Mooncake traces).
+	Defaults  []Override
 	File      []byte
 	FileName  string
 	Overrides []Override
 }
 
 // Load builds the config of the source alone.
-func (cs ConfigSource) Load() (protocol.Config, error) { return LoadConfig(cs.File, cs.Overrides) }
+func (cs ConfigSource) Load() (protocol.Config, error) {
+	return loadConfig(cs.Defaults, cs.File, cs.Overrides)
+}
 
 // Merge is the config a config command makes of the source: the command's
 // keys over the file and flags, validated as a whole. A key the file or a
@@ -48,7 +54,7 @@ func (cs ConfigSource) Merge(u *protocol.ConfigUpdate) (protocol.Config, *protoc
 		}
 		overrides = append(overrides, Override{Key: k, Value: json.RawMessage(given)})
 	}
-	cfg, err := LoadConfig(cs.File, overrides)
+	cfg, err := loadConfig(cs.Defaults, cs.File, overrides)
 	if err != nil {
 		return base, protocol.Errorf(protocol.CodeInvalidField, "%v", err)
 	}
@@ -90,29 +96,47 @@ func (cs ConfigSource) explicitKeys() map[string]string {
 // LoadConfig builds a Config from the defaults, then the JSON file contents
 // (may be empty), then the overrides, and validates the result.
 func LoadConfig(file []byte, overrides []Override) (protocol.Config, error) {
+	return loadConfig(nil, file, overrides)
+}
+
+// loadConfig is LoadConfig with some defaults replaced first.
+func loadConfig(defaults []Override, file []byte, overrides []Override) (protocol.Config, error) {
 	c := protocol.DefaultConfig()
+	for _, o := range defaults {
+		if err := applyOverride(&c, o); err != nil {
+			return c, err
+		}
+	}
 	if err := decodeConfigFile(file, &c, nil); err != nil {
 		return c, err
 	}
 	for _, o := range overrides {
-		if f, ok := o.Value.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
-			return c, fmt.Errorf("config %s: expected a finite number, got %v", o.Key, f)
-		}
-		v, err := json.Marshal(o.Value)
-		if err != nil {
-			return c, fmt.Errorf("config %s: %w", o.Key, err)
-		}
-		doc := string(v)
-		parts := strings.Split(o.Key, ".")
-		for i := len(parts) - 1; i >= 0; i-- {
-			doc = fmt.Sprintf("{%q:%s}", parts[i], doc)
-		}
-		s := scanner{b: []byte(doc)}
-		if _, err := decodeConfigKeys(&s, &c, nil); err != nil {
-			return c, fmt.Errorf("config %s: %s", o.Key, err.wire().Message)
+		if err := applyOverride(&c, o); err != nil {
+			return c, err
 		}
 	}
 	return c, c.Validate()
+}
+
+// applyOverride sets one key, read by the same strict decoder as a file.
+func applyOverride(c *protocol.Config, o Override) error {
+	if f, ok := o.Value.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
+		return fmt.Errorf("config %s: expected a finite number, got %v", o.Key, f)
+	}
+	v, err := json.Marshal(o.Value)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", o.Key, err)
+	}
+	doc := string(v)
+	parts := strings.Split(o.Key, ".")
+	for i := len(parts) - 1; i >= 0; i-- {
+		doc = fmt.Sprintf("{%q:%s}", parts[i], doc)
+	}
+	s := scanner{b: []byte(doc)}
+	if _, err := decodeConfigKeys(&s, c, nil); err != nil {
+		return fmt.Errorf("config %s: %s", o.Key, err.wire().Message)
+	}
+	return nil
 }
 
 // decodeConfigFile reads a config file's keys into c (an empty file has

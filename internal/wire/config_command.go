@@ -49,6 +49,17 @@ func sortConfigKeys(keys []string) {
 	slices.SortFunc(keys, func(a, b string) int { return configFields[a].order - configFields[b].order })
 }
 
+// ConfigCommand is a config command that sets every key of cfg: how a
+// stream that must replay alone, whatever the flags, opens.
+func ConfigCommand(cfg protocol.Config) *protocol.ConfigUpdate {
+	keys := make([]string, 0, len(configFields))
+	for k := range configFields {
+		keys = append(keys, k)
+	}
+	sortConfigKeys(keys)
+	return &protocol.ConfigUpdate{Config: cfg, Keys: keys}
+}
+
 // unknownConfigKey names a key that is not a config key, with a suggestion
 // when it differs from one only in case or separators.
 func unknownConfigKey(path string, nested bool) *fieldError {

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/offline-router/offline-router/internal/wire"
+)
+
+// dynamoFlag is one of Dynamo's KV router flags (python -m dynamo.frontend,
+// lib/kv-router's config), as a Dynamo user would type it. It is an alias
+// of config keys here, with its value converted (to sets them), or, where
+// this router has no equivalent, refused with what to use instead (refuse).
+// The table is in the README; the flags are hidden from --help, which
+// points there.
+type dynamoFlag struct {
+	name   string
+	kind   string // "float", "string", "bool" or "uint": how the value parses (a string by default)
+	to     func(v any) []wire.Override
+	refuse string
+}
+
+// set is a conversion to one key, unchanged.
+func set(key string) func(any) []wire.Override {
+	return func(v any) []wire.Override { return []wire.Override{{Key: key, Value: v}} }
+}
+
+// secondsTo converts Dynamo's seconds to a key in ms.
+func secondsTo(key string) func(any) []wire.Override {
+	return func(v any) []wire.Override { return []wire.Override{{Key: key, Value: v.(float64) * 1000}} }
+}
+
+var dynamoFlags = []dynamoFlag{
+	{name: "router-mode", kind: "string", to: func(v any) []wire.Override {
+		// Dynamo spells round-robin and least-loaded with a hyphen.
+		return []wire.Override{{Key: "policy", Value: strings.ReplaceAll(v.(string), "-", "_")}}
+	}},
+	{name: "kv-cache-block-size", kind: "uint", to: set("block_size")},
+	{name: "router-block-size", kind: "uint", to: set("block_size")},
+	{name: "router-temperature", kind: "float", to: set("temperature")},
+	{name: "router-kv-overlap-score-credit", kind: "float", to: set("overlap_score_credit")},
+	{name: "router-prefill-load-scale", kind: "float", to: set("prefill_load_scale")},
+	// Dynamo's deprecated weight became the prefill scale; 0 also zeroes
+	// the credit (lib/kv-router scheduling config).
+	{name: "kv-overlap-score-weight", kind: "float", to: overlapWeight},
+	{name: "router-kv-overlap-score-weight", kind: "float", to: overlapWeight},
+	{name: "router-kv-events", kind: "bool", to: set("kv_events")},
+	{name: "no-kv-events", kind: "bool", to: negated("kv_events")},
+	{name: "no-router-kv-events", kind: "bool", to: negated("kv_events")},
+	{name: "router-ttl-secs", kind: "float", to: secondsTo("approx_ttl_ms")},
+	{name: "router-ttl", kind: "float", to: secondsTo("approx_ttl_ms")},
+	{name: "router-queue-threshold", kind: "float", to: set("queue_threshold")},
+	{name: "router-queue-policy", kind: "string", to: set("queue_policy")},
+	{name: "router-prefill-load-model", kind: "string", to: set("prefill_load_model")},
+	{name: "router-session-affinity-mode", kind: "string", to: set("affinity.mode")},
+	{name: "router-session-affinity-ttl-secs", kind: "float", to: secondsTo("affinity.ttl_ms")},
+	{name: "busy-threshold", refuse: "was replaced in Dynamo by --active-decode-blocks-threshold (a fraction of the KV blocks) and --active-prefill-tokens-threshold; use those"},
+	{name: "load-aware", kind: "bool", refuse: "is a Dynamo preset; here give --policy kv --overlap-score-credit 0 --kv-events=false"},
+	{name: "admission-control", kind: "bool", refuse: "does nothing in Dynamo now; the busy thresholds turn on one by one (--active-decode-blocks-threshold, --active-prefill-tokens-threshold)"},
+	{name: "router-replica-sync", kind: "bool", refuse: "has no equivalent: one router instance runs here"},
+	{name: "router-reset-states", kind: "bool", refuse: "has no equivalent: the router starts empty on every run"},
+	{name: "router-snapshot-threshold", refuse: "has no equivalent: there is no durable event stream to snapshot"},
+	{name: "router-track-active-blocks", kind: "bool", refuse: "has no equivalent: active blocks are always tracked"},
+	{name: "router-track-output-blocks", kind: "bool", refuse: "has no equivalent: output blocks are not tracked"},
+	{name: "router-assume-kv-reuse", kind: "bool", refuse: "has no equivalent"},
+	{name: "router-approximate-cache-policy", refuse: "has no equivalent: approximate mode (--kv-events=false) expires blocks by TTL (--approx-ttl-ms)"},
+	{name: "router-predicted-ttl-secs", refuse: "has no equivalent: predicted blocks live only in approximate mode (--kv-events=false, --approx-ttl-ms)"},
+	{name: "router-kv-overlap-score-credit-decay", refuse: "has no equivalent"},
+	{name: "router-decode-active-request-weight", refuse: "has no equivalent"},
+	{name: "router-track-prefill-tokens", kind: "bool", refuse: "has no equivalent: prefill tokens are always counted (--prefill-load-scale weighs them)"},
+}
+
+func overlapWeight(v any) []wire.Override {
+	if w := v.(float64); w != 0 {
+		return []wire.Override{{Key: "prefill_load_scale", Value: w}}
+	}
+	return []wire.Override{{Key: "prefill_load_scale", Value: 0.0}, {Key: "overlap_score_credit", Value: 0.0}}
+}
+
+func negated(key string) func(any) []wire.Override {
+	return func(v any) []wire.Override { return []wire.Override{{Key: key, Value: !v.(bool)}} }
+}
+
+// bindDynamoFlags adds Dynamo's flag names, hidden from --help.
+func bindDynamoFlags(f *pflag.FlagSet) {
+	for _, d := range dynamoFlags {
+		switch d.kind {
+		case "float":
+			f.Float64(d.name, 0, "")
+		case "uint":
+			f.Uint64(d.name, 0, "")
+		case "bool":
+			f.Bool(d.name, false, "")
+		default:
+			f.String(d.name, "", "")
+		}
+		if err := f.MarkHidden(d.name); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// dynamoOverrides are the config keys the Dynamo flags given set, or an
+// error for one that has no equivalent here.
+func dynamoOverrides(f *pflag.FlagSet) ([]wire.Override, error) {
+	var out []wire.Override
+	for _, d := range dynamoFlags {
+		fl := f.Lookup(d.name)
+		if fl == nil || !fl.Changed {
+			continue
+		}
+		if d.refuse != "" {
+			return nil, fmt.Errorf("--%s (a Dynamo router flag) %s", d.name, d.refuse)
+		}
+		var v any
+		var err error
+		switch d.kind {
+		case "float":
+			v, err = f.GetFloat64(d.name)
+		case "uint":
+			v, err = f.GetUint64(d.name)
+		case "bool":
+			v, err = f.GetBool(d.name)
+		default:
+			v, err = f.GetString(d.name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range d.to(v) {
+			o.Flag = "--" + d.name
+			out = append(out, o)
+		}
+	}
+	// Setting the TTL turns affinity on in Dynamo, hard unless a mode is
+	// given.
+	if f.Changed("router-session-affinity-ttl-secs") && !f.Changed("router-session-affinity-mode") && !f.Changed("affinity-mode") {
+		out = append(out, wire.Override{Key: "affinity.mode", Value: "hard", Flag: "--router-session-affinity-ttl-secs"})
+	}
+	return out, nil
+}

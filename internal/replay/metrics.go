@@ -1,0 +1,318 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Metrics are what one policy did to the trace: deterministic, the same
+// bytes for the same trace and config on any machine. The serving metrics
+// carry the names and definitions of vLLM's benchmark_serving
+// (benchmarks/benchmark_serving.py, calculate_metrics), so that the two can
+// be set side by side; the router's own follow.
+type Metrics struct {
+	Policy string `json:"policy"`
+	// Mode is kv_events (the router's index fed by the workers' KV events)
+	// or approximate (no events: the router learns from its placements).
+	Mode string `json:"mode"`
+
+	// Requests is the trace's; Completed ran to their end; Rejected were
+	// turned away by the router (by error code in RejectedByReason:
+	// all_workers_busy is Dynamo's HTTP 529, queue_timeout a queue's).
+	Requests         int            `json:"requests"`
+	Completed        int            `json:"completed"`
+	Rejected         int            `json:"rejected"`
+	RejectedByReason map[string]int `json:"rejected_by_reason"`
+
+	// Duration is simulated seconds from the first arrival to the last
+	// request's end; the throughputs are per simulated second.
+	Duration             float64 `json:"duration"`
+	TotalInputTokens     uint64  `json:"total_input_tokens"`
+	TotalOutputTokens    uint64  `json:"total_output_tokens"`
+	RequestThroughput    float64 `json:"request_throughput"`
+	OutputThroughput     float64 `json:"output_throughput"`
+	TotalTokenThroughput float64 `json:"total_token_throughput"`
+	// RequestGoodput is completed requests meeting every --goodput level,
+	// per second; null when no level was given (as vLLM writes it).
+	RequestGoodput *float64 `json:"request_goodput" jsonschema:"nullable"`
+
+	// TTFT: arrival to first token. TPOT: (e2el - ttft) / (output - 1),
+	// for requests of more than one output token. ITL: every gap between
+	// two output tokens, pooled; the simple worker model spreads decode
+	// evenly, so each of a request's gaps is its TPOT. E2EL: arrival to
+	// the last token. Percentiles interpolate linearly between ranks
+	// (numpy's default); std is the population's (numpy's np.std).
+	MeanTTFTMS   float64 `json:"mean_ttft_ms"`
+	MedianTTFTMS float64 `json:"median_ttft_ms"`
+	StdTTFTMS    float64 `json:"std_ttft_ms"`
+	P90TTFTMS    float64 `json:"p90_ttft_ms"`
+	P99TTFTMS    float64 `json:"p99_ttft_ms"`
+	MeanTPOTMS   float64 `json:"mean_tpot_ms"`
+	MedianTPOTMS float64 `json:"median_tpot_ms"`
+	StdTPOTMS    float64 `json:"std_tpot_ms"`
+	P90TPOTMS    float64 `json:"p90_tpot_ms"`
+	P99TPOTMS    float64 `json:"p99_tpot_ms"`
+	MeanITLMS    float64 `json:"mean_itl_ms"`
+	MedianITLMS  float64 `json:"median_itl_ms"`
+	StdITLMS     float64 `json:"std_itl_ms"`
+	P90ITLMS     float64 `json:"p90_itl_ms"`
+	P99ITLMS     float64 `json:"p99_itl_ms"`
+	MeanE2ELMS   float64 `json:"mean_e2el_ms"`
+	MedianE2ELMS float64 `json:"median_e2el_ms"`
+	StdE2ELMS    float64 `json:"std_e2el_ms"`
+	P90E2ELMS    float64 `json:"p90_e2el_ms"`
+	P99E2ELMS    float64 `json:"p99_e2el_ms"`
+
+	// PrefixHitRate: input tokens found in the chosen worker's cache when
+	// the request started, over all input tokens. RouterOverlapRate: the
+	// router's predicted overlap over input blocks. MeanOverlapRegretBlocks:
+	// blocks of overlap the best available worker had beyond the chosen one.
+	PrefixHitRate           float64 `json:"prefix_hit_rate"`
+	RouterOverlapRate       float64 `json:"router_overlap_rate"`
+	MeanOverlapRegretBlocks float64 `json:"mean_overlap_regret_blocks"`
+	// Queue wait: arrival to the start of prefill (router queue and the
+	// worker's own), with the same statistics as the latencies.
+	MeanQueueWaitMS   float64 `json:"mean_queue_wait_ms"`
+	MedianQueueWaitMS float64 `json:"median_queue_wait_ms"`
+	StdQueueWaitMS    float64 `json:"std_queue_wait_ms"`
+	P90QueueWaitMS    float64 `json:"p90_queue_wait_ms"`
+	P99QueueWaitMS    float64 `json:"p99_queue_wait_ms"`
+	// Per worker, in worker id order: completed requests and their share;
+	// the coefficient of variation of the counts (0 = perfectly even).
+	WorkerRequests []int     `json:"worker_requests"`
+	WorkerShare    []float64 `json:"worker_share"`
+	WorkerShareCV  float64   `json:"worker_share_cv"`
+	// RouterCommands is every command the host sent; EventsApplied the KV
+	// events the router applied (0 in approximate mode, where none are sent).
+	RouterCommands int `json:"router_commands"`
+	EventsApplied  int `json:"events_applied"`
+}
+
+// Cost is what computing one policy's replay took on this machine: not
+// deterministic, kept apart from Metrics.
+type Cost struct {
+	Policy             string  `json:"policy"`
+	WallMS             float64 `json:"wall_ms"`
+	RouterMS           float64 `json:"router_ms"`
+	RouterCommandsPerS float64 `json:"router_commands_per_s"`
+}
+
+// SLO is a service level per request, in ms, as vLLM's --goodput takes it
+// (ttft:MS tpot:MS e2el:MS); a zero level is not set.
+type SLO struct {
+	TTFTMS float64 `json:"ttft_ms,omitempty"`
+	TPOTMS float64 `json:"tpot_ms,omitempty"`
+	E2ELMS float64 `json:"e2el_ms,omitempty"`
+}
+
+// Set reports whether any level is given.
+func (s SLO) Set() bool { return s.TTFTMS > 0 || s.TPOTMS > 0 || s.E2ELMS > 0 }
+
+// ParseSLO reads vLLM's --goodput form: KEY:MS pairs with keys ttft, tpot
+// and e2el, each at most once.
+func ParseSLO(pairs []string) (SLO, error) {
+	var s SLO
+	for _, p := range pairs {
+		key, value, ok := strings.Cut(p, ":")
+		ms, err := strconv.ParseFloat(value, 64)
+		if !ok || err != nil || !(ms > 0) || math.IsInf(ms, 0) {
+			return s, fmt.Errorf("--goodput %q: expected KEY:MS with KEY ttft, tpot or e2el and MS > 0 (as vLLM's benchmark takes it)", p)
+		}
+		var at *float64
+		switch key {
+		case "ttft":
+			at = &s.TTFTMS
+		case "tpot":
+			at = &s.TPOTMS
+		case "e2el":
+			at = &s.E2ELMS
+		default:
+			return s, fmt.Errorf("--goodput %q: %q is not ttft, tpot or e2el", p, key)
+		}
+		if *at != 0 {
+			return s, fmt.Errorf("--goodput: %s is given twice", key)
+		}
+		*at = ms
+	}
+	return s, nil
+}
+
+// meets reports whether a request with these latencies meets every level
+// that is set, as vLLM counts goodput (a level is met at equality).
+func (s SLO) meets(ttft, tpot, e2el float64) bool {
+	return (s.TTFTMS == 0 || ttft <= s.TTFTMS) && (s.TPOTMS == 0 || tpot <= s.TPOTMS) && (s.E2ELMS == 0 || e2el <= s.E2ELMS)
+}
+
+// sample is n equal observations of v: a request's ITL gaps, all equal
+// under the simple worker model, are one sample instead of n.
+type sample struct {
+	v float64
+	n uint64
+}
+
+// stats are the five figures reported for each latency.
+type stats struct{ mean, median, std, p90, p99 float64 }
+
+// summarize computes the statistics over the samples (sorting them). The
+// percentiles are numpy's default: the value at rank p/100 * (N - 1) of the
+// N sorted observations, interpolated linearly between its neighbours.
+func summarize(xs []sample) stats {
+	var n uint64
+	var sum float64
+	for _, x := range xs {
+		n += x.n
+		sum += float64(x.v * float64(x.n)) // rounded alone: the same on every platform
+	}
+	if n == 0 {
+		return stats{}
+	}
+	slices.SortFunc(xs, func(a, b sample) int {
+		switch {
+		case a.v < b.v:
+			return -1
+		case a.v > b.v:
+			return 1
+		}
+		return 0
+	})
+	mean := sum / float64(n)
+	var ss float64
+	for _, x := range xs {
+		d := x.v - mean
+		ss += float64(float64(d*d) * float64(x.n))
+	}
+	// at is the observation of rank k (from 0) in sorted order. It walks on
+	// from the last rank asked for, back to the start only when asked for
+	// one below it: the ranks come nearly in order.
+	i, below := 0, uint64(0) // xs[i] holds ranks below .. below+xs[i].n-1
+	at := func(k uint64) float64 {
+		if k < below {
+			i, below = 0, 0
+		}
+		for k >= below+xs[i].n {
+			below += xs[i].n
+			i++
+		}
+		return xs[i].v
+	}
+	pct := func(p float64) float64 {
+		pos := p / 100 * float64(n-1)
+		lo := math.Floor(pos)
+		a := at(uint64(lo))
+		if lo == pos {
+			return a
+		}
+		b := at(uint64(lo) + 1)
+		return a + float64((b-a)*(pos-lo))
+	}
+	return stats{mean: mean, median: pct(50), p90: pct(90), p99: pct(99), std: math.Sqrt(ss / float64(n))}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// metrics computes the policy's metrics from the replayed requests.
+func (h *host) metrics(trace []Request) Metrics {
+	m := Metrics{Policy: string(h.opt.Router.Policy), Mode: "kv_events", Requests: len(trace),
+		RejectedByReason: map[string]int{}, RouterCommands: h.router.commands, EventsApplied: h.eventsApplied}
+	if !h.opt.Router.KVEvents {
+		m.Mode = "approximate"
+	}
+	index := map[uint64]int{}
+	for i, id := range h.workerIDs() {
+		index[id] = i
+	}
+	m.WorkerRequests = make([]int, len(index))
+	var hitTokens, overlap, islBlocks, regret float64
+	var ttft, tpot, itl, e2el, wait []sample
+	first, last := math.Inf(1), 0.0
+	good := 0
+	for i := range trace {
+		r := h.byID[trace[i].ID]
+		first, last = math.Min(first, r.Arrival), math.Max(last, r.doneAt)
+		if r.rejected != "" {
+			m.Rejected++
+			m.RejectedByReason[string(r.rejected)]++
+			continue
+		}
+		if r.worker == nil {
+			continue
+		}
+		m.Completed++
+		m.WorkerRequests[index[r.worker.id]]++
+		m.TotalInputTokens += r.InputTokens
+		m.TotalOutputTokens += r.OutputTokens
+		hitTokens += float64(min(uint64(r.hitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens))
+		overlap += float64(r.overlap)
+		islBlocks += float64(r.islBlocks)
+		regret += float64(r.best - r.overlap)
+		toFirst, latency := r.firstToken-r.Arrival, r.doneAt-r.Arrival
+		perToken := 0.0
+		if r.OutputTokens > 1 {
+			perToken = (latency - toFirst) / float64(r.OutputTokens-1)
+			tpot = append(tpot, sample{perToken, 1})
+			itl = append(itl, sample{perToken, r.OutputTokens - 1})
+		}
+		ttft = append(ttft, sample{toFirst, 1})
+		e2el = append(e2el, sample{latency, 1})
+		wait = append(wait, sample{r.prefillStart - r.Arrival, 1})
+		if h.opt.Goodput.meets(toFirst, perToken, latency) {
+			good++
+		}
+	}
+	if last > first {
+		m.Duration = (last - first) / 1000
+		m.RequestThroughput = float64(m.Completed) / m.Duration
+		m.OutputThroughput = float64(m.TotalOutputTokens) / m.Duration
+		m.TotalTokenThroughput = float64(m.TotalInputTokens+m.TotalOutputTokens) / m.Duration
+		if h.opt.Goodput.Set() {
+			m.RequestGoodput = ptr(float64(good) / m.Duration)
+		}
+	} else if h.opt.Goodput.Set() {
+		m.RequestGoodput = ptr(0.0)
+	}
+	if m.TotalInputTokens > 0 {
+		m.PrefixHitRate = hitTokens / float64(m.TotalInputTokens)
+	}
+	if islBlocks > 0 {
+		m.RouterOverlapRate = overlap / islBlocks
+	}
+	if m.Completed > 0 {
+		m.MeanOverlapRegretBlocks = regret / float64(m.Completed)
+	}
+	s := summarize(ttft)
+	m.MeanTTFTMS, m.MedianTTFTMS, m.StdTTFTMS, m.P90TTFTMS, m.P99TTFTMS = s.mean, s.median, s.std, s.p90, s.p99
+	s = summarize(tpot)
+	m.MeanTPOTMS, m.MedianTPOTMS, m.StdTPOTMS, m.P90TPOTMS, m.P99TPOTMS = s.mean, s.median, s.std, s.p90, s.p99
+	s = summarize(itl)
+	m.MeanITLMS, m.MedianITLMS, m.StdITLMS, m.P90ITLMS, m.P99ITLMS = s.mean, s.median, s.std, s.p90, s.p99
+	s = summarize(e2el)
+	m.MeanE2ELMS, m.MedianE2ELMS, m.StdE2ELMS, m.P90E2ELMS, m.P99E2ELMS = s.mean, s.median, s.std, s.p90, s.p99
+	s = summarize(wait)
+	m.MeanQueueWaitMS, m.MedianQueueWaitMS, m.StdQueueWaitMS, m.P90QueueWaitMS, m.P99QueueWaitMS = s.mean, s.median, s.std, s.p90, s.p99
+	m.WorkerShare, m.WorkerShareCV = shares(m.WorkerRequests)
+	return m
+}
+
+// shares returns each worker's share of the requests and the coefficient
+// of variation of the counts (0 = perfectly even).
+func shares(counts []int) ([]float64, float64) {
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	out := make([]float64, len(counts))
+	if total == 0 {
+		return out, 0
+	}
+	mean := float64(total) / float64(len(counts))
+	var ss float64
+	for i, c := range counts {
+		out[i] = float64(c) / float64(total)
+		ss += float64((float64(c) - mean) * (float64(c) - mean)) // rounded alone: the same on every platform
+	}
+	return out, math.Sqrt(ss/float64(len(counts))) / mean
+}

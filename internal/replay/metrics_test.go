@@ -1,0 +1,120 @@
+package replay
+
+import (
+	"math"
+	"testing"
+
+	"github.com/offline-router/offline-router/internal/protocol"
+)
+
+// TestSummarizeIsNumpys: np.mean, np.median, np.std and np.percentile (its
+// default, linear) of [1, 2, 3, 4, 10] are 4, 3, 3.1623, 7.6 and 9.76; a
+// nearest-rank percentile would give 10 for both.
+func TestSummarizeIsNumpys(t *testing.T) {
+	s := summarize([]sample{{10, 1}, {3, 1}, {1, 1}, {4, 1}, {2, 1}})
+	want := stats{mean: 4, median: 3, std: math.Sqrt(10), p90: 7.6, p99: 9.76}
+	if !near(s, want) {
+		t.Fatalf("got %+v, want %+v", s, want)
+	}
+	if (summarize(nil) != stats{}) {
+		t.Fatal("no samples: all zero, as vLLM writes them")
+	}
+}
+
+// TestWeightedSamplesAreRepeats: n equal gaps as one sample give what the
+// n repeated observations give (the ITL pool).
+func TestWeightedSamplesAreRepeats(t *testing.T) {
+	weighted := summarize([]sample{{5, 3}, {1, 1}, {9, 2}})
+	repeated := summarize([]sample{{5, 1}, {5, 1}, {5, 1}, {1, 1}, {9, 1}, {9, 1}})
+	if !near(weighted, repeated) {
+		t.Fatalf("weighted %+v, repeated %+v", weighted, repeated)
+	}
+}
+
+func near(a, b stats) bool {
+	for _, d := range []float64{a.mean - b.mean, a.median - b.median, a.std - b.std, a.p90 - b.p90, a.p99 - b.p99} {
+		if math.Abs(d) > 1e-9 {
+			return false
+		}
+	}
+	return true
+}
+
+// TestOneRequestClosedForm: alone on the cluster, a request of 1000 input
+// and 5 output tokens prefills at 20 tokens/ms (TTFT 50 ms) and decodes at
+// 15 ms a token (E2EL 125 ms), so its TPOT and each of its 4 gaps are
+// 75/4 ms; over 0.125 s that is 8 requests/s and 40 output tokens/s.
+func TestOneRequestClosedForm(t *testing.T) {
+	trace := []Request{{ID: "a", InputTokens: 1000, OutputTokens: 5, HashIDs: []protocol.LocalBlockHash{1, 2}}}
+	res, err := Run(trace, Options{Cluster: DefaultCluster(2), Router: routerConfig(protocol.PolicyKV),
+		Goodput: SLO{TTFTMS: 50, TPOTMS: 18}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Metrics
+	for name, got := range map[string][2]float64{
+		"ttft":       {m.MeanTTFTMS, 50},
+		"p99 ttft":   {m.P99TTFTMS, 50},
+		"e2el":       {m.MedianE2ELMS, 125},
+		"tpot":       {m.MeanTPOTMS, 18.75},
+		"itl":        {m.P90ITLMS, 18.75},
+		"duration":   {m.Duration, 0.125},
+		"req/s":      {m.RequestThroughput, 8},
+		"out tok/s":  {m.OutputThroughput, 40},
+		"all tok/s":  {m.TotalTokenThroughput, 8040},
+		"std ttft":   {m.StdTTFTMS, 0},
+		"queue wait": {m.MeanQueueWaitMS, 0},
+	} {
+		if math.Abs(got[0]-got[1]) > 1e-9 {
+			t.Errorf("%s: got %v, want %v", name, got[0], got[1])
+		}
+	}
+	// TPOT 18.75 misses the 18 ms level: no goodput.
+	if m.RequestGoodput == nil || *m.RequestGoodput != 0 {
+		t.Fatalf("goodput %v, want 0", m.RequestGoodput)
+	}
+	res, _ = Run([]Request{{ID: "a", InputTokens: 1000, OutputTokens: 5, HashIDs: []protocol.LocalBlockHash{1, 2}}},
+		Options{Cluster: DefaultCluster(2), Router: routerConfig(protocol.PolicyKV), Goodput: SLO{TTFTMS: 50, TPOTMS: 18.75}})
+	if g := res.Metrics.RequestGoodput; g == nil || *g != 8 {
+		t.Fatalf("goodput %v, want 8 (levels met at equality)", g)
+	}
+	res, _ = Run([]Request{{ID: "a", InputTokens: 1000, OutputTokens: 5}}, Options{Cluster: DefaultCluster(2), Router: routerConfig(protocol.PolicyKV)})
+	if res.Metrics.RequestGoodput != nil {
+		t.Fatal("no --goodput: request_goodput is null")
+	}
+}
+
+func TestParseSLO(t *testing.T) {
+	s, err := ParseSLO([]string{"ttft:200", "tpot:50.5", "e2el:9000"})
+	if err != nil || s != (SLO{TTFTMS: 200, TPOTMS: 50.5, E2ELMS: 9000}) {
+		t.Fatalf("%+v %v", s, err)
+	}
+	for _, bad := range [][]string{{"ttft"}, {"ttft:-1"}, {"ttft:x"}, {"itl:3"}, {"ttft:1", "ttft:2"}, {"ttft:NaN"}, {"e2el:+Inf"}} {
+		if _, err := ParseSLO(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// TestWindows: a request on worker 0 from 5 to 25 ms in 10 ms windows
+// counts half in window 0, whole in window 1, half in window 2; the hit
+// rate of the window its prefill started in is its own.
+func TestWindows(t *testing.T) {
+	r := &Result{Workers: 2, ends: []outcome{
+		{worker: 0, placed: 5, start: 6, done: 25, hitTokens: 1, inputTokens: 4},
+		{worker: 1, placed: 21, start: 22, done: 23, hitTokens: 3, inputTokens: 4},
+	}}
+	load := r.LoadByWindow(10, 3)
+	want := [][]float64{{0.5, 1, 0.5}, {0, 0, 0.2}}
+	for w := range want {
+		for i := range want[w] {
+			if math.Abs(load[w][i]-want[w][i]) > 1e-9 {
+				t.Fatalf("load %v, want %v", load, want)
+			}
+		}
+	}
+	hit := r.HitRateByWindow(10, 3)
+	if hit[0] != 0.25 || !math.IsNaN(hit[1]) || hit[2] != 0.75 {
+		t.Fatalf("hit rate by window %v", hit)
+	}
+}

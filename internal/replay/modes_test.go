@@ -1,0 +1,154 @@
+package replay
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/offline-router/offline-router/internal/protocol"
+)
+
+// TestApproximateModeSendsNoEvents: with kv_events off the host has no
+// event stream: no observe is sent, the router applies no event, and
+// still learns where prefixes went from its own placements.
+func TestApproximateModeSendsNoEvents(t *testing.T) {
+	cfg := routerConfig(protocol.PolicyKV)
+	cfg.KVEvents = false
+	var cmds bytes.Buffer
+	res, err := Run(Builtin(1, 60, 512), Options{Cluster: DefaultCluster(4), Router: cfg, Commands: &cmds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Metrics
+	if strings.Contains(cmds.String(), `"op":"observe"`) || m.EventsApplied != 0 || m.Mode != "approximate" {
+		t.Fatalf("approximate mode: events_applied %d, mode %s, observe sent: %v", m.EventsApplied, m.Mode,
+			strings.Contains(cmds.String(), `"op":"observe"`))
+	}
+	if m.Completed != m.Requests || m.RouterOverlapRate == 0 {
+		t.Fatalf("completed %d of %d, router overlap rate %v", m.Completed, m.Requests, m.RouterOverlapRate)
+	}
+	events, err := Run(Builtin(1, 60, 512), Options{Cluster: DefaultCluster(4), Router: routerConfig(protocol.PolicyKV)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if events.Metrics.EventsApplied == 0 || events.Metrics.Mode != "kv_events" {
+		t.Fatalf("with events: applied %d, mode %s", events.Metrics.EventsApplied, events.Metrics.Mode)
+	}
+}
+
+// TestBusyRequestsAreRejectedNotFatal: a busy threshold without a queue
+// turns requests away, as Dynamo answers HTTP 529; the replay counts them
+// by reason and goes on. With a queue and a timeout they wait, and those
+// that wait too long are rejected as queue_timeout.
+func TestBusyRequestsAreRejectedNotFatal(t *testing.T) {
+	cfg := routerConfig(protocol.PolicyKV)
+	cfg.ActivePrefillTokensThreshold = ptr(100.0)
+	res, err := Run(Builtin(2, 60, 512), Options{Cluster: DefaultCluster(2), Router: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Metrics
+	if m.Rejected == 0 || m.RejectedByReason["all_workers_busy"] != m.Rejected || m.Completed+m.Rejected != m.Requests {
+		t.Fatalf("rejected %d %v, completed %d of %d", m.Rejected, m.RejectedByReason, m.Completed, m.Requests)
+	}
+	cfg.QueueThreshold, cfg.QueueTimeoutMS = ptr(0.0), ptr(50.0)
+	cfg.ActivePrefillTokensThreshold = nil
+	res, err = Run(Builtin(2, 60, 512), Options{Cluster: DefaultCluster(2), Router: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = res.Metrics
+	if m.RejectedByReason["queue_timeout"] == 0 || m.Completed+m.Rejected != m.Requests {
+		t.Fatalf("rejected %v, completed %d of %d", m.RejectedByReason, m.Completed, m.Requests)
+	}
+}
+
+// TestClosedLoop: one session in flight at a time, so no two requests'
+// lives overlap, sessions run in trace order, and each TTFT counts from
+// when the request was sent (here: nothing queues, so TTFT is prefill).
+func TestClosedLoop(t *testing.T) {
+	trace := Builtin(4, 12, 512)
+	res, err := Run(trace, Options{Cluster: DefaultCluster(4), Router: routerConfig(protocol.PolicyKV), Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Metrics.Completed != len(trace) || res.Metrics.MeanQueueWaitMS != 0 {
+		t.Fatalf("completed %d of %d, queue wait %v", res.Metrics.Completed, len(trace), res.Metrics.MeanQueueWaitMS)
+	}
+	for i := 1; i < len(res.ends); i++ {
+		if res.ends[i].arrival < res.ends[i-1].done {
+			t.Fatalf("request %d arrived at %v, before request %d ended at %v", i, res.ends[i].arrival, i-1, res.ends[i-1].done)
+		}
+	}
+	two, err := Run(Builtin(4, 12, 512), Options{Cluster: DefaultCluster(4), Router: routerConfig(protocol.PolicyKV), Concurrency: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if two.End() >= res.End() {
+		t.Fatalf("two sessions in flight end at %v, not before one's %v", two.End(), res.End())
+	}
+}
+
+// TestSpeedUp: arrivals count from the first and are divided by the
+// ratio, and so are think times.
+func TestSpeedUp(t *testing.T) {
+	think := 300.0
+	trace := []Request{{ID: "a", Arrival: 1000}, {ID: "b", Arrival: 1600}, {ID: "c", Session: "s", DelayMS: &think}}
+	SpeedUp(trace, 2)
+	if trace[0].Arrival != 0 || trace[1].Arrival != 300 || *trace[2].DelayMS != 150 || think != 300 {
+		t.Fatalf("%+v %+v %v (the caller's delay: %v)", trace[0], trace[1], *trace[2].DelayMS, think)
+	}
+}
+
+// TestSyntheticPrefixGroups: with 2 groups and a half-shared prompt of 4
+// blocks, every request's first 2 blocks are its group's, the rest its
+// own; arrivals are one interval apart.
+func TestSyntheticPrefixGroups(t *testing.T) {
+	s := Synthetic{InputTokens: 2000, OutputTokens: 3, RequestCount: 20, ArrivalIntervalMS: 10, SharedPrefixRatio: 0.5, NumPrefixGroups: 2}
+	reqs := s.Requests(1, 512)
+	groups, own := map[[2]protocol.LocalBlockHash]int{}, map[protocol.LocalBlockHash]bool{}
+	for i, r := range reqs {
+		if len(r.HashIDs) != 4 || r.Arrival != float64(10*i) {
+			t.Fatalf("request %d: %+v", i, r)
+		}
+		groups[[2]protocol.LocalBlockHash(r.HashIDs[:2])]++
+		for _, h := range r.HashIDs[2:] {
+			if own[h] {
+				t.Fatalf("block %d is in two requests' own part", h)
+			}
+			own[h] = true
+		}
+	}
+	if len(groups) != 2 {
+		t.Fatalf("prefixes %v: want 2 groups", groups)
+	}
+	for _, r := range reqs {
+		if own[r.HashIDs[0]] {
+			t.Fatal("a shared block is also someone's own")
+		}
+	}
+	flat := Synthetic{InputTokens: 2000, OutputTokens: 3, RequestCount: 3}
+	if r := flat.Requests(1, 512); r[0].HashIDs[0] == r[1].HashIDs[0] {
+		t.Fatal("no groups: nothing shared")
+	}
+}
+
+// TestTraceFieldsReachTheRouter: parent_session_id, priority,
+// strict_priority and role travel on the place command.
+func TestTraceFieldsReachTheRouter(t *testing.T) {
+	trace := `{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1, 2], "session_id": "child", "parent_session_id": "root", "priority": 2.5, "strict_priority": 1, "role": "aggregated"}
+`
+	reqs, err := ReadMooncake(strings.NewReader(trace), 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds bytes.Buffer
+	if _, err := Run(reqs, Options{Cluster: DefaultCluster(1), Router: routerConfig(protocol.PolicyKV), Commands: &cmds}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"parent_session_id":"root"`, `"priority":2.5`, `"strict_priority":1`, `"role":"aggregated"`} {
+		if !strings.Contains(cmds.String(), want) {
+			t.Errorf("the place command lacks %s", want)
+		}
+	}
+}

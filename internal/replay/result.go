@@ -1,0 +1,113 @@
+package replay
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Result is one policy's replay: its metrics, what computing them cost,
+// and what each request went through, for the figures.
+type Result struct {
+	Metrics Metrics
+	Cost    Cost
+	Workers int
+	ends    []outcome
+}
+
+// outcome is what one completed request went through, in simulated ms.
+type outcome struct {
+	worker                     int // index in worker id order
+	placed, start, first, done float64
+	arrival                    float64
+	hitTokens, inputTokens     uint64
+}
+
+func (h *host) result(trace []Request, wall time.Duration) *Result {
+	res := &Result{Metrics: h.metrics(trace), Workers: len(h.order),
+		Cost: Cost{Policy: string(h.opt.Router.Policy), WallMS: ms(wall), RouterMS: ms(h.router.busy)}}
+	if h.router.busy > 0 {
+		res.Cost.RouterCommandsPerS = float64(h.router.commands) / h.router.busy.Seconds()
+	}
+	index := map[uint64]int{}
+	for i, id := range h.workerIDs() {
+		index[id] = i
+	}
+	for i := range trace {
+		r := h.byID[trace[i].ID]
+		if r.rejected != "" || r.worker == nil {
+			continue
+		}
+		res.ends = append(res.ends, outcome{worker: index[r.worker.id], arrival: r.Arrival, placed: r.placedAt,
+			start: r.prefillStart, first: r.firstToken, done: r.doneAt,
+			hitTokens: min(uint64(r.hitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens), inputTokens: r.InputTokens})
+	}
+	return res
+}
+
+// End is when the last request ended, in simulated ms.
+func (r *Result) End() float64 {
+	end := 0.0
+	for _, o := range r.ends {
+		end = math.Max(end, o.done)
+	}
+	return end
+}
+
+// TTFTs are the completed requests' times to first token, sorted, in ms.
+func (r *Result) TTFTs() []float64 {
+	out := make([]float64, len(r.ends))
+	for i, o := range r.ends {
+		out[i] = o.first - o.arrival
+	}
+	slices.Sort(out)
+	return out
+}
+
+// HitRateByWindow is the prefix hit rate of the requests that started
+// prefill in each of n windows of width ms from 0; NaN where none did.
+func (r *Result) HitRateByWindow(width float64, n int) []float64 {
+	hit, input := make([]float64, n), make([]float64, n)
+	for _, o := range r.ends {
+		w := min(int(o.start/width), n-1)
+		hit[w] += float64(o.hitTokens)
+		input[w] += float64(o.inputTokens)
+	}
+	for w := range hit {
+		hit[w] /= input[w] // NaN when 0/0
+	}
+	return hit
+}
+
+// LoadByWindow is, per worker and window, the time-averaged number of
+// requests on the worker (waiting or running, from placement to end). A
+// request adds its fraction of the two windows it starts and ends in
+// directly, and 1 to every full window between through a difference array,
+// so the cost is one pass over the requests and one over the cells.
+func (r *Result) LoadByWindow(width float64, n int) [][]float64 {
+	load, diff := make([][]float64, r.Workers), make([][]float64, r.Workers)
+	for w := range load {
+		load[w], diff[w] = make([]float64, n), make([]float64, n+1)
+	}
+	for _, o := range r.ends {
+		row := load[o.worker]
+		a, b := o.placed/width, o.done/width // in windows
+		ia, ib := min(int(a), n-1), min(int(b), n-1)
+		if ia == ib {
+			row[ia] += b - a
+			continue
+		}
+		row[ia] += float64(ia+1) - a
+		row[ib] += b - float64(ib)
+		diff[o.worker][ia+1]++
+		diff[o.worker][ib]--
+	}
+	for w, row := range load {
+		run := 0.0
+		for i := range row {
+			run += diff[w][i]
+			row[i] += run
+		}
+	}
+	return load
+}

@@ -1,0 +1,116 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/offline-router/offline-router/internal/protocol"
+)
+
+// Workload says how the replayed requests were made and shaped, with the
+// names of Dynamo's own replay (python -m dynamo.replay) where it has them.
+type Workload struct {
+	// ArrivalSpeedupRatio divides every arrival time (counted from the
+	// first) and every think time (delay_ms): 2 replays the trace twice as
+	// fast. Open loop only.
+	ArrivalSpeedupRatio float64 `json:"arrival_speedup_ratio"`
+	// ReplayConcurrency, when above 0, is the closed loop: that many
+	// sessions in flight, each from its first turn to the end of its last;
+	// the next session, in trace order, starts when one ends. Timestamps
+	// are ignored; a request's TTFT counts from when it was sent.
+	ReplayConcurrency int `json:"replay_concurrency"`
+	// BuiltinSessions is the size of the built-in workload (0 when a trace
+	// or a synthetic workload ran).
+	BuiltinSessions int        `json:"builtin_sessions,omitempty"`
+	Synthetic       *Synthetic `json:"synthetic,omitempty"`
+}
+
+// Synthetic is a workload of equal requests, as Dynamo's replay makes one
+// from --input-tokens, --output-tokens and --request-count: one every
+// ArrivalIntervalMS (0: all at once), each prompt's first
+// round(blocks × SharedPrefixRatio) blocks shared with the other requests
+// of its prefix group (one of NumPrefixGroups, drawn uniformly; no sharing
+// when either is 0), the rest its own.
+type Synthetic struct {
+	InputTokens       uint64  `json:"input_tokens"`
+	OutputTokens      uint64  `json:"output_tokens"`
+	RequestCount      int     `json:"request_count"`
+	ArrivalIntervalMS float64 `json:"arrival_interval_ms"`
+	SharedPrefixRatio float64 `json:"shared_prefix_ratio"`
+	NumPrefixGroups   int     `json:"num_prefix_groups"`
+}
+
+// Check says what is wrong with the synthetic workload's parameters,
+// naming the flag.
+func (s *Synthetic) Check() error {
+	switch {
+	case s.InputTokens < 1 || s.InputTokens > protocol.MaxTokens:
+		return fmt.Errorf("--input-tokens %d: expected 1 to %d", s.InputTokens, uint64(protocol.MaxTokens))
+	case s.OutputTokens < 1 || s.OutputTokens > protocol.MaxTokens:
+		return fmt.Errorf("--output-tokens %d: expected 1 to %d", s.OutputTokens, uint64(protocol.MaxTokens))
+	case s.RequestCount < 1:
+		return fmt.Errorf("--request-count %d: expected at least 1", s.RequestCount)
+	case !(s.ArrivalIntervalMS >= 0) || s.ArrivalIntervalMS*float64(s.RequestCount) > protocol.MaxNumber/2:
+		return fmt.Errorf("--arrival-interval-ms %v: expected 0 or more, with the last arrival before 2^52 ms", s.ArrivalIntervalMS)
+	case !(s.SharedPrefixRatio >= 0 && s.SharedPrefixRatio <= 1):
+		return fmt.Errorf("--shared-prefix-ratio %v: expected 0 to 1", s.SharedPrefixRatio)
+	case s.NumPrefixGroups < 0:
+		return fmt.Errorf("--num-prefix-groups %d: expected 0 or more", s.NumPrefixGroups)
+	}
+	return nil
+}
+
+// Requests generates the workload; seed draws each request's prefix group.
+func (s *Synthetic) Requests(seed, blockSize uint64) []Request {
+	rng := rand.New(rand.NewPCG(seed, 0x5e7))
+	blocks := (s.InputTokens + blockSize - 1) / blockSize
+	shared := uint64(0)
+	if s.NumPrefixGroups > 0 {
+		shared = uint64(math.Round(float64(blocks) * s.SharedPrefixRatio))
+	}
+	// Shared blocks are numbered by group and position below the requests'
+	// own, which count up from past them.
+	next := protocol.LocalBlockHash(uint64(s.NumPrefixGroups)*shared + 1)
+	out := make([]Request, s.RequestCount)
+	for i := range out {
+		ids := make([]protocol.LocalBlockHash, blocks)
+		group := 0
+		if shared > 0 {
+			group = rng.IntN(s.NumPrefixGroups)
+		}
+		for b := range ids {
+			if uint64(b) < shared {
+				ids[b] = protocol.LocalBlockHash(uint64(group)*shared + uint64(b) + 1)
+			} else {
+				ids[b], next = next, next+1
+			}
+		}
+		out[i] = Request{ID: "r" + strconv.Itoa(i), Arrival: float64(i) * s.ArrivalIntervalMS,
+			InputTokens: s.InputTokens, OutputTokens: s.OutputTokens, HashIDs: ids}
+	}
+	return out
+}
+
+// SpeedUp makes arrivals ratio times faster, in place: first turns'
+// timestamps count from the earliest and are divided by ratio, and so is
+// every later turn's delay, as Dynamo's replay does.
+func SpeedUp(trace []Request, ratio float64) {
+	if ratio == 1 {
+		return
+	}
+	first := math.Inf(1)
+	for i := range trace {
+		if trace[i].DelayMS == nil {
+			first = math.Min(first, trace[i].Arrival)
+		}
+	}
+	for i := range trace {
+		if r := &trace[i]; r.DelayMS != nil {
+			r.DelayMS = ptr(*r.DelayMS / ratio)
+		} else {
+			r.Arrival = (r.Arrival - first) / ratio
+		}
+	}
+}

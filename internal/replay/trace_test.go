@@ -1,0 +1,274 @@
+package replay
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/offline-router/offline-router/internal/protocol"
+	"github.com/offline-router/offline-router/internal/wire"
+)
+
+var sharedTrace = filepath.Join("..", "..", "..", "shared", "traces", "synthetic_trace.jsonl")
+
+// line is a valid trace line with extra fields appended.
+func line(extra string) string {
+	return `{"timestamp": 1, "input_length": 1024, "output_length": 3, "hash_ids": [1, 2]` + extra + "}"
+}
+
+func readOne(t *testing.T, trace string) Request {
+	t.Helper()
+	reqs, err := ReadMooncake(strings.NewReader(trace), 512)
+	if err != nil {
+		t.Fatalf("%.80s: %v", trace, err)
+	}
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests, want 1", len(reqs))
+	}
+	return reqs[0]
+}
+
+// wantErr checks that trace is refused with an error holding each of want.
+func wantErr(t *testing.T, trace string, want ...string) {
+	t.Helper()
+	_, err := ReadMooncake(strings.NewReader(trace), 512)
+	if err == nil {
+		t.Errorf("%.100s: read without error, want %q", trace, want)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%.100s: got %q, want it to mention %q", trace, err, w)
+		}
+	}
+}
+
+func TestMooncakeReadsEveryField(t *testing.T) {
+	got := readOne(t, `{"timestamp": 12.5, "input_length": 1025, "output_length": 7, "hash_ids": [18446744073709551615, 9007199254740993, 0],`+
+		`"session_id": "s\u00e9", "parent_session_id": 9007199254740993, "priority": -2.5, "strict_priority": -9223372036854775808, "role": "prefill"}`)
+	prio, strict := -2.5, int64(math.MinInt64)
+	want := Request{ID: "r0", Arrival: 12.5, InputTokens: 1025, OutputTokens: 7,
+		HashIDs: []protocol.LocalBlockHash{math.MaxUint64, 1<<53 + 1, 0}, Session: "sé", ParentSession: "9007199254740993",
+		Priority: &prio, StrictPriority: &strict, Role: protocol.RolePrefill}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	// Absent and null are the same: none.
+	for _, extra := range []string{"", `, "session_id": null, "parent_session_id": null, "priority": null, "strict_priority": null, "role": null, "delay": null, "delay_ms": null`} {
+		got := readOne(t, line(extra))
+		if got.Session != "" || got.ParentSession != "" || got.Priority != nil || got.StrictPriority != nil || got.Role != "" || got.DelayMS != nil {
+			t.Errorf("%s: want no optional field, got %+v", extra, got)
+		}
+	}
+	for _, role := range []protocol.Role{protocol.RoleAggregated, protocol.RolePrefill, protocol.RoleDecode} {
+		if got := readOne(t, line(`, "role": "`+string(role)+`"`)); got.Role != role {
+			t.Errorf("role %s read as %q", role, got.Role)
+		}
+	}
+}
+
+// TestMooncakeSessionIDs: a session id is a string, or an integer kept as
+// written, whatever its size; a later turn's delay is delay or delay_ms.
+func TestMooncakeSessionIDs(t *testing.T) {
+	for v, want := range map[string]string{`42`: "42", `-7`: "-7", `123456789012345678901234567890`: "123456789012345678901234567890",
+		`"abc"`: "abc", `""`: ""} {
+		if got := readOne(t, line(`, "session_id": `+v)); got.Session != want {
+			t.Errorf("session_id %s read as %q, want %q", v, got.Session, want)
+		}
+		if got := readOne(t, line(`, "parent_session_id": `+v)); got.ParentSession != want {
+			t.Errorf("parent_session_id %s read as %q, want %q", v, got.ParentSession, want)
+		}
+	}
+	for _, key := range []string{"delay", "delay_ms"} {
+		got := readOne(t, `{"input_length": 1, "output_length": 1, "session_id": 3, "`+key+`": 250.5}`)
+		if got.DelayMS == nil || *got.DelayMS != 250.5 {
+			t.Errorf("%s: DelayMS %v", key, got.DelayMS)
+		}
+	}
+}
+
+// TestMooncakeRefusesBadLines: each line is refused, naming the line and
+// the field, in the words of the strict reader.
+func TestMooncakeRefusesBadLines(t *testing.T) {
+	for trace, want := range map[string][]string{
+		// Integers are exact.
+		`{"timestamp": 0, "input_length": 18446744073709551617, "output_length": 1}`: {
+			`trace line 1: field "input_length": expected an unsigned 64-bit integer, got 18446744073709551617 (above 18446744073709551615)`},
+		line(`, "hash_ids": [1, 18446744073709551616]`): {`field "hash_ids"`, "appears more than once"},
+		`{"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [1, 18446744073709551616]}`: {
+			`trace line 1: field "hash_ids[1]": expected an unsigned 64-bit integer, got 18446744073709551616`},
+		`{"timestamp": 0, "input_length": 1024, "output_length": -1}`:  {`field "output_length": expected an unsigned 64-bit integer, got -1`},
+		`{"timestamp": 0, "input_length": 1024.0, "output_length": 1}`: {`field "input_length": expected an unsigned 64-bit integer, got 1024.0`},
+		// A key is given once, exactly as written.
+		`{"timestamp": 0, "input_length": 5, "output_length": 1, "input_length": 6}`: {`trace line 1: field "input_length": appears more than once`},
+		line(`, "INPUT_LENGTH": 5`):    {`trace line 1: field "INPUT_LENGTH": is not a trace field (did you mean "input_length"?)`},
+		line(`, "inputLength": null`):  {`field "inputLength"`, `did you mean "input_length"`},
+		line(`, "hash-ids": []`):       {`field "hash-ids"`, `did you mean "hash_ids"`},
+		line(`, "Session_Id": "a"`):    {`did you mean "session_id"`},
+		line(`, "parentSessionID": 1`): {`did you mean "parent_session_id"`},
+		line(`, "delayMs": 1`):         {`did you mean "delay_ms"`},
+		line(`, "Strict-Priority": 1`): {`did you mean "strict_priority"`},
+		line(`, "ROLE": "decode"`):     {`did you mean "role"`},
+		// Values place would refuse.
+		line(`, "role": "bogus"`):                                             {`field "role": expected one of aggregated, prefill, decode, got "bogus"`},
+		line(`, "role": ""`):                                                  {`field "role": expected one of`},
+		line(`, "role": 1`):                                                   {`field "role": expected a string, got number 1`},
+		line(`, "priority": 9007199254740994`):                                {`field "priority": expected a number from -9007199254740992 to 9007199254740992, got 9.007199254740994e+15`},
+		line(`, "priority": -1e300`):                                          {`field "priority": expected a number from`},
+		line(`, "priority": 1e999`):                                           {`field "priority": expected a finite number, got 1e999 (out of range)`},
+		line(`, "priority": "1"`):                                             {`field "priority": expected a number, got a string`},
+		line(`, "strict_priority": 1.5`):                                      {`field "strict_priority": expected a 64-bit integer, got 1.5`},
+		line(`, "strict_priority": 9223372036854775808`):                      {`field "strict_priority": expected a 64-bit integer, got 9223372036854775808`},
+		line(`, "strict_priority": 1e3`):                                      {`field "strict_priority"`},
+		`{"timestamp": 0, "input_length": 1099511627777, "output_length": 1}`: {`field "input_length": expected at most 1099511627776 tokens, got 1099511627777`},
+		`{"timestamp": 0, "input_length": 1, "output_length": 1099511627777}`: {`field "output_length": expected at most 1099511627776 tokens`},
+		`{"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2, 3]}`: {`trace line 1: 3 hash_ids for input_length 1024: more than 2 blocks`},
+		// Ids and times.
+		line(`, "session_id": 1.5`):                                                             {`field "session_id": expected a string or an integer, got 1.5`},
+		line(`, "session_id": true`):                                                            {`field "session_id": expected a string or an integer, got a boolean`},
+		line(`, "parent_session_id": {}`):                                                       {`field "parent_session_id": expected a string or an integer, got an object`},
+		line(", \"session_id\": \"a\xffb\""):                                                    {`field "session_id": expected a string of valid UTF-8`},
+		line(`, "parent_session_id": 01`):                                                       {`field "parent_session_id"`, "not a JSON number"},
+		`{"timestamp": -1, "input_length": 1, "output_length": 1}`:                              {`field "timestamp": expected a time from 0 to 4503599627370496 ms, got -1`},
+		`{"timestamp": 4503599627370497, "input_length": 1, "output_length": 1}`:                {`field "timestamp": expected a time from 0 to`},
+		`{"timestamp": "0", "input_length": 1, "output_length": 1}`:                             {`field "timestamp": expected a number, got a string`},
+		`{"input_length": 1, "output_length": 1, "session_id": "s", "delay_ms": -1}`:            {`field "delay_ms": expected a delay from 0 to 4503599627370496 ms, got -1`},
+		`{"input_length": 1, "output_length": 1, "session_id": "s", "delay": 1e300}`:            {`field "delay": expected a delay from 0`},
+		`{"input_length": 1, "output_length": 1, "session_id": "s", "delay": 1, "delay_ms": 1}`: {`field "delay_ms": give delay or delay_ms, not both`},
+		`{"input_length": 1, "output_length": 1, "session_id": "", "delay": 1}`:                 {"delay_ms needs a session_id"},
+		`{"input_length": 1, "output_length": 1, "parent_session_id": "p", "delay": 1}`:         {"delay_ms needs a session_id"},
+		`{"input_length": 1, "output_length": 1}`:                                               {"timestamp is missing"},
+		`{"timestamp": null, "input_length": 1, "output_length": 1}`:                            {"timestamp is missing"},
+		`{"timestamp": 0, "input_length": null, "output_length": 1}`:                            {"input_length is missing"},
+		`{"timestamp": 0, "input_length": 1}`:                                                   {"output_length is missing"},
+		// One object a line.
+		line(``) + ` {}`:                      {"trace line 1: unexpected data after the object"},
+		`[1, 2]`:                              {"trace line 1: expected an object, got an array"},
+		line(`, "x": [1, }`):                  {`trace line 1: field "x": the value is not JSON: it breaks at byte 88`},
+		line(`, "role": "bogus", "x": [1, }`): {"trace line 1: the line is not JSON: it breaks at byte 105"},
+	} {
+		wantErr(t, trace, want...)
+	}
+}
+
+// TestMooncakeRefusesWhatPlaceRefuses: the trace takes a value of a place
+// field exactly when the router's place takes it, so a trace that reads
+// never makes the replay host send a command the router refuses.
+func TestMooncakeRefusesWhatPlaceRefuses(t *testing.T) {
+	for _, c := range []struct{ trace, place, value string }{
+		{"priority", "priority", "9007199254740992"},
+		{"priority", "priority", "-9007199254740992"},
+		{"priority", "priority", "9007199254740994"},
+		{"priority", "priority", "1e999"},
+		{"priority", "priority", "0.5"},
+		{"strict_priority", "strict_priority", "-9223372036854775808"},
+		{"strict_priority", "strict_priority", "9223372036854775808"},
+		{"strict_priority", "strict_priority", "2.0"},
+		{"strict_priority", "strict_priority", "1e2"},
+		{"role", "role", `"decode"`},
+		{"role", "role", `"Decode"`},
+		{"role", "role", `""`},
+		{"input_length", "input_tokens", "1099511627776"},
+		{"input_length", "input_tokens", "1099511627777"},
+		{"output_length", "output_tokens", "1099511627776"},
+		{"output_length", "output_tokens", "1099511627777"},
+		{"session_id", "session_id", `"\ud800"`},
+		{"parent_session_id", "parent_session_id", `"p"`},
+	} {
+		object := func(fields map[string]string) string {
+			var b strings.Builder
+			for k, v := range fields {
+				b.WriteString(`,"` + k + `":` + v)
+			}
+			return "{" + b.String()[1:] + "}"
+		}
+		trace := object(map[string]string{"timestamp": "0", "input_length": "1", "output_length": "1", c.trace: c.value})
+		_, traceErr := ReadMooncake(strings.NewReader(trace), 512)
+		var d wire.Decoded
+		wire.Decode([]byte(object(map[string]string{"op": `"place"`, "request_id": `"r"`, "input_tokens": "1", c.place: c.value})), &d)
+		if (traceErr == nil) != (d.Err == nil) {
+			t.Errorf("%s %s: the trace says %v, place says %v", c.trace, c.value, traceErr, d.Err)
+		}
+	}
+}
+
+// TestMooncakeParentWithoutSession: place takes a parent_session_id without
+// a session_id (the request binds by its group), so the trace does too.
+func TestMooncakeParentWithoutSession(t *testing.T) {
+	if got := readOne(t, line(`, "parent_session_id": "p"`)); got.ParentSession != "p" || got.Session != "" {
+		t.Fatalf("got %+v", got)
+	}
+}
+
+// TestMooncakeCountsEveryLine: blank and comment lines are skipped but
+// counted, so an error names the line an editor shows; request ids count
+// requests.
+func TestMooncakeCountsEveryLine(t *testing.T) {
+	good := line("")
+	trace := "\n# a comment\n   \n" + good + "\r\n\t# indented comment\n" + good + "\n\n" + `{"timestamp": 0}` + "\n" + good
+	wantErr(t, trace, "trace line 8: input_length is missing")
+	reqs, err := ReadMooncake(strings.NewReader("\n# c\n"+good+"\n\n"+good+"\n"), 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reqs) != 2 || reqs[0].ID != "r0" || reqs[1].ID != "r1" {
+		t.Fatalf("got %+v", reqs)
+	}
+	wantErr(t, "# only\n\n", "the trace has no requests")
+}
+
+// TestMooncakeSkipsUnknownKeys: other keys, which traces in the wild carry,
+// are passed over whatever they hold, however nested.
+func TestMooncakeSkipsUnknownKeys(t *testing.T) {
+	got := readOne(t, line(`, "extra": {"a": [1, {"b": [], "b": null}], "c": "x}]"}, "tags": [1, "a", null, true, -2.5e3], `+
+		`"model": "llama", "note": null, "input_tokens": 18446744073709551617, "deep": `+strings.Repeat("[", 5000)+strings.Repeat("]", 5000)))
+	if got.InputTokens != 1024 || len(got.HashIDs) != 2 {
+		t.Fatalf("got %+v", got)
+	}
+	// Skipped, but still JSON.
+	wantErr(t, line(`, "extra": {"a": [1,]}`), "trace line 1:", "not JSON")
+	wantErr(t, line(", \"extra\": [\"\xff\"]"), `field "extra": expected a string of valid UTF-8`)
+}
+
+// TestMooncakeReadsTheSharedTrace: the real trace reads whole, at 512
+// tokens a block.
+func TestMooncakeReadsTheSharedTrace(t *testing.T) {
+	data, err := os.ReadFile(sharedTrace)
+	if os.IsNotExist(err) {
+		t.Skipf("%s is absent", sharedTrace)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs, err := ReadMooncake(bytes.NewReader(data), 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reqs) != 3993 {
+		t.Fatalf("%d requests, want 3993", len(reqs))
+	}
+	r := reqs[0]
+	if r.InputTokens != 40160 || r.OutputTokens != 6 || len(r.HashIDs) != 79 || r.HashIDs[78] != 78 || r.Arrival != 0 {
+		t.Fatalf("first request %+v", r)
+	}
+}
+
+// BenchmarkReadMooncake reads the shared trace (3,993 lines of long
+// hash_ids).
+func BenchmarkReadMooncake(b *testing.B) {
+	data, err := os.ReadFile(sharedTrace)
+	if err != nil {
+		b.Skipf("%s is absent", sharedTrace)
+	}
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, err := ReadMooncake(bytes.NewReader(data), 512); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
