@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"os"
 
@@ -8,20 +9,35 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
+// svgFixes patch what gonum's SVG writer gets wrong for viewers: it labels
+// its embedded PNGs (the heatmaps, the colour bar) as JPEG, which librsvg
+// and others then refuse to draw; it lets viewers keep an image's aspect
+// ratio, which shrinks a heatmap to the middle of its axes and the colour
+// bar to a line; and it names the one font its text was measured in,
+// Liberation Serif, with no fallback, where Times New Roman has the same
+// metrics and a generic wider serif overflows the layout.
+var svgFixes = []struct{ from, to string }{
+	{"data:image/jpg;base64,", "data:image/png;base64,"},
+	{"<image ", `<image preserveAspectRatio="none" `},
+	{"font-family:Liberation Serif;", "font-family:'Liberation Serif','Times New Roman',Times,serif;"},
+}
+
 func saveCanvas(path string, canvas vg.CanvasSizer, ext string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
 	var w io.WriterTo
 	if c, ok := canvas.(*vgimg.Canvas); ok {
 		w = vgimg.PngCanvas{Canvas: c}
 	} else {
 		w = canvas.(io.WriterTo)
 	}
-	if _, err := w.WriteTo(f); err != nil {
-		f.Close()
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
 		return err
 	}
-	return f.Close()
+	data := buf.Bytes()
+	if ext == ".svg" {
+		for _, f := range svgFixes {
+			data = bytes.ReplaceAll(data, []byte(f.from), []byte(f.to))
+		}
+	}
+	return os.WriteFile(path, data, 0o644)
 }
