@@ -65,6 +65,7 @@ func ReadMooncake(r io.Reader, blockSize uint64) ([]Request, error) {
 	var out []Request
 	var rd wire.ObjectReader
 	var m mooncakeLine
+	sessions := map[string]bool{}
 	for n := 1; sc.Scan(); n++ {
 		line := bytes.TrimSpace(sc.Bytes())
 		if len(line) == 0 || line[0] == '#' {
@@ -76,6 +77,14 @@ func ReadMooncake(r io.Reader, blockSize uint64) ([]Request, error) {
 		}
 		if err := m.check(blockSize); err != nil {
 			return nil, fmt.Errorf("trace line %d: %w", n, err)
+		}
+		// A later turn follows its session's previous turn: one must come
+		// before it, or it would never arrive.
+		if s := m.req.Session; s != "" {
+			if m.req.DelayMS != nil && !sessions[s] {
+				return nil, fmt.Errorf("trace line %d: field \"delay_ms\": the first turn of session %q has a delay, which counts from a previous turn; give it a timestamp", n, s)
+			}
+			sessions[s] = true
 		}
 		out = append(out, m.req)
 	}

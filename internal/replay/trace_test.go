@@ -85,11 +85,14 @@ func TestMooncakeSessionIDs(t *testing.T) {
 		}
 	}
 	for _, key := range []string{"delay", "delay_ms"} {
-		got := readOne(t, `{"input_length": 1, "output_length": 1, "session_id": 3, "`+key+`": 250.5}`)
-		if got.DelayMS == nil || *got.DelayMS != 250.5 {
-			t.Errorf("%s: DelayMS %v", key, got.DelayMS)
+		reqs, err := ReadMooncake(strings.NewReader(line(`, "session_id": 3`)+"\n"+
+			`{"input_length": 1, "output_length": 1, "session_id": 3, "`+key+`": 250.5}`), 512)
+		if err != nil || reqs[1].DelayMS == nil || *reqs[1].DelayMS != 250.5 {
+			t.Errorf("%s: %v", key, err)
 		}
 	}
+	// A first turn with a delay would never arrive: refused.
+	wantErr(t, `{"input_length": 1, "output_length": 1, "session_id": 3, "delay_ms": 5}`, "line 1", "first turn of session \"3\"")
 }
 
 // TestMooncakeRefusesBadLines: each line is refused, naming the line and
@@ -271,4 +274,26 @@ func BenchmarkReadMooncake(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzReadMooncake: no trace, however broken, panics the reader; a trace
+// it accepts holds requests the router takes (the replay of it runs).
+func FuzzReadMooncake(f *testing.F) {
+	f.Add([]byte(`{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1, 2], "session_id": 7}` + "\n" +
+		`{"input_length": 900, "output_length": 1, "hash_ids": [1, 2], "session_id": 7, "delay_ms": 5, "priority": 1, "role": "aggregated"}`))
+	f.Add([]byte(`{"timestamp": 1e300, "INPUT_LENGTH": 1, "hash_ids": [18446744073709551616]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		reqs, err := ReadMooncake(bytes.NewReader(data), 512)
+		if err != nil || len(reqs) > 50 {
+			return
+		}
+		cluster := DefaultCluster(2)
+		res, err := Run(reqs, Options{Cluster: cluster, Router: routerConfig(protocol.PolicyKV)})
+		if err != nil {
+			t.Fatalf("an accepted trace fails the replay: %v", err)
+		}
+		if m := res.Metrics; m.Completed+m.Rejected != len(reqs) {
+			t.Fatalf("%d completed and %d rejected of %d requests", m.Completed, m.Rejected, len(reqs))
+		}
+	})
 }
