@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 
@@ -286,48 +285,4 @@ func (m *mooncakeLine) check(blockSize uint64) error {
 		return fmt.Errorf("delay_ms needs a session_id (it counts from the session's previous turn)")
 	}
 	return nil
-}
-
-// Builtin is the default workload: multi-turn chat sessions that share a
-// few system prompts, arriving as a Poisson process; each later turn extends
-// its conversation's prompt and arrives after a think time. It is what
-// `offline-router replay` runs when given no trace.
-func Builtin(seed uint64, sessions int, blockSize uint64) []Request {
-	rng := rand.New(rand.NewPCG(seed, 0xb17))
-	nextID := uint64(1)
-	block := func() protocol.LocalBlockHash { nextID++; return protocol.LocalBlockHash(nextID) }
-	prompts := make([][]protocol.LocalBlockHash, 6)
-	for i := range prompts {
-		for range 4 + rng.IntN(12) {
-			prompts[i] = append(prompts[i], block())
-		}
-	}
-	var out []Request
-	t := 0.0
-	for s := range sessions {
-		t += rng.ExpFloat64() * 120
-		// Popular prompts are used more: the first one by about a third.
-		p := min(int(rng.ExpFloat64()*2), len(prompts)-1)
-		ids := append([]protocol.LocalBlockHash(nil), prompts[p]...)
-		session := "s" + strconv.Itoa(s)
-		for turn := range 2 + rng.IntN(5) {
-			for range 1 + rng.IntN(3) {
-				ids = append(ids, block())
-			}
-			req := Request{
-				ID: fmt.Sprintf("%s-t%d", session, turn), Session: session,
-				InputTokens:  uint64(len(ids))*blockSize - uint64(rng.IntN(int(blockSize))),
-				OutputTokens: 50 + uint64(rng.IntN(250)),
-				HashIDs:      append([]protocol.LocalBlockHash(nil), ids...),
-			}
-			if turn == 0 {
-				req.Arrival = t
-			} else {
-				think := 500 + rng.Float64()*2500
-				req.DelayMS = &think
-			}
-			out = append(out, req)
-		}
-	}
-	return out
 }
