@@ -124,7 +124,7 @@ func TestPythonReplayMatchesGo(t *testing.T) {
 		}
 		if i%3 == 0 && i > 0 {
 			fmt.Fprintf(&b, `{"input_length": %d, "output_length": %d, "hash_ids": %s, "session_id": "s%d", "delay_ms": %d}`+"\n",
-				len(ids)*512-100, 20+i%50, jsonInts(ids), (i-3)%11, 50+i%70)
+				len(ids)*512-100, 20+i%50, jsonInts(ids), (i-1)%11, 50+i%70) // line i-1 started that session
 		} else {
 			fmt.Fprintf(&b, `{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": %s, "session_id": "s%d"}`+"\n",
 				i*37, len(ids)*512-100, 20+i%50, jsonInts(ids), i%11)
