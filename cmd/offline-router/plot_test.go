@@ -96,8 +96,8 @@ func TestSavePlot(t *testing.T) {
 // The size bound's case: 4 policies on 16 workers, 12k requests over an
 // hour.
 func TestSavePlotLongTrace(t *testing.T) {
-	if testing.Short() {
-		t.Skip("replays 12k requests four times")
+	if testing.Short() || raceBuild {
+		t.Skip("replays 12k requests four times (and no goroutine is involved for -race to check)")
 	}
 	dir := t.TempDir()
 	results := plotResults(t, 3000, 16, 9, allPolicies...)
