@@ -235,7 +235,8 @@ class Host:
         if ev is not None:
             self.send({"op": "observe", "now_ms": t, "events": [ev]})
         self.send({"op": "prefill_completed", "now_ms": t, "request_id": r["id"]})
-        self.schedule(t + r["output"] * self.c.decode_ms_per_token, "decode_done", r)
+        # Prefill made the first output token; each later one is a decode step.
+        self.schedule(t + (max(r["output"], 1) - 1) * self.c.decode_ms_per_token, "decode_done", r)
         self.admit_waiting(t, r["worker"])  # the backlog shrank: waiting requests may fit now
 
     def decode_done(self, t, r):

@@ -102,20 +102,19 @@ func bindDynamoFlags(f *pflag.FlagSet) {
 	}
 }
 
-// dynamoOverrides are the config keys the Dynamo flags given set, or an
-// error for one that has no equivalent here.
-func dynamoOverrides(f *pflag.FlagSet) ([]wire.Override, error) {
-	var out []wire.Override
+// dynamoOverrides are the config keys the Dynamo flags given set, and the
+// defaults they change (under the config file), or an error for one that
+// has no equivalent here.
+func dynamoOverrides(f *pflag.FlagSet) (out, defaults []wire.Override, err error) {
 	for _, d := range dynamoFlags {
 		fl := f.Lookup(d.name)
 		if fl == nil || !fl.Changed {
 			continue
 		}
 		if d.refuse != "" {
-			return nil, fmt.Errorf("--%s (a Dynamo router flag) %s", d.name, d.refuse)
+			return nil, nil, fmt.Errorf("--%s (a Dynamo router flag) %s", d.name, d.refuse)
 		}
 		var v any
-		var err error
 		switch d.kind {
 		case "float":
 			v, err = f.GetFloat64(d.name)
@@ -127,7 +126,7 @@ func dynamoOverrides(f *pflag.FlagSet) ([]wire.Override, error) {
 			v, err = f.GetString(d.name)
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, o := range d.to(v) {
 			o.Flag = "--" + d.name
@@ -135,9 +134,9 @@ func dynamoOverrides(f *pflag.FlagSet) ([]wire.Override, error) {
 		}
 	}
 	// Setting the TTL turns affinity on in Dynamo, hard unless a mode is
-	// given.
-	if f.Changed("router-session-affinity-ttl-secs") && !f.Changed("router-session-affinity-mode") && !f.Changed("affinity-mode") {
-		out = append(out, wire.Override{Key: "affinity.mode", Value: "hard", Flag: "--router-session-affinity-ttl-secs"})
+	// given: here a mode the file or a flag gives wins over that default.
+	if f.Changed("router-session-affinity-ttl-secs") {
+		defaults = append(defaults, wire.Override{Key: "affinity.mode", Value: "hard"})
 	}
-	return out, nil
+	return out, defaults, nil
 }

@@ -272,7 +272,11 @@ func barPlots(results []*replay.Result) (hit, ttft *plot.Plot, err error) {
 		// One label per policy, past the longer bar: two would collide
 		// when eight policies share the panel.
 		ttftAt.XYs = append(ttftAt.XYs, plotter.XY{X: math.Max(m.MedianTTFTMS, m.P99TTFTMS), Y: y})
-		ttftAt.Labels = append(ttftAt.Labels, fmt.Sprintf("p50 %s, p99 %s", formatMS(m.MedianTTFTMS), formatMS(m.P99TTFTMS)))
+		label := fmt.Sprintf("p50 %s, p99 %s", formatMS(m.MedianTTFTMS), formatMS(m.P99TTFTMS))
+		if m.Rejected > 0 { // the latencies are of completed requests only: say what they leave out
+			label += fmt.Sprintf(" (%d rejected)", m.Rejected)
+		}
+		ttftAt.Labels = append(ttftAt.Labels, label)
 		worst = math.Max(worst, m.P99TTFTMS)
 	}
 	for _, l := range []struct {

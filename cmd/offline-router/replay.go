@@ -27,6 +27,9 @@ import (
 // are 512 tokens each.
 const replayBlockSize = 512
 
+// maxSessions bounds the built-in workload, which is held in memory.
+const maxSessions = 200_000
+
 type replayOptions struct {
 	serve         serveOptions // the router's config file and flags (bindConfig only)
 	cluster       replay.ClusterConfig
@@ -64,8 +67,9 @@ shape arrivals with the meaning Dynamo's replay gives them (README).
 
 The simulated workers each have a prefix KV cache of --worker-kv-blocks blocks
 with LRU eviction of unreferenced blocks, one FIFO prefill server at
---worker-prefill-tokens-per-ms for uncached tokens, decode time of
---worker-decode-ms-per-token per output token, at most --worker-max-num-seqs
+--worker-prefill-tokens-per-ms for uncached tokens (which makes the first
+output token), --worker-decode-ms-per-token for each later output token, at
+most --worker-max-num-seqs
 requests running, and a prefill backlog of at most
 --worker-max-num-batched-tokens uncached tokens. They talk to the router with
 the wire commands a host would send; --emit-commands writes that stream,
@@ -93,7 +97,7 @@ the report: docs/report.schema.json describes it.`,
 	f.IntVar(&o.cluster.MaxNumSeqs, "worker-max-num-seqs", o.cluster.MaxNumSeqs, "requests running at once on a worker")
 	f.Uint64Var(&o.cluster.MaxNumBatchedTokens, "worker-max-num-batched-tokens", o.cluster.MaxNumBatchedTokens, "prefill backlog a worker takes on; reported to the router for its busy and queue thresholds")
 	f.Float64Var(&o.cluster.PrefillTokensPerMS, "worker-prefill-tokens-per-ms", o.cluster.PrefillTokensPerMS, "prefill speed for uncached tokens")
-	f.Float64Var(&o.cluster.DecodeMSPerToken, "worker-decode-ms-per-token", o.cluster.DecodeMSPerToken, "decode time per output token")
+	f.Float64Var(&o.cluster.DecodeMSPerToken, "worker-decode-ms-per-token", o.cluster.DecodeMSPerToken, "decode time per output token after the first (prefill makes the first, as in vLLM)")
 	f.IntVar(&o.workload.BuiltinSessions, "sessions", o.workload.BuiltinSessions, "sessions of the built-in workload (only when no trace and no synthetic workload is given)")
 	f.Float64Var(&o.workload.ArrivalSpeedupRatio, "arrival-speedup-ratio", 1, "arrivals (from the first) and think times divided by this: 2 = twice the load (open loop only)")
 	f.IntVar(&o.workload.ReplayConcurrency, "replay-concurrency", 0, "closed loop: this many sessions in flight, the next starting when one ends, timestamps ignored (0 = open loop)")
@@ -150,10 +154,13 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	if err := o.check(flags, args); err != nil {
 		return &exitError{2, err}
 	}
-	src.Defaults = []wire.Override{{Key: "block_size", Value: replayBlockSize}}
+	src.Defaults = append(src.Defaults, wire.Override{Key: "block_size", Value: replayBlockSize})
 	cfg, err := src.Load()
 	if err != nil {
 		return &exitError{2, err}
+	}
+	if cfg.WorkerDefaults != (protocol.WorkerDefaults{}) {
+		return &exitError{2, fmt.Errorf("config worker_defaults: replay announces its own workers (--workers and the --worker-* flags), as aggregated single-rank workers; drop worker_defaults")}
 	}
 	policies, err := o.policySet(cfg.Policy)
 	if err != nil {
@@ -198,11 +205,17 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	if err := replay.WriteTable(table, rep); err != nil {
 		return err
 	}
-	if o.plotFile != "" {
-		if err := savePlot(o.plotFile, "replay of "+describe(args, &o.workload), results); err != nil {
-			return err
-		}
+	if err := o.writeReport(rep, out); err != nil {
+		return err
 	}
+	if o.plotFile != "" {
+		return savePlot(o.plotFile, "replay of "+describe(args, &o.workload), results)
+	}
+	return nil
+}
+
+// writeReport writes the JSON report where --report says, if it does.
+func (o *replayOptions) writeReport(rep *replay.Report, stdout io.Writer) error {
 	if o.reportFile == "" {
 		return nil
 	}
@@ -212,7 +225,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	}
 	data = append(data, '\n')
 	if o.reportFile == "-" {
-		_, err = out.Write(data)
+		_, err = stdout.Write(data)
 		return err
 	}
 	return os.WriteFile(o.reportFile, data, 0o644)
@@ -238,9 +251,12 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	case o.workload.BuiltinSessions < 1:
 		return fmt.Errorf("--sessions %d: the built-in workload needs at least 1 session", o.workload.BuiltinSessions)
 	}
+	if o.workload.BuiltinSessions > maxSessions {
+		return fmt.Errorf("--sessions %d: at most %d (a few requests each, held in memory)", o.workload.BuiltinSessions, maxSessions)
+	}
 	w := &o.workload
-	if !(w.ArrivalSpeedupRatio > 0) || w.ArrivalSpeedupRatio > 1e9 {
-		return fmt.Errorf("--arrival-speedup-ratio %v: expected a number above 0", w.ArrivalSpeedupRatio)
+	if !(w.ArrivalSpeedupRatio >= 1e-9 && w.ArrivalSpeedupRatio <= 1e9) {
+		return fmt.Errorf("--arrival-speedup-ratio %v: expected a number from 1e-9 to 1e9", w.ArrivalSpeedupRatio)
 	}
 	if w.ReplayConcurrency < 0 {
 		return fmt.Errorf("--replay-concurrency %d: expected 1 or more (0 = open loop)", w.ReplayConcurrency)
@@ -250,6 +266,9 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	}
 	if o.compare && flags.Changed("policies") {
 		return fmt.Errorf("--compare is --policies kv,round_robin,random,least_loaded: give one of them")
+	}
+	if (o.compare || flags.Changed("policies")) && (flags.Changed("policy") || flags.Changed("router-mode")) {
+		return fmt.Errorf("--policy picks one policy, and --compare or --policies several: give one of them")
 	}
 	if o.compare || len(o.policies) > 1 {
 		for _, name := range []string{"emit-commands", "emit-responses"} {
@@ -261,9 +280,6 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	if err := o.cluster.Check(); err != nil {
 		return err
 	}
-	if o.emitCommands != "" && o.emitCommands == o.emitResponses {
-		return fmt.Errorf("--emit-commands and --emit-responses name the same file, %s: give each its own", o.emitCommands)
-	}
 	if o.plotFile != "" {
 		if err := plotFormat(o.plotFile); err != nil {
 			return err
@@ -272,20 +288,52 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	if o.reportFile != "" && o.reportFile != "-" && strings.ToLower(filepath.Ext(o.reportFile)) != ".json" {
 		return fmt.Errorf("--report %s: the file must end in .json (or be - for stdout)", o.reportFile)
 	}
-	for _, out := range []struct{ flag, path string }{{"report", o.reportFile}, {"plot", o.plotFile},
-		{"emit-commands", o.emitCommands}, {"emit-responses", o.emitResponses}} {
-		if out.path != "" && out.path != "-" {
-			if err := writableFolder(out.path); err != nil {
-				return fmt.Errorf("--%s %s: %w", out.flag, out.path, err)
-			}
+	return checkOutputs(args, []output{{"report", o.reportFile}, {"plot", o.plotFile},
+		{"emit-commands", o.emitCommands}, {"emit-responses", o.emitResponses}})
+}
+
+// output is a file a flag asks replay to write.
+type output struct{ flag, path string }
+
+// checkOutputs makes sure, before anything runs, that each output can be
+// written and that none of them is another or the trace, however spelt.
+func checkOutputs(args []string, outs []output) error {
+	seen := map[string]string{}
+	if len(args) == 1 && args[0] != "-" {
+		if abs, err := filepath.Abs(args[0]); err == nil {
+			seen[abs] = "the trace"
+		}
+	}
+	for _, out := range outs {
+		switch {
+		case out.path == "":
+			continue
+		case out.path == "-" && out.flag == "report":
+			continue // stdout
+		case out.path == "-":
+			return fmt.Errorf("--%s -: give a file (only --report writes to stdout)", out.flag)
+		}
+		abs, err := filepath.Abs(out.path)
+		if err != nil {
+			return fmt.Errorf("--%s %s: %w", out.flag, out.path, err)
+		}
+		if other, ok := seen[abs]; ok {
+			return fmt.Errorf("--%s %s is also %s: give each output its own file", out.flag, out.path, other)
+		}
+		seen[abs] = "--" + out.flag
+		if err := writable(abs); err != nil {
+			return fmt.Errorf("--%s %s: %w", out.flag, out.path, err)
 		}
 	}
 	return nil
 }
 
-// writableFolder checks that a file can be created in path's folder, by
-// creating and removing a scratch file there.
-func writableFolder(path string) error {
+// writable checks that path is not a folder and that its folder takes a
+// new file, by creating and removing a scratch file there.
+func writable(path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("is a folder: give a file name")
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), ".offline-router-*")
 	if err != nil {
 		return fmt.Errorf("its folder cannot take a new file (%v)", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/goccy/go-json"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/replay"
 )
 
@@ -157,7 +158,7 @@ func TestReplayEmitThenServe(t *testing.T) {
 func TestReplayRefusesClashingOutputs(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "both.jsonl")
 	for args, want := range map[string]string{
-		"--emit-commands " + path + " --emit-responses " + path: "name the same file",
+		"--emit-commands " + path + " --emit-responses " + path: "is also --emit-commands: give each output its own file",
 		"--compare --emit-responses " + path:                    "--emit-responses writes the stream of one policy",
 		"--policies kv,random --emit-commands " + path:          "--emit-commands writes the stream of one policy",
 		// Values the simulated cluster would take past the router's times.
@@ -165,14 +166,14 @@ func TestReplayRefusesClashingOutputs(t *testing.T) {
 		"--worker-decode-ms-per-token 1e300":               "--worker-decode-ms-per-token 1e+300",
 		"--worker-prefill-tokens-per-ms 1e-300":            "--worker-prefill-tokens-per-ms 1e-300: expected 1e-6 to 2^53",
 		"--plot " + path + ".jpg":                          "must end in .png or .svg",
-		"--temperature NaN":                                "config temperature: expected a finite number",
+		"--temperature NaN":                                "--temperature (config temperature): expected a finite number",
 		"--plot /no/such/folder/x.png":                     "--plot /no/such/folder/x.png: its folder cannot take a new file",
 		"--report /no/such/folder/x.json":                  "--report /no/such/folder/x.json: its folder cannot take a new file",
 		"--report " + path + ".txt":                        "must end in .json (or be - for stdout)",
 		"--policies kv,nope":                               `--policies: "nope" is not a policy`,
 		"--compare --policies kv":                          "--compare is --policies",
 		"--replay-concurrency 2 --arrival-speedup-ratio 2": "--replay-concurrency runs a closed loop",
-		"--arrival-speedup-ratio 0":                        "--arrival-speedup-ratio 0: expected a number above 0",
+		"--arrival-speedup-ratio 0":                        "--arrival-speedup-ratio 0: expected a number from 1e-9 to 1e9",
 		"--input-tokens 100 --request-count 3":             "--sessions sizes the built-in workload",
 		"--goodput ttft:x":                                 `--goodput "ttft:x"`,
 	} {
@@ -334,6 +335,85 @@ func TestDynamoFlagNames(t *testing.T) {
 	} {
 		if _, stderr, code := run(t, "", append([]string{"replay", "--sessions", "5"}, strings.Fields(args)...)...); code != 2 || !strings.Contains(stderr, want) {
 			t.Errorf("%s: exit %d: %s", args, code, stderr)
+		}
+	}
+}
+
+// TestReplayRefusesBeforeRunning: what the run would ignore, could not
+// write, or would write over is refused before anything runs, naming the
+// flag; nothing is written.
+func TestReplayRefusesBeforeRunning(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace.jsonl")
+	os.WriteFile(trace, []byte(`{"timestamp":0,"input_length":10,"output_length":1}`+"\n"), 0o644)
+	defaults := filepath.Join(dir, "wd.json")
+	os.WriteFile(defaults, []byte(`{"worker_defaults":{"dp_size":4}}`), 0o644)
+	os.Mkdir(filepath.Join(dir, "folder.json"), 0o755)
+	out := filepath.Join(dir, "out.jsonl")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", defaults}, "config worker_defaults: replay announces its own workers"},
+		{[]string{"--compare", "--policy", "random"}, "--policy picks one policy"},
+		{[]string{"--policies", "kv", "--router-mode", "random"}, "--policy picks one policy"},
+		{[]string{"--report", filepath.Join(dir, "folder.json")}, "is a folder"},
+		{[]string{"--emit-commands", "-"}, "--emit-commands -: give a file"},
+		{[]string{"--emit-commands", out, "--emit-responses", filepath.Join(dir, ".", "out.jsonl")}, "is also --emit-commands"},
+		{[]string{trace, "--emit-responses", trace}, "is also the trace"},
+		{[]string{"--sessions", "300000"}, "--sessions 300000: at most"},
+		{[]string{"--input-tokens", "1099511627776", "--output-tokens", "1", "--request-count", "1"}, "input tokens in all"},
+	} {
+		args := append([]string{"replay", "-q"}, c.args...)
+		stdout, stderr, code := run(t, "", args...)
+		if code != 2 || !strings.Contains(stderr, c.want) || stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %s", c.args, code, stdout, stderr)
+		}
+	}
+	if data, _ := os.ReadFile(trace); !strings.HasPrefix(string(data), `{"timestamp":0`) {
+		t.Fatal("the trace was written over")
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Fatal("a refused replay wrote its stream")
+	}
+}
+
+// TestReplayTimeOverflow: a trace whose delays take simulated time past the
+// router's clock stops with a message saying so, and the streams written
+// so far are kept, to see how it came.
+func TestReplayTimeOverflow(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "chain.jsonl")
+	line := `{"input_length":100,"output_length":1,"hash_ids":[1],"session_id":"a",`
+	os.WriteFile(trace, []byte(line+`"timestamp":4000000000000000}`+"\n"+line+`"delay_ms":4000000000000000}`+"\n"+
+		line+`"delay_ms":4000000000000000}`+"\n"+line+`"delay_ms":4000000000000000}`+"\n"), 0o644)
+	cmds := filepath.Join(dir, "c.jsonl")
+	_, stderr, code := run(t, "", "replay", trace, "-q", "--emit-commands", cmds)
+	if code == 0 || !strings.Contains(stderr, "past the router's clock") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if data, _ := os.ReadFile(cmds); !strings.Contains(string(data), `"op":"place"`) {
+		t.Fatalf("the stream so far was lost: %q", data)
+	}
+}
+
+// TestAffinityTTLAliasKeepsTheFilesMode: Dynamo's TTL flag turns affinity on
+// (hard) only where nothing else set a mode.
+func TestAffinityTTLAliasKeepsTheFilesMode(t *testing.T) {
+	dir := t.TempDir()
+	soft := filepath.Join(dir, "soft.json")
+	os.WriteFile(soft, []byte(`{"affinity":{"mode":"soft"}}`), 0o644)
+	report := filepath.Join(dir, "r.json")
+	for cfg, want := range map[string]string{soft: "soft", "": "hard"} {
+		args := []string{"replay", "--sessions", "5", "-q", "--report", report, "--router-session-affinity-ttl-secs", "5"}
+		if cfg != "" {
+			args = append(args, "--config", cfg)
+		}
+		if _, stderr, code := run(t, "", args...); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		if a := readReport(t, report).Deterministic.Router.Affinity; a.Mode != protocol.AffinityMode(want) || a.TTLMS != 5000 {
+			t.Errorf("config %q: affinity %+v, want mode %s", cfg, a, want)
 		}
 	}
 }

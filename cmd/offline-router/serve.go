@@ -170,11 +170,12 @@ func (o *serveOptions) configSource(flags *pflag.FlagSet) (wire.ConfigSource, er
 		}
 		src.Overrides = append(src.Overrides, wire.Override{Key: cf.key, Value: v, Flag: "--" + fl.Name})
 	}
-	aliases, err := dynamoOverrides(flags)
+	aliases, defaults, err := dynamoOverrides(flags)
 	if err != nil {
 		return src, err
 	}
 	src.Overrides = append(src.Overrides, aliases...)
+	src.Defaults = append(src.Defaults, defaults...)
 	// A key set by two flags (one of them Dynamo's name for it) must be
 	// set once.
 	by := map[string]string{}

@@ -16,7 +16,7 @@ type ClusterConfig struct {
 	MaxNumSeqs          int     `json:"worker_max_num_seqs"`           // requests running at once per worker
 	MaxNumBatchedTokens uint64  `json:"worker_max_num_batched_tokens"` // prefill backlog a worker takes on; also reported to the router
 	PrefillTokensPerMS  float64 `json:"worker_prefill_tokens_per_ms"`  // prefill speed of uncached tokens
-	DecodeMSPerToken    float64 `json:"worker_decode_ms_per_token"`    // decode time per output token
+	DecodeMSPerToken    float64 `json:"worker_decode_ms_per_token"`    // decode time per output token after the first, which prefill makes
 }
 
 // Check says what is wrong with the cluster, naming the flag.

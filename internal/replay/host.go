@@ -2,6 +2,7 @@ package replay
 
 import (
 	"container/heap"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -137,16 +138,17 @@ func Run(trace []Request, opt Options) (*Result, error) {
 			}
 		}
 	}
-	if err := h.loop(len(trace)); err != nil {
-		return nil, err
-	}
-	if err := h.router.flush(); err != nil {
+	// The streams are flushed even after a failure: they show how it came.
+	if err := errors.Join(h.loop(len(trace)), h.router.flush()); err != nil {
 		return nil, err
 	}
 	return h.result(trace, time.Since(start)), nil
 }
 
 func (h *host) schedule(at float64, kind eventKind, r *simRequest) {
+	if at > protocol.MaxNumber && h.err == nil {
+		h.err = fmt.Errorf("request %s would reach the cluster at %.0f ms, past the router's clock (2^53 ms): the trace's timestamps and delays, or --arrival-speedup-ratio, or a slow --worker-prefill-tokens-per-ms, take simulated time too far", r.ID, at)
+	}
 	h.nextSeq++
 	heap.Push(&h.events, event{at: at, seq: h.nextSeq, kind: kind, req: r})
 }
@@ -162,12 +164,12 @@ func (h *host) loop(total int) error {
 		if len(h.events) > 0 {
 			next = h.events[0].at
 		}
+		if h.err != nil {
+			return h.err
+		}
 		if h.wakeup != nil && *h.wakeup <= next {
 			h.send(&protocol.Command{Op: protocol.OpAdvanceClock, NowMS: ptr(*h.wakeup)})
 			continue
-		}
-		if h.err != nil {
-			return h.err
 		}
 		if len(h.events) == 0 {
 			break
@@ -305,9 +307,10 @@ func (h *host) prefillDone(t float64, r *simRequest) {
 	defer h.admitWaiting(t, r.worker)
 	h.observe(t, r.worker.store(r))
 	h.send(&protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
-	// The product is rounded alone (no fused multiply-add), so that every
-	// platform replays to the same numbers.
-	h.schedule(t+float64(float64(r.OutputTokens)*h.opt.Cluster.DecodeMSPerToken), evDecodeDone, r)
+	// Prefill made the first output token, as in vLLM; each later one takes
+	// a decode step. The product is rounded alone (no fused multiply-add),
+	// so that every platform replays to the same numbers.
+	h.schedule(t+float64(float64(max(r.OutputTokens, 1)-1)*h.opt.Cluster.DecodeMSPerToken), evDecodeDone, r)
 }
 
 func (h *host) decodeDone(t float64, r *simRequest) {

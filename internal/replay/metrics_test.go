@@ -41,27 +41,30 @@ func near(a, b stats) bool {
 }
 
 // TestOneRequestClosedForm: alone on the cluster, a request of 1000 input
-// and 5 output tokens prefills at 20 tokens/ms (TTFT 50 ms) and decodes at
-// 15 ms a token (E2EL 125 ms), so its TPOT and each of its 4 gaps are
-// 75/4 ms; over 0.125 s that is 8 requests/s and 40 output tokens/s.
+// and 5 output tokens prefills at 20 tokens/ms, which makes its first token
+// (TTFT 50 ms), then decodes 4 more at 15 ms each (E2EL 110 ms), so its
+// TPOT and each of its 4 gaps are 15 ms; over 0.11 s that is 1/0.11
+// requests/s and 5/0.11 output tokens/s.
 func TestOneRequestClosedForm(t *testing.T) {
-	trace := []Request{{ID: "a", InputTokens: 1000, OutputTokens: 5, HashIDs: []protocol.LocalBlockHash{1, 2}}}
-	res, err := Run(trace, Options{Cluster: DefaultCluster(2), Router: routerConfig(protocol.PolicyKV),
-		Goodput: SLO{TTFTMS: 50, TPOTMS: 18}})
-	if err != nil {
-		t.Fatal(err)
+	one := func(slo SLO) Metrics {
+		trace := []Request{{ID: "a", InputTokens: 1000, OutputTokens: 5, HashIDs: []protocol.LocalBlockHash{1, 2}}}
+		res, err := Run(trace, Options{Cluster: DefaultCluster(2), Router: routerConfig(protocol.PolicyKV), Goodput: slo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Metrics
 	}
-	m := res.Metrics
+	m := one(SLO{TTFTMS: 50, TPOTMS: 14})
 	for name, got := range map[string][2]float64{
 		"ttft":       {m.MeanTTFTMS, 50},
 		"p99 ttft":   {m.P99TTFTMS, 50},
-		"e2el":       {m.MedianE2ELMS, 125},
-		"tpot":       {m.MeanTPOTMS, 18.75},
-		"itl":        {m.P90ITLMS, 18.75},
-		"duration":   {m.Duration, 0.125},
-		"req/s":      {m.RequestThroughput, 8},
-		"out tok/s":  {m.OutputThroughput, 40},
-		"all tok/s":  {m.TotalTokenThroughput, 8040},
+		"e2el":       {m.MedianE2ELMS, 110},
+		"tpot":       {m.MeanTPOTMS, 15},
+		"itl":        {m.P90ITLMS, 15},
+		"duration":   {m.Duration, 0.11},
+		"req/s":      {m.RequestThroughput, 1 / 0.11},
+		"out tok/s":  {m.OutputThroughput, 5 / 0.11},
+		"all tok/s":  {m.TotalTokenThroughput, 1005 / 0.11},
 		"std ttft":   {m.StdTTFTMS, 0},
 		"queue wait": {m.MeanQueueWaitMS, 0},
 	} {
@@ -69,17 +72,14 @@ func TestOneRequestClosedForm(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", name, got[0], got[1])
 		}
 	}
-	// TPOT 18.75 misses the 18 ms level: no goodput.
+	// TPOT 15 misses the 14 ms level: no goodput.
 	if m.RequestGoodput == nil || *m.RequestGoodput != 0 {
 		t.Fatalf("goodput %v, want 0", m.RequestGoodput)
 	}
-	res, _ = Run([]Request{{ID: "a", InputTokens: 1000, OutputTokens: 5, HashIDs: []protocol.LocalBlockHash{1, 2}}},
-		Options{Cluster: DefaultCluster(2), Router: routerConfig(protocol.PolicyKV), Goodput: SLO{TTFTMS: 50, TPOTMS: 18.75}})
-	if g := res.Metrics.RequestGoodput; g == nil || *g != 8 {
-		t.Fatalf("goodput %v, want 8 (levels met at equality)", g)
+	if g := one(SLO{TTFTMS: 50, TPOTMS: 15}).RequestGoodput; g == nil || math.Abs(*g-1/0.11) > 1e-9 {
+		t.Fatalf("goodput %v, want 1/0.11 (levels met at equality)", g)
 	}
-	res, _ = Run([]Request{{ID: "a", InputTokens: 1000, OutputTokens: 5}}, Options{Cluster: DefaultCluster(2), Router: routerConfig(protocol.PolicyKV)})
-	if res.Metrics.RequestGoodput != nil {
+	if one(SLO{}).RequestGoodput != nil {
 		t.Fatal("no --goodput: request_goodput is null")
 	}
 }

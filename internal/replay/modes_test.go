@@ -98,6 +98,13 @@ func TestSpeedUp(t *testing.T) {
 	if trace[0].Arrival != 0 || trace[1].Arrival != 300 || *trace[2].DelayMS != 150 || think != 300 {
 		t.Fatalf("%+v %+v %v (the caller's delay: %v)", trace[0], trace[1], *trace[2].DelayMS, think)
 	}
+	// At ratio 1 too, a trace in epoch ms starts at 0 (times and figures
+	// count from the first arrival).
+	epoch := []Request{{ID: "a", Arrival: 1.7e12}, {ID: "b", Arrival: 1.7e12 + 5}}
+	SpeedUp(epoch, 1)
+	if epoch[0].Arrival != 0 || epoch[1].Arrival != 5 {
+		t.Fatalf("%+v", epoch)
+	}
 }
 
 // TestSyntheticPrefixGroups: with 2 groups and a half-shared prompt of 4

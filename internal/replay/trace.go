@@ -277,8 +277,13 @@ func (m *mooncakeLine) check(blockSize uint64) error {
 	}
 	// As place counts blocks: a partial last block counts, and no sum
 	// overflows whatever blockSize is.
-	if blocks := r.InputTokens/blockSize + min(r.InputTokens%blockSize, 1); uint64(len(r.HashIDs)) > blocks {
-		return fmt.Errorf("%d hash_ids for input_length %d: more than %d blocks of %d tokens (is --block-size right?)",
+	// Each hash_id is one block of the prompt, so their count says the
+	// block size the trace was made with: fewer than the prompt's blocks
+	// means a smaller --block-size than the trace's (Mooncake's is 512),
+	// which would read each hash as a fraction of what it stands for. An
+	// empty list is a prompt whose content is not known.
+	if blocks := r.InputTokens/blockSize + min(r.InputTokens%blockSize, 1); len(r.HashIDs) > 0 && uint64(len(r.HashIDs)) != blocks {
+		return fmt.Errorf("%d hash_ids for input_length %d: it takes %d blocks of %d tokens (is --block-size the trace's? Mooncake traces use 512)",
 			len(r.HashIDs), r.InputTokens, blocks, blockSize)
 	}
 	if r.DelayMS != nil && r.Session == "" {

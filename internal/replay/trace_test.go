@@ -91,6 +91,8 @@ func TestMooncakeSessionIDs(t *testing.T) {
 			t.Errorf("%s: %v", key, err)
 		}
 	}
+	// Fewer hashes than blocks: a trace made with a larger block size.
+	wantErr(t, `{"timestamp": 0, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2]}`, "line 1", "2 hash_ids for input_length 1536: it takes 3 blocks")
 	// A first turn with a delay would never arrive: refused.
 	wantErr(t, `{"input_length": 1, "output_length": 1, "session_id": 3, "delay_ms": 5}`, "line 1", "first turn of session \"3\"")
 }
@@ -130,7 +132,7 @@ func TestMooncakeRefusesBadLines(t *testing.T) {
 		line(`, "strict_priority": 1e3`):                                      {`field "strict_priority"`},
 		`{"timestamp": 0, "input_length": 1099511627777, "output_length": 1}`: {`field "input_length": expected at most 1099511627776 tokens, got 1099511627777`},
 		`{"timestamp": 0, "input_length": 1, "output_length": 1099511627777}`: {`field "output_length": expected at most 1099511627776 tokens`},
-		`{"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2, 3]}`: {`trace line 1: 3 hash_ids for input_length 1024: more than 2 blocks`},
+		`{"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2, 3]}`: {`trace line 1: 3 hash_ids for input_length 1024: it takes 2 blocks`},
 		// Ids and times.
 		line(`, "session_id": 1.5`):                                                             {`field "session_id": expected a string or an integer, got 1.5`},
 		line(`, "session_id": true`):                                                            {`field "session_id": expected a string or an integer, got a boolean`},

@@ -58,9 +58,17 @@ func (s *Synthetic) Check() error {
 		return fmt.Errorf("--shared-prefix-ratio %v: expected 0 to 1", s.SharedPrefixRatio)
 	case s.NumPrefixGroups < 0:
 		return fmt.Errorf("--num-prefix-groups %d: expected 0 or more", s.NumPrefixGroups)
+	case float64(s.RequestCount)*float64(s.InputTokens) > MaxWorkloadTokens:
+		return fmt.Errorf("--request-count %d × --input-tokens %d: at most %.0f input tokens in all (each block's hashes are held in memory)",
+			s.RequestCount, s.InputTokens, float64(MaxWorkloadTokens))
 	}
 	return nil
 }
+
+// MaxWorkloadTokens bounds a synthetic workload's input tokens, so that
+// its block hashes (16 bytes a block) stay within a GB at the smallest
+// block size people use (16 tokens).
+const MaxWorkloadTokens = 1 << 30
 
 // Requests generates the workload; seed draws each request's prefix group.
 func (s *Synthetic) Requests(seed, blockSize uint64) []Request {
@@ -138,12 +146,10 @@ func Builtin(seed uint64, sessions int, blockSize uint64) []Request {
 }
 
 // SpeedUp makes arrivals ratio times faster, in place: first turns'
-// timestamps count from the earliest and are divided by ratio, and so is
-// every later turn's delay, as Dynamo's replay does.
+// timestamps count from the earliest (whatever the ratio: a trace stamped
+// in epoch ms starts at 0) and are divided by ratio, and so is every later
+// turn's delay, as Dynamo's replay does.
 func SpeedUp(trace []Request, ratio float64) {
-	if ratio == 1 {
-		return
-	}
 	first := math.Inf(1)
 	for i := range trace {
 		if trace[i].DelayMS == nil {
@@ -151,7 +157,7 @@ func SpeedUp(trace []Request, ratio float64) {
 		}
 	}
 	for i := range trace {
-		if r := &trace[i]; r.DelayMS != nil {
+		if r := &trace[i]; r.DelayMS != nil && ratio != 1 {
 			r.DelayMS = ptr(*r.DelayMS / ratio)
 		} else {
 			r.Arrival = (r.Arrival - first) / ratio

@@ -120,12 +120,16 @@ func loadConfig(defaults []Override, file []byte, overrides []Override) (protoco
 
 // applyOverride sets one key, read by the same strict decoder as a file.
 func applyOverride(c *protocol.Config, o Override) error {
+	name := "config " + o.Key
+	if o.Flag != "" { // name what the user typed, with the key it sets
+		name = o.Flag + " (config " + o.Key + ")"
+	}
 	if f, ok := o.Value.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
-		return fmt.Errorf("config %s: expected a finite number, got %v", o.Key, f)
+		return fmt.Errorf("%s: expected a finite number, got %v", name, f)
 	}
 	v, err := json.Marshal(o.Value)
 	if err != nil {
-		return fmt.Errorf("config %s: %w", o.Key, err)
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	doc := string(v)
 	parts := strings.Split(o.Key, ".")
@@ -134,7 +138,7 @@ func applyOverride(c *protocol.Config, o Override) error {
 	}
 	s := scanner{b: []byte(doc)}
 	if _, err := decodeConfigKeys(&s, c, nil); err != nil {
-		return fmt.Errorf("config %s: %s", o.Key, err.wire().Message)
+		return fmt.Errorf("%s: %s", name, err.wire().Message)
 	}
 	return nil
 }

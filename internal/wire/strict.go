@@ -64,11 +64,6 @@ type ObjectReader struct {
 	v Value
 }
 
-// ReadObject reads one line with a fresh ObjectReader.
-func ReadObject(line []byte, field func(key string, v *Value) error) error {
-	return new(ObjectReader).Read(line, field)
-}
-
 // errStop ends the scanner's walk of an object when the callback failed.
 var errStop = &fieldError{}
 
@@ -183,9 +178,6 @@ func (v *Value) Kind() Kind {
 	return KindInvalid
 }
 
-// IsString reports whether the value is a string, without reading it.
-func (v *Value) IsString() bool { return v.Kind() == KindString }
-
 // Null reads the value if it is null and reports whether it was.
 func (v *Value) Null() bool {
 	if v.done || !v.s.null() {
@@ -264,9 +256,6 @@ func (v *Value) Number() (string, error) {
 	tok, _, err := v.s.number("a number")
 	return tok, v.fail(err)
 }
-
-// U64s reads an array of unsigned 64-bit integers.
-func (v *Value) U64s() ([]uint64, error) { return AppendU64s[uint64](v, nil) }
 
 // AppendU64s reads an array of unsigned 64-bit integers (U64's rules for
 // each) and appends them to dst, of any type of uint64: a long array costs

@@ -16,7 +16,7 @@ import (
 // key is skipped. It returns what it read, as text, by key.
 func readAll(line string) (map[string]any, error) {
 	got := map[string]any{}
-	err := ReadObject([]byte(line), func(key string, v *Value) error {
+	err := new(ObjectReader).Read([]byte(line), func(key string, v *Value) error {
 		if v.Null() {
 			got[key] = nil
 			return nil
@@ -35,7 +35,7 @@ func readAll(line string) (map[string]any, error) {
 		case "n":
 			x, err = v.Number()
 		case "us":
-			x, err = v.U64s()
+			x, err = AppendU64s[uint64](v, nil)
 		default:
 			var raw []byte
 			raw, err = v.Raw()
@@ -135,7 +135,7 @@ func TestReadObjectRefusesBadLines(t *testing.T) {
 // "U" is not "u"; two keys that differ in case are two keys.
 func TestReadObjectKeysAreExact(t *testing.T) {
 	var keys []string
-	err := ReadObject([]byte(`{"u": 1, "U": 2, "\u0055\u005f": 3, "Ü": 4}`), func(key string, v *Value) error {
+	err := new(ObjectReader).Read([]byte(`{"u": 1, "U": 2, "\u0055\u005f": 3, "Ü": 4}`), func(key string, v *Value) error {
 		keys = append(keys, key)
 		return v.Skip()
 	})
@@ -170,7 +170,7 @@ func TestReadObjectSkipsNestedValues(t *testing.T) {
 func TestReadObjectNamesTheFieldOfCallbackErrors(t *testing.T) {
 	nope := errors.New("is not wanted here")
 	line := `{"a": 1, "b": true}`
-	err := ReadObject([]byte(line), func(key string, v *Value) error {
+	err := new(ObjectReader).Read([]byte(line), func(key string, v *Value) error {
 		if key == "b" {
 			return nope
 		}
@@ -180,7 +180,7 @@ func TestReadObjectNamesTheFieldOfCallbackErrors(t *testing.T) {
 	if !errors.Is(err, nope) {
 		t.Errorf("%v does not wrap the callback's error", err)
 	}
-	err = ReadObject([]byte(line), func(key string, v *Value) error {
+	err = new(ObjectReader).Read([]byte(line), func(key string, v *Value) error {
 		if key == "b" && v.Kind() != KindNumber {
 			return v.Expected("a string or an integer")
 		}
@@ -202,7 +202,7 @@ func TestReadObjectCatchesReaderBugs(t *testing.T) {
 		{"twice", `field "a": the value was read twice`, func(key string, v *Value) error { v.Skip(); return v.Skip() }},
 		{"ignored", `field "a": expected a finite number, got 1e999`, func(key string, v *Value) error { v.Float(); return nil }},
 	} {
-		if err := ReadObject([]byte(line), c.field); err == nil || !strings.Contains(err.Error(), c.want) {
+		if err := new(ObjectReader).Read([]byte(line), c.field); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want %q", c.name, err, c.want)
 		}
 	}
@@ -210,7 +210,7 @@ func TestReadObjectCatchesReaderBugs(t *testing.T) {
 
 func TestValueKind(t *testing.T) {
 	var kinds []Kind
-	err := ReadObject([]byte(`{"a": null, "b": true, "c": -1, "d": "s", "e": [], "f": {}}`), func(key string, v *Value) error {
+	err := new(ObjectReader).Read([]byte(`{"a": null, "b": true, "c": -1, "d": "s", "e": [], "f": {}}`), func(key string, v *Value) error {
 		kinds = append(kinds, v.Kind())
 		return v.Skip()
 	})
