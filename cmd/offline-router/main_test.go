@@ -129,10 +129,13 @@ func TestConfigFileAndFlagOverride(t *testing.T) {
 }
 
 func TestVersionAndExample(t *testing.T) {
-	stdout, _, code := run(t, "", "version")
-	if code != 0 || !strings.HasPrefix(stdout, "offline-router ") {
-		t.Fatalf("version: %d %q", code, stdout)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		stdout, _, code := run(t, "", args...)
+		if code != 0 || !strings.HasPrefix(stdout, "offline-router ") || !strings.Contains(stdout, "(wire protocol v1, report schema v1)") {
+			t.Fatalf("%v: %d %q", args, code, stdout)
+		}
 	}
+	stdout, _, code := run(t, "", "version")
 	stdout, _, code = run(t, "", "example")
 	if code != 0 || !strings.Contains(stdout, `"worker_id":2,"dp_rank":0,"role":"aggregated","overlap_blocks":2`) {
 		t.Fatalf("the example must show the cache-aware placement: %d\n%s", code, stdout)

@@ -417,3 +417,34 @@ func TestAffinityTTLAliasKeepsTheFilesMode(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayWorkloadFlags: a synthetic workload with shared prefixes runs
+// and says so in the report; the closed loop and the speed-up reach the
+// run (they change its simulated time) and are recorded.
+func TestReplayWorkloadFlags(t *testing.T) {
+	dir := t.TempDir()
+	report := filepath.Join(dir, "r.json")
+	replayReport := func(args ...string) *replay.Report {
+		t.Helper()
+		if _, stderr, code := run(t, "", append([]string{"replay", "-q", "--report", report}, args...)...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		return readReport(t, report)
+	}
+	syn := []string{"--input-tokens", "2048", "--output-tokens", "4", "--request-count", "40", "--shared-prefix-ratio", "0.5", "--num-prefix-groups", "2"}
+	d := replayReport(append(syn, "--arrival-interval-ms", "10")...).Deterministic
+	m := d.Policies[0]
+	if d.Trace.Source != "synthetic" || d.Trace.Requests != 40 || d.Workload.Synthetic == nil || d.Workload.BuiltinSessions != 0 ||
+		m.PrefixHitRate < 0.25 || m.Completed != 40 {
+		t.Fatalf("synthetic: %+v %+v, hit rate %v", d.Trace, d.Workload, m.PrefixHitRate)
+	}
+	open := replayReport("--sessions", "20").Deterministic
+	closed := replayReport("--sessions", "20", "--replay-concurrency", "1").Deterministic
+	fast := replayReport("--sessions", "20", "--arrival-speedup-ratio", "4").Deterministic
+	if closed.Workload.ReplayConcurrency != 1 || closed.Policies[0].Duration <= open.Policies[0].Duration {
+		t.Fatalf("one session at a time takes %v s, open loop %v s", closed.Policies[0].Duration, open.Policies[0].Duration)
+	}
+	if fast.Workload.ArrivalSpeedupRatio != 4 || fast.Policies[0].Duration >= open.Policies[0].Duration {
+		t.Fatalf("four times the arrival rate takes %v s, against %v s", fast.Policies[0].Duration, open.Policies[0].Duration)
+	}
+}
