@@ -87,6 +87,9 @@ func checkPlot(t *testing.T, dir, name string, results []*replay.Result) {
 }
 
 func TestSavePlot(t *testing.T) {
+	if raceBuild {
+		t.Skip("draws in one goroutine: nothing for -race to check")
+	}
 	dir := t.TempDir()
 	results := plotResults(t, 60, 8, 1, allPolicies...)
 	checkPlot(t, dir, "figure.png", results)
@@ -111,6 +114,9 @@ func TestSavePlotLongTrace(t *testing.T) {
 // One policy on one worker, and eight on 64: the layout must hold at both
 // ends of what replay runs.
 func TestSavePlotExtremes(t *testing.T) {
+	if raceBuild {
+		t.Skip("draws in one goroutine: nothing for -race to check")
+	}
 	dir := t.TempDir()
 	checkPlot(t, dir, "one.png", plotResults(t, 5, 1, 1, protocol.PolicyKV))
 	many := append(plotResults(t, 40, 64, 1, allPolicies...), plotResults(t, 40, 64, 1, allPolicies...)...)

@@ -231,6 +231,9 @@ func TestReplayBadTrace(t *testing.T) {
 // that changes behaviour; busy thresholds without a queue reject, with
 // reasons. A flag added without a case here fails the test.
 func TestReplayUnderEveryRouterFlag(t *testing.T) {
+	if raceBuild {
+		t.Skip("replays in one goroutine: nothing for -race to check, at ten times the cost")
+	}
 	values := map[string][]string{
 		"policy":                               {"round_robin", "random", "least_loaded"},
 		"block_size":                           {"256"},
