@@ -33,7 +33,15 @@ type ConfigSource struct {
 
 // Load builds the config of the source alone.
 func (cs ConfigSource) Load() (protocol.Config, error) {
-	return loadConfig(cs.Defaults, cs.File, cs.Overrides)
+	return loadConfig(cs.Defaults, cs.fileLabel(), cs.File, cs.Overrides)
+}
+
+// fileLabel names the config file in messages.
+func (cs ConfigSource) fileLabel() string {
+	if cs.FileName == "" {
+		return "config file"
+	}
+	return "--config " + cs.FileName
 }
 
 // Merge is the config a config command makes of the source: the command's
@@ -54,7 +62,7 @@ func (cs ConfigSource) Merge(u *protocol.ConfigUpdate) (protocol.Config, *protoc
 		}
 		overrides = append(overrides, Override{Key: k, Value: json.RawMessage(given)})
 	}
-	cfg, err := loadConfig(cs.Defaults, cs.File, overrides)
+	cfg, err := loadConfig(cs.Defaults, cs.fileLabel(), cs.File, overrides)
 	if err != nil {
 		return base, protocol.Errorf(protocol.CodeInvalidField, "%v", err)
 	}
@@ -82,7 +90,7 @@ func (cs ConfigSource) explicitKeys() map[string]string {
 	out := map[string]string{}
 	var keys []string
 	scratch := protocol.DefaultConfig()
-	if decodeConfigFile(cs.File, &scratch, &keys) == nil {
+	if decodeConfigFile("", cs.File, &scratch, &keys) == nil {
 		for _, k := range keys {
 			out[k] = "--config " + cs.FileName
 		}
@@ -96,18 +104,19 @@ func (cs ConfigSource) explicitKeys() map[string]string {
 // LoadConfig builds a Config from the defaults, then the JSON file contents
 // (may be empty), then the overrides, and validates the result.
 func LoadConfig(file []byte, overrides []Override) (protocol.Config, error) {
-	return loadConfig(nil, file, overrides)
+	return loadConfig(nil, "config file", file, overrides)
 }
 
-// loadConfig is LoadConfig with some defaults replaced first.
-func loadConfig(defaults []Override, file []byte, overrides []Override) (protocol.Config, error) {
+// loadConfig is LoadConfig with some defaults replaced first, and the file
+// named as label in messages.
+func loadConfig(defaults []Override, label string, file []byte, overrides []Override) (protocol.Config, error) {
 	c := protocol.DefaultConfig()
 	for _, o := range defaults {
 		if err := applyOverride(&c, o); err != nil {
 			return c, err
 		}
 	}
-	if err := decodeConfigFile(file, &c, nil); err != nil {
+	if err := decodeConfigFile(label, file, &c, nil); err != nil {
 		return c, err
 	}
 	for _, o := range overrides {
@@ -144,8 +153,9 @@ func applyOverride(c *protocol.Config, o Override) error {
 }
 
 // decodeConfigFile reads a config file's keys into c (an empty file has
-// none), and into keys if it is set.
-func decodeConfigFile(file []byte, c *protocol.Config, keys *[]string) error {
+// none), and into keys if it is set. An error names the file as label, and
+// the line the scanner stopped on.
+func decodeConfigFile(label string, file []byte, c *protocol.Config, keys *[]string) error {
 	if len(bytes.TrimSpace(file)) == 0 {
 		return nil
 	}
@@ -155,7 +165,8 @@ func decodeConfigFile(file []byte, c *protocol.Config, keys *[]string) error {
 		err = s.syntax("unexpected data after the config object")
 	}
 	if err != nil {
-		return fmt.Errorf("config file: %s", err.wire().Message)
+		line := 1 + bytes.Count(file[:min(s.i, len(file))], []byte("\n"))
+		return fmt.Errorf("%s line %d: %s", label, line, err.wire().Message)
 	}
 	if keys != nil {
 		*keys = got

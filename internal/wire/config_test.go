@@ -192,7 +192,7 @@ func TestConfigEchoReadsBack(t *testing.T) {
 		echo := appendConfig(nil, &c)
 		got := protocol.DefaultConfig()
 		got.Affinity.Mode = "unset"
-		if err := decodeConfigFile(echo, &got, nil); err != nil {
+		if err := decodeConfigFile("echo", echo, &got, nil); err != nil {
 			t.Fatalf("%s: %v", echo, err)
 		}
 		if diff := cmp.Diff(c, got, cmp.Comparer(func(a, b float64) bool { return a == b })); diff != "" {
@@ -243,11 +243,12 @@ func TestConfigNull(t *testing.T) {
 // decoder: a repeated key or an integer past its range is refused, naming it.
 func TestConfigFileIsAsStrictAsACommand(t *testing.T) {
 	for file, want := range map[string]string{
-		`{"queue_threshold":1,"queue_threshold":2}`:            `config file: field "queue_threshold": appears more than once`,
-		`{"affinity":{"mode":"hard"},"affinity":{"ttl_ms":5}}`: `config file: field "affinity": appears more than once`,
-		`{"block_size":18446744073709551617}`:                  `(above 18446744073709551615)`,
-		`{"block_size":16} {}`:                                 `unexpected data after the config object`,
-		`{"affinity":{"mode":"hard"},"affinity.mode":"soft"}`:  `config file: field "affinity.mode": is not a config key`,
+		`{"queue_threshold":1,"queue_threshold":2}`:                    `config file line 1: field "queue_threshold": appears more than once`,
+		"{\n  \"seed\": 1,\n  \"block_size\": 18446744073709551617\n}": `config file line 3: field "block_size": expected an unsigned 64-bit integer`,
+		`{"affinity":{"mode":"hard"},"affinity":{"ttl_ms":5}}`:         `config file line 1: field "affinity": appears more than once`,
+		`{"block_size":18446744073709551617}`:                          `(above 18446744073709551615)`,
+		`{"block_size":16} {}`:                                         `unexpected data after the config object`,
+		`{"affinity":{"mode":"hard"},"affinity.mode":"soft"}`:          `config file line 1: field "affinity.mode": is not a config key`,
 	} {
 		if _, err := LoadConfig([]byte(file), nil); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want %q", file, err, want)
