@@ -65,7 +65,8 @@ func ReadMooncake(r io.Reader, blockSize uint64) ([]Request, error) {
 	var rd wire.ObjectReader
 	var m mooncakeLine
 	sessions := map[string]bool{}
-	for n := 1; sc.Scan(); n++ {
+	n := 1
+	for ; sc.Scan(); n++ {
 		line := bytes.TrimSpace(sc.Bytes())
 		if len(line) == 0 || line[0] == '#' {
 			continue
@@ -88,7 +89,7 @@ func ReadMooncake(r io.Reader, blockSize uint64) ([]Request, error) {
 		out = append(out, m.req)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("trace line %d: %w (a line holds at most 256 MB)", n, err)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("the trace has no requests")
