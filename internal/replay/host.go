@@ -138,7 +138,7 @@ func Run(trace []Request, opt Options) (*Result, error) {
 			}
 		}
 	}
-	// The streams are flushed even after a failure: they show how it came.
+	// The streams are flushed even after a failure: they show what led to it.
 	if err := errors.Join(h.loop(len(trace)), h.router.flush()); err != nil {
 		return nil, err
 	}
@@ -147,7 +147,7 @@ func Run(trace []Request, opt Options) (*Result, error) {
 
 func (h *host) schedule(at float64, kind eventKind, r *simRequest) {
 	if at > protocol.MaxNumber && h.err == nil {
-		h.err = fmt.Errorf("request %s would reach the cluster at %.0f ms, past the router's clock (2^53 ms): the trace's timestamps and delays, or --arrival-speedup-ratio, or a slow --worker-prefill-tokens-per-ms, take simulated time too far", r.ID, at)
+		h.err = fmt.Errorf("request %s: simulated time would reach %.0f ms, past the router's clock (2^53 ms): the trace's timestamps and delays, --arrival-speedup-ratio, or a slow --worker-prefill-tokens-per-ms take it too far", r.ID, at)
 	}
 	h.nextSeq++
 	heap.Push(&h.events, event{at: at, seq: h.nextSeq, kind: kind, req: r})
