@@ -83,7 +83,11 @@ threshold: Dynamo's HTTP 529; a queue timeout) is counted as rejected, by
 reason.
 
 --report FILE.json (or - for stdout, the table then going to stderr) writes
-the report: docs/report.schema.json describes it.`,
+the report: docs/report.schema.json describes it.
+
+Exit status: 0 when every policy ran; 2 for bad flags, config or trace,
+found before anything runs; 1 when a run failed on its way (the message
+says why; --emit-commands and --emit-responses keep what was sent).`,
 		Args: replayArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runReplay(cmd, o, args)
@@ -195,8 +199,8 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 		c := cfg
 		c.Policy = p
 		res, err := o.run(trace, c, slo)
-		if err != nil {
-			return err
+		if err != nil { // the flags were good: the run itself failed
+			return &exitError{1, fmt.Errorf("replay of policy %s: %w", p, err)}
 		}
 		results = append(results, res)
 		rep.Deterministic.Policies = append(rep.Deterministic.Policies, res.Metrics)

@@ -392,7 +392,7 @@ func TestReplayTimeOverflow(t *testing.T) {
 		line+`"delay_ms":4000000000000000}`+"\n"+line+`"delay_ms":4000000000000000}`+"\n"), 0o644)
 	cmds := filepath.Join(dir, "c.jsonl")
 	_, stderr, code := run(t, "", "replay", trace, "-q", "--emit-commands", cmds)
-	if code == 0 || !strings.Contains(stderr, "past the router's clock") {
+	if code != 1 || !strings.Contains(stderr, "past the router's clock") {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	if data, _ := os.ReadFile(cmds); !strings.Contains(string(data), `"op":"place"`) {
