@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -41,6 +42,10 @@ type simRequest struct {
 	placedAt, prefillStart, firstToken, doneAt float64
 	overlap, best, islBlocks                   uint64
 	rejected                                   protocol.Code // why the router turned it away; "" if it did not
+	sentSeq                                    int           // its place was the sentSeq-th sent, from 1
+	// next is the session's turn that follows this one's end, after its
+	// delay_ms (nil when none does).
+	next *simRequest
 }
 
 type eventKind uint8
@@ -85,8 +90,10 @@ type host struct {
 	events   eventQueue
 	nextSeq  uint64
 	byID     map[string]*simRequest
-	later    map[string][]*simRequest // a session's turns still to arrive, in order
-	starts   []*simRequest            // closed loop: first turns of the sessions not started yet, in order
+	starts   []*simRequest // closed loop: first turns of the sessions not started yet, in order
+	waiting  map[string]*simRequest // sent to the router, neither placed nor rejected yet
+	sent     int
+	now      float64 // the router's clock, as its last answer gave it
 	wakeup   *float64
 	pending  int
 	finished int
@@ -105,7 +112,7 @@ func Run(trace []Request, opt Options) (*Result, error) {
 	}
 	h := &host{
 		opt: opt, router: newRouter(eng, opt.Commands, opt.Responses),
-		workers: map[uint64]*simWorker{}, byID: map[string]*simRequest{}, later: map[string][]*simRequest{},
+		workers: map[uint64]*simWorker{}, byID: map[string]*simRequest{}, waiting: map[string]*simRequest{},
 	}
 	// The stream opens with its config, so that it replays alone.
 	h.send(&protocol.Command{Op: protocol.OpConfig, Config: wire.ConfigCommand(opt.Router)})
@@ -129,12 +136,21 @@ func Run(trace []Request, opt Options) (*Result, error) {
 	if opt.Concurrency > 0 {
 		h.closeLoop(trace)
 	} else {
+		// A later turn follows the turn before it in its session.
+		last := map[string]*simRequest{}
 		for i := range trace {
 			r := h.byID[trace[i].ID]
 			if r.DelayMS != nil {
-				h.later[r.Session] = append(h.later[r.Session], r)
+				prev := last[r.Session]
+				if prev == nil {
+					return nil, fmt.Errorf("request %s has a delay but no earlier turn of its session %q to follow", r.ID, r.Session)
+				}
+				prev.next = r
 			} else {
 				h.schedule(r.Arrival, evArrival, r)
+			}
+			if r.Session != "" {
+				last[r.Session] = r
 			}
 		}
 	}
@@ -172,6 +188,9 @@ func (h *host) loop(total int) error {
 			continue
 		}
 		if len(h.events) == 0 {
+			if h.pending > 0 && h.giveUp() {
+				continue
+			}
 			break
 		}
 		ev := heap.Pop(&h.events).(event)
@@ -188,13 +207,38 @@ func (h *host) loop(total int) error {
 		h.opt.Progress(h.finished, total)
 	}
 	if h.pending > 0 {
-		return fmt.Errorf("%d requests still wait in the router with nothing left to release them", h.pending)
+		return fmt.Errorf("%d requests still wait in the router, and cancelling them failed", h.pending)
 	}
 	return nil
 }
 
+// waitingAtEnd is the rejection reason of a request the router still held
+// when nothing left in the run could release it (a role no worker has,
+// with a queue and no timeout): a client would give up, and the host
+// cancels it.
+const waitingAtEnd protocol.Code = "waiting_at_end"
+
+// giveUp cancels, in the order they were sent, the requests the router
+// holds when nothing else will happen, and reports whether it did.
+func (h *host) giveUp() bool {
+	stuck := slices.SortedFunc(maps.Values(h.waiting), func(a, b *simRequest) int { return a.sentSeq - b.sentSeq })
+	for _, r := range stuck {
+		h.send(&protocol.Command{Op: protocol.OpCancelPending, RequestID: r.ID})
+		if h.err != nil {
+			return false
+		}
+		delete(h.waiting, r.ID)
+		r.rejected, r.doneAt = waitingAtEnd, h.now
+		h.ended(h.now, r)
+	}
+	return len(stuck) > 0
+}
+
 func (h *host) arrive(t float64, r *simRequest) {
 	r.Arrival = t
+	h.sent++
+	r.sentSeq = h.sent
+	h.waiting[r.ID] = r
 	c := &protocol.Command{Op: protocol.OpPlace, NowMS: ptr(t), RequestID: r.ID, InputTokens: &r.InputTokens,
 		OutputTokens: &r.OutputTokens, BlockHashes: r.local}
 	if len(r.local) == 0 {
@@ -220,8 +264,11 @@ func (h *host) send(c *protocol.Command) {
 	resp, err := h.router.send(c)
 	if err == nil && resp.Error != nil {
 		if c.Op == protocol.OpPlace && turnedAway[resp.Error.Code] {
+			// A refused command leaves the router's clock where it was:
+			// the request ends when it arrived.
 			r := h.byID[c.RequestID]
-			r.rejected, r.doneAt = resp.Error.Code, float64(resp.NowMS)
+			r.rejected, r.doneAt = resp.Error.Code, *c.NowMS
+			delete(h.waiting, r.ID)
 			h.ended(r.doneAt, r)
 		} else {
 			err = fmt.Errorf("the replay host sent a bad command: %s: %s", c.Op, resp.Error.Message)
@@ -235,6 +282,7 @@ func (h *host) send(c *protocol.Command) {
 		h.eventsApplied += *resp.Evidence.EventsApplied
 	}
 	t := float64(resp.NowMS)
+	h.now = t
 	h.wakeup = nil
 	if resp.NextWakeupMS != nil {
 		w := float64(*resp.NextWakeupMS)
@@ -243,12 +291,14 @@ func (h *host) send(c *protocol.Command) {
 	h.pending = resp.PendingCount
 	for _, p := range resp.Placements {
 		r := h.byID[p.RequestID]
+		delete(h.waiting, r.ID)
 		r.worker = h.workers[p.WorkerID]
 		r.placedAt, r.overlap, r.best = t, p.OverlapBlocks, p.BestAvailableOverlapBlocks
 		h.placed = append(h.placed, r)
 	}
 	for _, rj := range resp.Rejected {
 		r := h.byID[rj.RequestID]
+		delete(h.waiting, r.ID)
 		r.rejected, r.doneAt = rj.Code, t
 		h.ended(t, r)
 	}
@@ -325,9 +375,8 @@ func (h *host) decodeDone(t float64, r *simRequest) {
 // in a closed loop, a session that ended makes room for the next one.
 func (h *host) ended(t float64, r *simRequest) {
 	h.finished++
-	if next := h.later[r.Session]; r.Session != "" && len(next) > 0 {
-		h.later[r.Session] = next[1:]
-		h.schedule(t+*next[0].DelayMS, evArrival, next[0])
+	if r.next != nil {
+		h.schedule(t+*r.next.DelayMS, evArrival, r.next)
 		return
 	}
 	if len(h.starts) > 0 {
@@ -343,10 +392,14 @@ func (h *host) ended(t float64, r *simRequest) {
 // their delay_ms, or else after the gap between their timestamps, or else
 // at once. A request without a session is a session of one turn.
 func (h *host) closeLoop(trace []Request) {
-	lastTimestamp := map[string]float64{}
+	last, lastTimestamp := map[string]*simRequest{}, map[string]float64{}
 	for i := range trace {
 		r := h.byID[trace[i].ID]
-		if _, started := lastTimestamp[r.Session]; !started || r.Session == "" {
+		prev := last[r.Session]
+		if r.Session != "" {
+			last[r.Session] = r
+		}
+		if prev == nil {
 			lastTimestamp[r.Session] = r.Arrival
 			r.DelayMS = nil
 			h.starts = append(h.starts, r)
@@ -357,7 +410,7 @@ func (h *host) closeLoop(trace []Request) {
 			lastTimestamp[r.Session] = r.Arrival
 			r.DelayMS = &gap
 		}
-		h.later[r.Session] = append(h.later[r.Session], r)
+		prev.next = r
 	}
 	n := min(h.opt.Concurrency, len(h.starts))
 	for _, r := range h.starts[:n] {

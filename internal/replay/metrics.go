@@ -200,7 +200,7 @@ func summarize(xs []sample) stats {
 		return xs[i].v
 	}
 	pct := func(p float64) float64 {
-		pos := p / 100 * float64(n-1)
+		pos := float64(p / 100 * float64(n-1)) // rounded alone: no fused multiply-add on any platform
 		lo := math.Floor(pos)
 		a := at(uint64(lo))
 		if lo == pos {

@@ -159,3 +159,64 @@ func TestTraceFieldsReachTheRouter(t *testing.T) {
 		}
 	}
 }
+
+// TestRejectedTurnsKeepTheirTime: a turn the router turns away ends when it
+// arrived (a refused command leaves the router's clock behind), so every
+// later turn of the built-in workload still comes at least its 500 ms
+// think time after the one before it.
+func TestRejectedTurnsKeepTheirTime(t *testing.T) {
+	cfg := routerConfig(protocol.PolicyKV)
+	cfg.ActiveDecodeBlocksThreshold = ptr(0.001)
+	trace := Builtin(5, 80, 512)
+	res, err := Run(trace, Options{Cluster: DefaultCluster(2), Router: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Metrics.Rejected == 0 {
+		t.Fatal("nothing was rejected: the test proves nothing")
+	}
+	for i := 1; i < len(trace); i++ {
+		if a, b := &trace[i-1], &trace[i]; a.Session == b.Session && b.Arrival-a.Arrival < 500 {
+			t.Fatalf("%s arrived at %v, %v ms after %s", b.ID, b.Arrival, b.Arrival-a.Arrival, a.ID)
+		}
+	}
+}
+
+// TestLaterTurnFollowsThePreviousTurn: a turn with a delay follows the turn
+// just before it in its session, not whichever of the session's turns ends
+// first.
+func TestLaterTurnFollowsThePreviousTurn(t *testing.T) {
+	delay := 10.0
+	trace := []Request{
+		{ID: "a", Session: "s", Arrival: 0, InputTokens: 100, OutputTokens: 2},
+		{ID: "b", Session: "s", Arrival: 5000, InputTokens: 100, OutputTokens: 2},
+		{ID: "c", Session: "s", DelayMS: &delay, InputTokens: 100, OutputTokens: 2},
+	}
+	if _, err := Run(trace, Options{Cluster: DefaultCluster(1), Router: routerConfig(protocol.PolicyKV)}); err != nil {
+		t.Fatal(err)
+	}
+	if trace[2].Arrival < 5000 {
+		t.Fatalf("the third turn arrived at %v, before the second (5000)", trace[2].Arrival)
+	}
+}
+
+// TestRequestsNothingCanReleaseAreCancelled: with a queue, a request of a
+// role no worker has waits in the router for ever; when nothing else is
+// left to happen the host cancels it, counts it rejected as
+// waiting_at_end, and its session goes on.
+func TestRequestsNothingCanReleaseAreCancelled(t *testing.T) {
+	cfg := routerConfig(protocol.PolicyKV)
+	cfg.QueueThreshold = ptr(1.0)
+	delay := 10.0
+	trace := []Request{
+		{ID: "a", Session: "s", InputTokens: 100, OutputTokens: 2, Role: protocol.RolePrefill},
+		{ID: "b", Session: "s", DelayMS: &delay, InputTokens: 100, OutputTokens: 2},
+	}
+	res, err := Run(trace, Options{Cluster: DefaultCluster(1), Router: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := res.Metrics; m.RejectedByReason["waiting_at_end"] != 1 || m.Completed != 1 {
+		t.Fatalf("rejected %v, completed %d", m.RejectedByReason, m.Completed)
+	}
+}
