@@ -90,7 +90,7 @@ type host struct {
 	events   eventQueue
 	nextSeq  uint64
 	byID     map[string]*simRequest
-	starts   []*simRequest // closed loop: first turns of the sessions not started yet, in order
+	starts   []*simRequest          // closed loop: first turns of the sessions not started yet, in order
 	waiting  map[string]*simRequest // sent to the router, neither placed nor rejected yet
 	sent     int
 	now      float64 // the router's clock, as its last answer gave it
