@@ -20,6 +20,9 @@ type dynamoFlag struct {
 	kind   string // "float", "string", "bool" or "uint": how the value parses (a string by default)
 	to     func(v any) []wire.Override
 	refuse string
+	// refuseValues are values of the flag with no equivalent here, with
+	// what to say.
+	refuseValues map[string]string
 }
 
 // set is a conversion to one key, unchanged.
@@ -36,6 +39,10 @@ var dynamoFlags = []dynamoFlag{
 	{name: "router-mode", kind: "string", to: func(v any) []wire.Override {
 		// Dynamo spells round-robin and least-loaded with a hyphen.
 		return []wire.Override{{Key: "policy", Value: strings.ReplaceAll(v.(string), "-", "_")}}
+	}, refuseValues: map[string]string{
+		"power-of-two":          "is not offered here; least-loaded is the nearest",
+		"direct":                "is not offered here: pin a request with worker_id on place instead",
+		"device-aware-weighted": "is not offered here: workers have one device kind",
 	}},
 	{name: "kv-cache-block-size", kind: "uint", to: set("block_size")},
 	{name: "router-block-size", kind: "uint", to: set("block_size")},
@@ -70,6 +77,9 @@ var dynamoFlags = []dynamoFlag{
 	{name: "router-kv-overlap-score-credit-decay", refuse: "has no equivalent"},
 	{name: "router-decode-active-request-weight", refuse: "has no equivalent"},
 	{name: "router-track-prefill-tokens", kind: "bool", refuse: "has no equivalent: prefill tokens are always counted (--prefill-load-scale weighs them)"},
+	{name: "router-host-cache-hit-weight", refuse: "has no equivalent: only device-tier blocks count (events of other tiers are ignored)"},
+	{name: "router-disk-cache-hit-weight", refuse: "has no equivalent: only device-tier blocks count (events of other tiers are ignored)"},
+	{name: "router-min-initial-workers", refuse: "has no equivalent: the host announces workers with worker_ready (replay: --workers)"},
 }
 
 func overlapWeight(v any) []wire.Override {
@@ -127,6 +137,9 @@ func dynamoOverrides(f *pflag.FlagSet) (out, defaults []wire.Override, err error
 		}
 		if err != nil {
 			return nil, nil, err
+		}
+		if why, ok := d.refuseValues[fmt.Sprint(v)]; ok {
+			return nil, nil, fmt.Errorf("--%s %v (a Dynamo router flag) %s", d.name, v, why)
 		}
 		for _, o := range d.to(v) {
 			o.Flag = "--" + d.name

@@ -300,13 +300,12 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 type output struct{ flag, path string }
 
 // checkOutputs makes sure, before anything runs, that each output can be
-// written and that none of them is another or the trace, however spelt.
+// written and that none of them is another or the trace, however spelt:
+// through links, by file identity where the file exists.
 func checkOutputs(args []string, outs []output) error {
-	seen := map[string]string{}
+	var seen []placedFile
 	if len(args) == 1 && args[0] != "-" {
-		if abs, err := filepath.Abs(args[0]); err == nil {
-			seen[abs] = "the trace"
-		}
+		seen = append(seen, place("the trace", args[0]))
 	}
 	for _, out := range outs {
 		switch {
@@ -317,19 +316,44 @@ func checkOutputs(args []string, outs []output) error {
 		case out.path == "-":
 			return fmt.Errorf("--%s -: give a file (only --report writes to stdout)", out.flag)
 		}
-		abs, err := filepath.Abs(out.path)
-		if err != nil {
-			return fmt.Errorf("--%s %s: %w", out.flag, out.path, err)
+		f := place("--"+out.flag, out.path)
+		for _, other := range seen {
+			if f.same(other) {
+				return fmt.Errorf("--%s %s is also %s: give each output its own file", out.flag, out.path, other.label)
+			}
 		}
-		if other, ok := seen[abs]; ok {
-			return fmt.Errorf("--%s %s is also %s: give each output its own file", out.flag, out.path, other)
-		}
-		seen[abs] = "--" + out.flag
-		if err := writable(abs); err != nil {
+		seen = append(seen, f)
+		if err := writable(out.path); err != nil {
 			return fmt.Errorf("--%s %s: %w", out.flag, out.path, err)
 		}
 	}
 	return nil
+}
+
+// placedFile is where a path leads: the file, if it exists, and the path
+// with its folder's links resolved.
+type placedFile struct {
+	label, path string
+	info        os.FileInfo
+}
+
+func place(label, path string) placedFile {
+	f := placedFile{label: label, path: path}
+	if abs, err := filepath.Abs(path); err == nil {
+		f.path = abs
+		if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+			f.path = filepath.Join(dir, filepath.Base(abs))
+		}
+	}
+	f.info, _ = os.Stat(path)
+	return f
+}
+
+func (f placedFile) same(g placedFile) bool {
+	if f.info != nil && g.info != nil {
+		return os.SameFile(f.info, g.info)
+	}
+	return f.path == g.path
 }
 
 // writable checks that path is not a folder and that its folder takes a

@@ -214,7 +214,7 @@ func TestReplayBadTrace(t *testing.T) {
 	if _, stderr, code := run(t, "", "replay", "--sessions", "-5"); code != 2 || !strings.Contains(stderr, "--sessions -5") {
 		t.Errorf("--sessions -5: exit %d: %s", code, stderr)
 	}
-	if _, stderr, code := run(t, "", "replay", "--input-tokens", "100", "--output-tokens", "5"); code != 2 || !strings.Contains(stderr, "--request-count 0: expected at least 1") {
+	if _, stderr, code := run(t, "", "replay", "--input-tokens", "100", "--output-tokens", "5"); code != 2 || !strings.Contains(stderr, "--request-count 0: expected 1 to 2000000") {
 		t.Errorf("a synthetic workload without --request-count: exit %d: %s", code, stderr)
 	}
 	// A flag the chosen workload would ignore is refused.
@@ -364,7 +364,10 @@ func TestReplayRefusesBeforeRunning(t *testing.T) {
 		{[]string{"--emit-commands", "-"}, "--emit-commands -: give a file"},
 		{[]string{"--emit-commands", out, "--emit-responses", filepath.Join(dir, ".", "out.jsonl")}, "is also --emit-commands"},
 		{[]string{trace, "--emit-responses", trace}, "is also the trace"},
+		{[]string{trace, "--report", linkTo(t, trace, "link.json")}, "is also the trace"},
+		{[]string{trace, "--emit-commands", hardLinkTo(t, trace, "hard.jsonl")}, "is also the trace"},
 		{[]string{"--sessions", "300000"}, "--sessions 300000: at most"},
+		{[]string{"--input-tokens", "1", "--output-tokens", "1", "--request-count", "1000000000"}, "--request-count 1000000000: expected 1 to"},
 		{[]string{"--input-tokens", "1099511627776", "--output-tokens", "1", "--request-count", "1"}, "input tokens in all"},
 	} {
 		args := append([]string{"replay", "-q"}, c.args...)
@@ -450,4 +453,22 @@ func TestReplayWorkloadFlags(t *testing.T) {
 	if fast.Workload.ArrivalSpeedupRatio != 4 || fast.Policies[0].Duration >= open.Policies[0].Duration {
 		t.Fatalf("four times the arrival rate takes %v s, against %v s", fast.Policies[0].Duration, open.Policies[0].Duration)
 	}
+}
+
+// linkTo makes a symbolic link to target beside it.
+func linkTo(t *testing.T, target, name string) string {
+	link := filepath.Join(filepath.Dir(target), name)
+	if err := os.Symlink(target, link); err != nil {
+		t.Skip("no symbolic links here:", err)
+	}
+	return link
+}
+
+// hardLinkTo makes a hard link to target beside it.
+func hardLinkTo(t *testing.T, target, name string) string {
+	link := filepath.Join(filepath.Dir(target), name)
+	if err := os.Link(target, link); err != nil {
+		t.Skip("no hard links here:", err)
+	}
+	return link
 }

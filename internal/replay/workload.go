@@ -50,8 +50,8 @@ func (s *Synthetic) Check() error {
 		return fmt.Errorf("--input-tokens %d: expected 1 to %d", s.InputTokens, uint64(protocol.MaxTokens))
 	case s.OutputTokens < 1 || s.OutputTokens > protocol.MaxTokens:
 		return fmt.Errorf("--output-tokens %d: expected 1 to %d", s.OutputTokens, uint64(protocol.MaxTokens))
-	case s.RequestCount < 1:
-		return fmt.Errorf("--request-count %d: expected at least 1", s.RequestCount)
+	case s.RequestCount < 1 || s.RequestCount > MaxSyntheticRequests:
+		return fmt.Errorf("--request-count %d: expected 1 to %d (each request is held in memory)", s.RequestCount, MaxSyntheticRequests)
 	case !(s.ArrivalIntervalMS >= 0) || s.ArrivalIntervalMS*float64(s.RequestCount) > protocol.MaxNumber/2:
 		return fmt.Errorf("--arrival-interval-ms %v: expected 0 or more, with the last arrival before 2^52 ms", s.ArrivalIntervalMS)
 	case !(s.SharedPrefixRatio >= 0 && s.SharedPrefixRatio <= 1):
@@ -64,6 +64,10 @@ func (s *Synthetic) Check() error {
 	}
 	return nil
 }
+
+// MaxSyntheticRequests bounds a synthetic workload's requests: a few
+// hundred bytes each while the replay runs.
+const MaxSyntheticRequests = 2_000_000
 
 // MaxWorkloadTokens bounds a synthetic workload's input tokens, so that
 // its block hashes (16 bytes a block) stay within a GB at the smallest
