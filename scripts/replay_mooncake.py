@@ -21,7 +21,12 @@ import sys
 from collections import OrderedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from offline_router import OfflineRouter  # noqa: E402
+from offline_router import OfflineRouter, RouterError  # noqa: E402
+
+# The place errors a serving frontend answers with a refusal to its client
+# rather than a host's mistake (as the Go replay counts them).
+TURNED_AWAY = {"all_workers_busy", "no_eligible_worker", "pinned_worker_unavailable",
+               "pinned_worker_overloaded", "affinity_conflict"}
 
 MASK = (1 << 64) - 1
 
@@ -155,19 +160,24 @@ class Host:
         self.router, self.c = router, cluster
         self.workers = {i + 1: Worker(i + 1) for i in range(cluster.workers)}
         self.events, self.next_seq = [], 0
-        self.by_id, self.later = {}, {}
-        self.wakeup, self.pending, self.placed = None, 0, []
+        self.by_id, self.waiting = {}, {}  # waiting: sent, neither placed nor rejected (in sent order)
+        self.wakeup, self.pending, self.placed, self.now = None, 0, [], 0.0
+        # In approximate mode a host has no event stream: it sends none.
+        self.events_on = router.config is None or router.config["kv_events"]
         for w in self.workers.values():
             self.send({"op": "worker_ready", "now_ms": 0, "worker_id": w.id, "total_kv_blocks": cluster.kv_blocks,
                        "max_num_batched_tokens": cluster.max_num_batched_tokens, "max_num_seqs": cluster.max_num_seqs})
+        last = {}  # a later turn follows the turn before it in its session
         for r in trace:
             r.update(seq=chain(r["ids"]), isl_blocks=-(-r["input"] // cluster.block_size), worker=None,
-                     rejected=False, done=0.0, hit=0)
+                     rejected=None, done=0.0, hit=0, next=None)
             self.by_id[r["id"]] = r
             if r["delay"] is not None:
-                self.later.setdefault(r["session"], []).append(r)
+                last[r["session"]]["next"] = r
             else:
                 self.schedule(r["arrival"], "arrival", r)
+            if r["session"]:
+                last[r["session"]] = r
 
     def schedule(self, at, kind, r):
         self.next_seq += 1
@@ -180,24 +190,51 @@ class Host:
                 self.send({"op": "advance_clock", "now_ms": self.wakeup})
                 continue
             if not self.events:
+                if self.pending and self.give_up():
+                    continue
                 break
             at, _, kind, rid = heapq.heappop(self.events)
             getattr(self, kind)(at, self.by_id[rid])
         if self.pending:
-            sys.exit(f"{self.pending} requests still wait in the router with nothing left to release them")
+            sys.exit(f"{self.pending} requests still wait in the router, and cancelling them failed")
+
+    def give_up(self):
+        """Cancels, in the order they were sent, the requests the router holds
+        when nothing else will happen (rejected as waiting_at_end)."""
+        stuck = list(self.waiting.values())
+        for r in stuck:
+            self.send({"op": "cancel_pending", "request_id": r["id"]})
+            del self.waiting[r["id"]]
+            r.update(rejected="waiting_at_end", done=self.now)
+            self.ended(self.now, r)
+        return bool(stuck)
 
     def send(self, cmd):
-        resp = self.router.send(cmd)
-        t = resp["now_ms"]
+        try:
+            resp = self.router.send(cmd)
+        except RouterError as e:
+            # Refused as a frontend refuses its client (Dynamo's HTTP 529):
+            # counted, and the run goes on. The refused command left the
+            # router's clock behind: the request ends when it arrived.
+            if cmd["op"] != "place" or e.code not in TURNED_AWAY:
+                raise
+            resp = e.response
+            r = self.by_id[cmd["request_id"]]
+            r.update(rejected=e.code, done=cmd["now_ms"])
+            self.waiting.pop(r["id"], None)
+            self.ended(r["done"], r)
+        t = self.now = resp["now_ms"]
         self.wakeup, self.pending = resp["next_wakeup_ms"], resp["pending_count"]
         for p in resp["placements"]:
             r = self.by_id[p["request_id"]]
+            self.waiting.pop(r["id"], None)
             r.update(worker=self.workers[p["worker_id"]], overlap=p["overlap_blocks"],
                      best=p["best_available_overlap_blocks"])
             self.placed.append(r)
         for rj in resp.get("rejected", []):
             r = self.by_id[rj["request_id"]]
-            r.update(rejected=True, done=t)
+            self.waiting.pop(r["id"], None)
+            r.update(rejected=rj["code"], done=t)
             self.ended(t, r)
         while self.placed and cmd["op"] != "dispatch_committed":
             r = self.placed.pop(0)
@@ -212,7 +249,7 @@ class Host:
             if not ok:
                 return
             w.waiting.pop(0)
-            if evicted:
+            if evicted and self.events_on:
                 self.send({"op": "observe", "now_ms": t, "events": [w.removed(evicted)]})
             r["prefill_start"] = max(t, w.prefill_free_at)
             w.prefill_free_at = r["prefill_start"] + r["uncached"] / self.c.prefill_tokens_per_ms
@@ -220,6 +257,7 @@ class Host:
 
     def arrival(self, t, r):
         r["arrival"] = t
+        self.waiting[r["id"]] = r
         cmd = {"op": "place", "now_ms": t, "request_id": r["id"], "input_tokens": r["input"],
                "output_tokens": r["output"]}
         if r["ids"]:
@@ -232,7 +270,7 @@ class Host:
         r["first_token"] = t
         r["worker"].backlog -= r["uncached"]
         ev = r["worker"].store(r)
-        if ev is not None:
+        if ev is not None and self.events_on:
             self.send({"op": "observe", "now_ms": t, "events": [ev]})
         self.send({"op": "prefill_completed", "now_ms": t, "request_id": r["id"]})
         # Prefill made the first output token; each later one is a decode step.
@@ -247,10 +285,8 @@ class Host:
         self.admit_waiting(t, r["worker"])
 
     def ended(self, t, r):
-        nxt = self.later.get(r["session"]) if r["session"] else None
-        if nxt:
-            turn = nxt.pop(0)
-            self.schedule(t + turn["delay"], "arrival", turn)
+        if r["next"] is not None:
+            self.schedule(t + r["next"]["delay"], "arrival", r["next"])
 
     def report(self, trace):
         def stats(v):
@@ -277,10 +313,12 @@ class Host:
         ttft, wait = [], []
         first, last = math.inf, 0.0
         rep = {"requests": len(trace), "completed": 0, "rejected": 0}
+        reasons = {}
         for r in trace:
             first, last = min(first, r["arrival"]), max(last, r["done"])
             if r["rejected"]:
                 rep["rejected"] += 1
+                reasons[r["rejected"]] = reasons.get(r["rejected"], 0) + 1
                 continue
             if r["worker"] is None:
                 continue
@@ -298,7 +336,7 @@ class Host:
         ss = 0.0
         for c in counts:
             ss += (c - mean) * (c - mean)
-        rep.update(duration=(last - first) / 1000 if last > first else 0.0,
+        rep.update(rejected_by_reason=reasons, duration=(last - first) / 1000 if last > first else 0.0,
                    prefix_hit_rate=hit / inp if inp else 0.0, router_overlap_rate=overlap / isl if isl else 0.0,
                    mean_overlap_regret_blocks=regret / rep["completed"] if rep["completed"] else 0.0,
                    worker_requests=counts, worker_share_cv=math.sqrt(ss / len(counts)) / mean if total else 0.0,

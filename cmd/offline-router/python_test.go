@@ -135,14 +135,6 @@ func TestPythonReplayMatchesGo(t *testing.T) {
 	}
 	// Small caches (evictions) and a small batch budget (the backlog limit binds).
 	cluster := []string{"--workers", "4", "--worker-kv-blocks", "40", "--worker-max-num-seqs", "6", "--worker-max-num-batched-tokens", "2048"}
-	goReport, pyReport := filepath.Join(dir, "go.json"), filepath.Join(dir, "py.json")
-	if _, stderr, code := run(t, "", append([]string{"replay", trace, "-q", "--report", goReport}, cluster...)...); code != 0 {
-		t.Fatalf("go replay: %s", stderr)
-	}
-	cmd := exec.Command(py, append([]string{"../../scripts/replay_mooncake.py", trace, "--binary", binary, "--report", pyReport}, cluster...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("python replay: %v\n%s", err, out)
-	}
 	read := func(path string) map[string]any {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -154,19 +146,41 @@ func TestPythonReplayMatchesGo(t *testing.T) {
 		}
 		return m
 	}
-	g, p := read(goReport)["deterministic"].(map[string]any)["policies"].([]any)[0].(map[string]any), read(pyReport)
-	keys := []string{"requests", "completed", "rejected", "duration", "prefix_hit_rate", "router_overlap_rate",
-		"mean_overlap_regret_blocks", "worker_requests", "worker_share_cv", "router_commands"}
-	for _, stat := range []string{"mean", "median", "std", "p90", "p99"} {
-		keys = append(keys, stat+"_ttft_ms", stat+"_queue_wait_ms")
-	}
-	for _, k := range keys {
-		if diff := cmp.Diff(g[k], p[k]); diff != "" {
-			t.Errorf("%s differs (-go +python):\n%s", k, diff)
+	// The same numbers with events, in approximate mode, when busy
+	// thresholds turn requests away, and with a queue and its timeout.
+	for name, config := range map[string]string{
+		"events":      `{}`,
+		"approximate": `{"kv_events": false}`,
+		"busy":        `{"active_decode_blocks_threshold": 0.05}`,
+		"queue":       `{"queue_threshold": 0, "queue_timeout_ms": 20}`,
+	} {
+		cfgFile := filepath.Join(dir, name+".json")
+		os.WriteFile(cfgFile, []byte(config), 0o644)
+		goReport, pyReport := filepath.Join(dir, name+"-go.json"), filepath.Join(dir, name+"-py.json")
+		if _, stderr, code := run(t, "", append([]string{"replay", trace, "-q", "--config", cfgFile, "--report", goReport}, cluster...)...); code != 0 {
+			t.Fatalf("%s: go replay: %s", name, stderr)
 		}
-	}
-	if g["prefix_hit_rate"].(float64) == 0 {
-		t.Error("nothing was cached: the comparison proves little")
+		cmd := exec.Command(py, append([]string{"../../scripts/replay_mooncake.py", trace, "--binary", binary, "--config", cfgFile, "--report", pyReport}, cluster...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: python replay: %v\n%s", name, err, out)
+		}
+		g, p := read(goReport)["deterministic"].(map[string]any)["policies"].([]any)[0].(map[string]any), read(pyReport)
+		keys := []string{"requests", "completed", "rejected", "rejected_by_reason", "duration", "prefix_hit_rate", "router_overlap_rate",
+			"mean_overlap_regret_blocks", "worker_requests", "worker_share_cv", "router_commands"}
+		for _, stat := range []string{"mean", "median", "std", "p90", "p99"} {
+			keys = append(keys, stat+"_ttft_ms", stat+"_queue_wait_ms")
+		}
+		for _, k := range keys {
+			if diff := cmp.Diff(g[k], p[k]); diff != "" {
+				t.Errorf("%s: %s differs (-go +python):\n%s", name, k, diff)
+			}
+		}
+		if g["prefix_hit_rate"].(float64) == 0 {
+			t.Errorf("%s: nothing was cached: the comparison proves little", name)
+		}
+		if name == "busy" && g["rejected"].(float64) == 0 || name == "queue" && g["rejected_by_reason"].(map[string]any)["queue_timeout"] == nil {
+			t.Errorf("%s: nothing was rejected: the comparison proves little (%v)", name, g["rejected_by_reason"])
+		}
 	}
 }
 
