@@ -17,7 +17,18 @@ type ClusterConfig struct {
 	MaxNumBatchedTokens uint64  `json:"worker_max_num_batched_tokens"` // prefill backlog a worker takes on; also reported to the router
 	PrefillTokensPerMS  float64 `json:"worker_prefill_tokens_per_ms"`  // prefill speed of uncached tokens
 	DecodeMSPerToken    float64 `json:"worker_decode_ms_per_token"`    // decode time per output token after the first, which prefill makes
+	// Engine is the worker model: iteration (vLLM's scheduler, step by
+	// step, timed by Profile) or simple (one FIFO prefill server at
+	// PrefillTokensPerMS, DecodeMSPerToken a token).
+	Engine  string   `json:"engine"`
+	Profile *Profile `json:"profile,omitempty"` // the iteration engine's
 }
+
+// Worker models.
+const (
+	EngineIteration = "iteration"
+	EngineSimple    = "simple"
+)
 
 // Check says what is wrong with the cluster, naming the flag.
 func (c *ClusterConfig) Check() error {
@@ -40,7 +51,7 @@ func (c *ClusterConfig) Check() error {
 // DefaultCluster is the cluster replay uses unless told otherwise.
 func DefaultCluster(workers int) ClusterConfig {
 	return ClusterConfig{Workers: workers, BlockSize: 512, TotalKVBlocks: 4096, MaxNumSeqs: 64,
-		MaxNumBatchedTokens: 8192, PrefillTokensPerMS: 20, DecodeMSPerToken: 15}
+		MaxNumBatchedTokens: 8192, PrefillTokensPerMS: 20, DecodeMSPerToken: 15, Engine: EngineSimple}
 }
 
 // cacheBlock is one block in a worker's KV cache, by sequence hash.
@@ -62,6 +73,7 @@ type simWorker struct {
 	prefillFreeAt float64
 	waiting       []*simRequest // placed here, not admitted yet (FIFO)
 	eventID       uint64
+	iter          *iterEngine // the iteration engine; nil under the simple model
 }
 
 func newWorker(id uint64) *simWorker {

@@ -54,13 +54,15 @@ const (
 	evArrival eventKind = iota
 	evPrefillDone
 	evDecodeDone
+	evStepDone // an iteration engine's step ends
 )
 
 type event struct {
-	at   float64
-	seq  uint64
-	kind eventKind
-	req  *simRequest
+	at     float64
+	seq    uint64
+	kind   eventKind
+	req    *simRequest
+	worker *simWorker // of a step
 }
 
 type eventQueue []event
@@ -119,6 +121,9 @@ func Run(trace []Request, opt Options) (*Result, error) {
 	mbt, kv, seqs := opt.Cluster.MaxNumBatchedTokens, uint64(opt.Cluster.TotalKVBlocks), uint64(opt.Cluster.MaxNumSeqs)
 	for i := range opt.Cluster.Workers {
 		w := newWorker(uint64(i + 1))
+		if opt.Cluster.Engine == EngineIteration {
+			w.iter = newIterEngine(&h.opt.Cluster, &h.opt.Cluster.Profile.Step)
+		}
 		h.workers[w.id], h.order = w, append(h.order, w)
 		h.send(&protocol.Command{Op: protocol.OpWorkerReady, NowMS: ptr(0.0), WorkerID: &w.id,
 			TotalKVBlocks: &kv, MaxNumBatchedTokens: &mbt, MaxNumSeqs: &seqs})
@@ -201,6 +206,8 @@ func (h *host) loop(total int) error {
 			h.prefillDone(ev.at, ev.req)
 		case evDecodeDone:
 			h.decodeDone(ev.at, ev.req)
+		case evStepDone:
+			h.stepDone(ev.at, ev.worker)
 		}
 	}
 	if h.opt.Progress != nil {
@@ -307,9 +314,59 @@ func (h *host) send(c *protocol.Command) {
 		r := h.placed[0]
 		h.placed = h.placed[1:]
 		h.send(&protocol.Command{Op: protocol.OpDispatchCommitted, NowMS: ptr(t), RequestID: r.ID})
+		if w := r.worker; w.iter != nil {
+			w.iter.enqueue(r)
+			if !w.iter.busy { // an idle engine starts a step at once
+				h.startStep(t, w)
+			}
+			continue
+		}
 		r.worker.waiting = append(r.worker.waiting, r)
 		h.admitWaiting(t, r.worker)
 	}
+}
+
+// startStep starts the worker's next step, if it has work: evictions are
+// reported now, the step's results when it ends.
+func (h *host) startStep(t float64, w *simWorker) {
+	d, ok := w.iter.startStep(t)
+	if removed := w.iter.takeRemoved(); len(removed) > 0 {
+		h.observe(t, w.removedEvent(removed))
+	}
+	for _, r := range w.iter.takeDropped() {
+		// Its prompt needs more blocks than the worker has: no engine
+		// could run it. The router's booking is released.
+		r.rejected, r.doneAt = tooLongForCache, t
+		h.send(&protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
+		h.ended(t, r)
+	}
+	if ok {
+		h.nextSeq++
+		heap.Push(&h.events, event{at: t + d, seq: h.nextSeq, kind: evStepDone, worker: w})
+	}
+}
+
+// tooLongForCache is the rejection reason of a request whose prompt needs
+// more KV blocks than a worker has.
+const tooLongForCache protocol.Code = "exceeds_kv_cache"
+
+// stepDone applies a step's end: blocks stored, first tokens, requests
+// done; then the next step starts.
+func (h *host) stepDone(t float64, w *simWorker) {
+	res := w.iter.endStep(w)
+	for i := range res.stored {
+		h.observe(t, &res.stored[i])
+	}
+	for _, r := range res.firstTokens {
+		r.firstToken = t
+		h.send(&protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
+	}
+	for _, r := range res.finished {
+		r.doneAt = t
+		h.send(&protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
+		h.ended(t, r)
+	}
+	h.startStep(t, w)
 }
 
 // turnedAway are the place errors a serving frontend answers with a

@@ -1,0 +1,192 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/offline-router/offline-router/internal/kvindex"
+	"github.com/offline-router/offline-router/internal/protocol"
+)
+
+// iterCluster is a one-worker iteration-level cluster with a step model
+// simple enough to work answers out by hand.
+func iterCluster(kvBlocks, maxSeqs int, budget uint64, step StepModel) ClusterConfig {
+	c := DefaultCluster(1)
+	c.BlockSize, c.TotalKVBlocks, c.MaxNumSeqs, c.MaxNumBatchedTokens = 16, kvBlocks, maxSeqs, budget
+	c.Engine, c.Profile = EngineIteration, &Profile{Name: "test", Step: step}
+	return c
+}
+
+// invariants checks the engine's books: every block held is counted once
+// in live, no free cached block is held, every cached block is where the
+// map says, and no more blocks are in use than the worker has.
+func (e *iterEngine) invariants() error {
+	held := map[*kvBlock]int{}
+	for _, s := range e.running {
+		for _, b := range s.blocks {
+			held[b]++
+		}
+	}
+	for _, s := range e.waiting {
+		if len(s.blocks) > 0 {
+			return fmt.Errorf("a waiting request holds %d blocks", len(s.blocks))
+		}
+	}
+	if len(held) != e.live {
+		return fmt.Errorf("%d blocks held, live says %d", len(held), e.live)
+	}
+	for b, n := range held {
+		if b.refs != n || b.onFree != nil {
+			return fmt.Errorf("a block held %d times has refs %d (on the free list: %v)", n, b.refs, b.onFree != nil)
+		}
+	}
+	for el := e.free.Front(); el != nil; el = el.Next() {
+		b := el.Value.(*kvBlock)
+		if b.refs != 0 || b.hash == 0 || e.cached[b.hash] != b || held[b] > 0 {
+			return fmt.Errorf("a free block: refs %d, hash %d, cached %v", b.refs, b.hash, e.cached[b.hash] == b)
+		}
+	}
+	for h, b := range e.cached {
+		if b.hash != h || (b.refs == 0) != (b.onFree != nil) {
+			return fmt.Errorf("cached block %d: hash %d, refs %d, free %v", h, b.hash, b.refs, b.onFree != nil)
+		}
+	}
+	if e.live+e.free.Len() > e.cfg.TotalKVBlocks {
+		return fmt.Errorf("%d live and %d free cached blocks on a worker of %d", e.live, e.free.Len(), e.cfg.TotalKVBlocks)
+	}
+	return nil
+}
+
+// drive runs requests through one engine, all dispatched at time 0,
+// checking the invariants after every step; it returns each request's
+// first-token and end times and the events.
+func drive(t *testing.T, cfg ClusterConfig, reqs []*simRequest) (first, done map[string]float64, stored, removed int) {
+	t.Helper()
+	w := newWorker(1)
+	e := newIterEngine(&cfg, &cfg.Profile.Step)
+	for _, r := range reqs {
+		r.seq = kvindex.SequenceHashes(r.local)
+		e.enqueue(r)
+	}
+	first, done = map[string]float64{}, map[string]float64{}
+	now := 0.0
+	for steps := 0; ; steps++ {
+		d, ok := e.startStep(now)
+		removed += len(e.takeRemoved())
+		if len(e.takeDropped()) > 0 {
+			t.Fatal("a request was dropped")
+		}
+		if err := e.invariants(); err != nil {
+			t.Fatalf("step %d, started: %v", steps, err)
+		}
+		if !ok {
+			break
+		}
+		now += d
+		res := e.endStep(w)
+		if err := e.invariants(); err != nil {
+			t.Fatalf("step %d, ended: %v", steps, err)
+		}
+		stored += len(res.stored)
+		for _, r := range res.firstTokens {
+			first[r.ID] = now
+		}
+		for _, r := range res.finished {
+			done[r.ID] = now
+		}
+	}
+	if len(done) != len(reqs) || !e.idle() || e.live != 0 {
+		t.Fatalf("%d of %d requests ended; idle %v, %d blocks still held", len(done), len(reqs), e.idle(), e.live)
+	}
+	return first, done, stored, removed
+}
+
+func req(id string, input, output uint64, blocks ...protocol.LocalBlockHash) *simRequest {
+	return &simRequest{Request: &Request{ID: id, InputTokens: input, OutputTokens: output, HashIDs: blocks}, local: blocks}
+}
+
+func same(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// TestIterationOneRequestAlone: alone, a prompt under the token budget is
+// one prefill step (TTFT = base + its tokens' time), then each further
+// output token one decode step reading the growing context.
+func TestIterationOneRequestAlone(t *testing.T) {
+	step := StepModel{BaseMS: 2, PerPrefillTokenMS: 0.01, PerDecodeSeqMS: 0.5, PerKVTokenReadMS: 0.001}
+	first, done, _, _ := drive(t, iterCluster(100, 8, 2048, step), []*simRequest{req("a", 100, 3, 1, 2, 3, 4, 5, 6, 7)})
+	ttft := 2 + 0.01*100
+	// Two decode steps, reading 100 then 101 tokens.
+	e2e := ttft + (2 + 0.5 + 0.001*100) + (2 + 0.5 + 0.001*101)
+	if !same(first["a"], ttft) || !same(done["a"], e2e) {
+		t.Fatalf("first token at %v (want %v), done at %v (want %v)", first["a"], ttft, done["a"], e2e)
+	}
+}
+
+// TestIterationChunkedPrefill: a prompt over the budget is prefilled in
+// chunks, one step each, the later ones reading what came before.
+func TestIterationChunkedPrefill(t *testing.T) {
+	step := StepModel{BaseMS: 1, PerPrefillTokenMS: 0.01, PerKVTokenReadMS: 0.001}
+	first, _, _, _ := drive(t, iterCluster(100, 8, 64, step), []*simRequest{req("a", 150, 1)})
+	want := (1 + 0.64) + (1 + 0.64 + 0.064) + (1 + 0.22 + 0.128)
+	if !same(first["a"], want) {
+		t.Fatalf("first token at %v, want %v (three chunks: 64, 64, 22)", first["a"], want)
+	}
+}
+
+// TestIterationDecodeBatchThroughput: max_num_seqs requests decoding
+// together make one token each per step, so the batch's rate is
+// max_num_seqs / (base + per_decode_seq × max_num_seqs) tokens per ms; the
+// ninth request waits for a seat.
+func TestIterationDecodeBatchThroughput(t *testing.T) {
+	step := StepModel{BaseMS: 4, PerPrefillTokenMS: 0.001, PerDecodeSeqMS: 0.25}
+	var reqs []*simRequest
+	for i := range 9 {
+		reqs = append(reqs, req(fmt.Sprint(i), 16, 101))
+	}
+	first, done, _, _ := drive(t, iterCluster(1000, 8, 4096, step), reqs)
+	// The eight admitted share one prefill step, then 100 decode steps.
+	decode := 4 + 0.25*8
+	if got := (done["0"] - first["0"]) / 100; !same(got, decode) {
+		t.Fatalf("a decode step of 8 took %v ms, want %v (%v tokens/ms)", got, decode, 8/decode)
+	}
+	if first["8"] < done["0"] {
+		t.Fatalf("the ninth request started at %v, before a seat was free at %v", first["8"], done["0"])
+	}
+}
+
+// TestIterationPrefixHitSkipsItsTokens: a second request sharing 4 full
+// blocks with a finished first one prefills only what follows them, so
+// its TTFT is shorter by those 64 tokens' time.
+func TestIterationPrefixHitSkipsItsTokens(t *testing.T) {
+	step := StepModel{BaseMS: 1, PerPrefillTokenMS: 0.01}
+	cfg := iterCluster(100, 1, 4096, step) // one at a time: b starts after a ends
+	a := req("a", 96, 1, 1, 2, 3, 4, 5, 6)
+	b := req("b", 96, 1, 1, 2, 3, 4, 9, 10)
+	first, done, stored, _ := drive(t, cfg, []*simRequest{a, b})
+	ttftB := first["b"] - done["a"]
+	if !same(ttftB, 1+0.01*(96-64)) || a.hitBlocks != 0 || b.hitBlocks != 4 {
+		t.Fatalf("b's prefill took %v, want %v; hits a %d, b %d", ttftB, 1+0.01*32, a.hitBlocks, b.hitBlocks)
+	}
+	if stored != 2 {
+		t.Fatalf("%d stored events, want one per request", stored)
+	}
+}
+
+// TestIterationPreemptsAndEvicts: a cache too small for every running
+// request makes the last one give its blocks back and be computed again;
+// cached blocks are evicted for new ones; every request still ends, and the
+// books balance after every step.
+func TestIterationPreemptsAndEvicts(t *testing.T) {
+	step := StepModel{BaseMS: 1, PerPrefillTokenMS: 0.001, PerDecodeSeqMS: 0.1}
+	var reqs []*simRequest
+	for i := range 6 {
+		base := protocol.LocalBlockHash(100 * (i + 1))
+		reqs = append(reqs, req(fmt.Sprint(i), 64, 60, base+1, base+2, base+3, base+4))
+	}
+	// 16 blocks: four requests of 4 prompt blocks fill it, and each
+	// needs 4 more for its output.
+	_, _, stored, removed := drive(t, iterCluster(16, 4, 4096, step), reqs)
+	if stored == 0 || removed == 0 {
+		t.Fatalf("stored %d, removed %d: the test should evict", stored, removed)
+	}
+}

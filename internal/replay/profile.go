@@ -1,0 +1,102 @@
+package replay
+
+import (
+	_ "embed"
+	"fmt"
+
+	"github.com/offline-router/offline-router/internal/wire"
+)
+
+// Profile is what an iteration-level worker's steps cost: a linear step
+// model and the model shape that sizes its KV cache. --engine-profile FILE
+// loads one (JSON, these keys); DefaultProfile is the one shipped.
+type Profile struct {
+	Name string `json:"name"`
+	// Source says where the numbers come from.
+	Source string    `json:"source"`
+	Step   StepModel `json:"step"`
+}
+
+// StepModel is a step's duration in ms:
+//
+//	base_ms + per_prefill_token_ms × prefill tokens + per_decode_seq_ms × decode sequences
+//	        + per_kv_token_read_ms × KV tokens read
+//
+// where the KV tokens read are every scheduled request's context before
+// the step (its cached and computed tokens).
+type StepModel struct {
+	BaseMS            float64 `json:"base_ms"`
+	PerPrefillTokenMS float64 `json:"per_prefill_token_ms"`
+	PerDecodeSeqMS    float64 `json:"per_decode_seq_ms"`
+	PerKVTokenReadMS  float64 `json:"per_kv_token_read_ms"`
+}
+
+//go:embed profiles/default.json
+var defaultProfile []byte
+
+// DefaultProfile is the shipped profile (profiles/default.json).
+func DefaultProfile() Profile {
+	p, err := ParseProfile(defaultProfile)
+	if err != nil {
+		panic("the shipped profile: " + err.Error())
+	}
+	return p
+}
+
+// ParseProfile reads a profile strictly: every key known and given once,
+// the step model's coefficients finite and not negative, a step of some
+// time.
+func ParseProfile(data []byte) (Profile, error) {
+	var p Profile
+	var rd wire.ObjectReader
+	coefficient := func(v *wire.Value, to *float64) error {
+		x, err := v.Float()
+		if err != nil {
+			return err
+		}
+		if !(x >= 0 && x <= 1e6) {
+			return fmt.Errorf("expected a number of ms from 0 to 1e6, got %v", x)
+		}
+		*to = x
+		return nil
+	}
+	err := rd.Read(data, func(key string, v *wire.Value) error {
+		var err error
+		switch key {
+		case "name":
+			p.Name, err = v.Str()
+		case "source":
+			p.Source, err = v.Str()
+		case "step":
+			// A nested object: read through the raw text.
+			raw, rerr := v.Raw()
+			if rerr != nil {
+				return rerr
+			}
+			var inner wire.ObjectReader
+			return inner.Read(raw, func(key string, v *wire.Value) error {
+				switch key {
+				case "base_ms":
+					return coefficient(v, &p.Step.BaseMS)
+				case "per_prefill_token_ms":
+					return coefficient(v, &p.Step.PerPrefillTokenMS)
+				case "per_decode_seq_ms":
+					return coefficient(v, &p.Step.PerDecodeSeqMS)
+				case "per_kv_token_read_ms":
+					return coefficient(v, &p.Step.PerKVTokenReadMS)
+				}
+				return fmt.Errorf("is not a step key (base_ms, per_prefill_token_ms, per_decode_seq_ms, per_kv_token_read_ms)")
+			})
+		default:
+			return fmt.Errorf("is not a profile key (name, source, step)")
+		}
+		return err
+	})
+	if err != nil {
+		return p, err
+	}
+	if p.Step.BaseMS+p.Step.PerPrefillTokenMS+p.Step.PerDecodeSeqMS == 0 {
+		return p, fmt.Errorf("field \"step\": a step must take some time: give base_ms, per_prefill_token_ms or per_decode_seq_ms above 0")
+	}
+	return p, nil
+}
