@@ -157,7 +157,8 @@ func TestPythonReplayMatchesGo(t *testing.T) {
 		cfgFile := filepath.Join(dir, name+".json")
 		os.WriteFile(cfgFile, []byte(config), 0o644)
 		goReport, pyReport := filepath.Join(dir, name+"-go.json"), filepath.Join(dir, name+"-py.json")
-		if _, stderr, code := run(t, "", append([]string{"replay", trace, "-q", "--config", cfgFile, "--report", goReport}, cluster...)...); code != 0 {
+		// The Python host has the simple worker model only.
+		if _, stderr, code := run(t, "", append([]string{"replay", trace, "-q", "--engine", "simple", "--config", cfgFile, "--report", goReport}, cluster...)...); code != 0 {
 			t.Fatalf("%s: go replay: %s", name, stderr)
 		}
 		cmd := exec.Command(py, append([]string{"../../scripts/replay_mooncake.py", trace, "--binary", binary, "--config", cfgFile, "--report", pyReport}, cluster...)...)

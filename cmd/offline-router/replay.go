@@ -42,6 +42,7 @@ type replayOptions struct {
 	emitCommands  string
 	emitResponses string
 	plotFile      string
+	profileFile   string
 	quiet         bool
 }
 
@@ -99,9 +100,11 @@ says why; --emit-commands and --emit-responses keep what was sent).`,
 	f.IntVar(&o.cluster.Workers, "workers", o.cluster.Workers, "simulated workers")
 	f.IntVar(&o.cluster.TotalKVBlocks, "worker-kv-blocks", o.cluster.TotalKVBlocks, "KV cache capacity of each worker, in blocks")
 	f.IntVar(&o.cluster.MaxNumSeqs, "worker-max-num-seqs", o.cluster.MaxNumSeqs, "requests running at once on a worker")
-	f.Uint64Var(&o.cluster.MaxNumBatchedTokens, "worker-max-num-batched-tokens", o.cluster.MaxNumBatchedTokens, "prefill backlog a worker takes on; reported to the router for its busy and queue thresholds")
-	f.Float64Var(&o.cluster.PrefillTokensPerMS, "worker-prefill-tokens-per-ms", o.cluster.PrefillTokensPerMS, "prefill speed for uncached tokens")
-	f.Float64Var(&o.cluster.DecodeMSPerToken, "worker-decode-ms-per-token", o.cluster.DecodeMSPerToken, "decode time per output token after the first (prefill makes the first, as in vLLM)")
+	f.Uint64Var(&o.cluster.MaxNumBatchedTokens, "worker-max-num-batched-tokens", o.cluster.MaxNumBatchedTokens, "tokens a step may compute (iteration; the simple engine's prefill backlog); reported to the router for its busy and queue thresholds")
+	f.StringVar(&o.cluster.Engine, "engine", o.cluster.Engine, "worker model: iteration (vLLM's scheduler step by step, timed by --engine-profile) or simple (a FIFO prefill server and a fixed time per token)")
+	f.StringVar(&o.profileFile, "engine-profile", "", "iteration engine: the step-time profile, a JSON file (default: the shipped one, docs/replay.md)")
+	f.Float64Var(&o.cluster.PrefillTokensPerMS, "worker-prefill-tokens-per-ms", o.cluster.PrefillTokensPerMS, "simple engine: prefill speed for uncached tokens")
+	f.Float64Var(&o.cluster.DecodeMSPerToken, "worker-decode-ms-per-token", o.cluster.DecodeMSPerToken, "simple engine: decode time per output token after the first (prefill makes the first, as in vLLM)")
 	f.IntVar(&o.workload.BuiltinSessions, "sessions", o.workload.BuiltinSessions, "sessions of the built-in workload (only when no trace and no synthetic workload is given)")
 	f.Float64Var(&o.workload.ArrivalSpeedupRatio, "arrival-speedup-ratio", 1, "arrivals (from the first) and think times divided by this: 2 = twice the load (open loop only)")
 	f.IntVar(&o.workload.ReplayConcurrency, "replay-concurrency", 0, "closed loop: this many sessions in flight, the next starting when one ends, timestamps ignored (0 = open loop)")
@@ -281,6 +284,9 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 			}
 		}
 	}
+	if err := o.checkEngine(flags); err != nil {
+		return err
+	}
 	if err := o.cluster.Check(); err != nil {
 		return err
 	}
@@ -294,6 +300,39 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	}
 	return checkOutputs(args, []output{{"report", o.reportFile}, {"plot", o.plotFile},
 		{"emit-commands", o.emitCommands}, {"emit-responses", o.emitResponses}})
+}
+
+// checkEngine refuses the flags of the engine not chosen, and loads the
+// iteration engine's profile.
+func (o *replayOptions) checkEngine(flags *pflag.FlagSet) error {
+	switch o.cluster.Engine {
+	case replay.EngineSimple:
+		if flags.Changed("engine-profile") {
+			return fmt.Errorf("--engine-profile times the iteration engine, and --engine simple runs: drop one of them")
+		}
+		o.cluster.Profile = nil
+		return nil
+	case replay.EngineIteration:
+	default:
+		return fmt.Errorf("--engine %q: expected iteration or simple", o.cluster.Engine)
+	}
+	for _, name := range []string{"worker-prefill-tokens-per-ms", "worker-decode-ms-per-token"} {
+		if flags.Changed(name) {
+			return fmt.Errorf("--%s sets the simple engine's speed; the iteration engine's steps are timed by --engine-profile (or give --engine simple)", name)
+		}
+	}
+	p := replay.DefaultProfile()
+	if o.profileFile != "" {
+		data, err := os.ReadFile(o.profileFile)
+		if err != nil {
+			return fmt.Errorf("--engine-profile: %w", err)
+		}
+		if p, err = replay.ParseProfile(data); err != nil {
+			return fmt.Errorf("--engine-profile %s: %w", o.profileFile, err)
+		}
+	}
+	o.cluster.Profile = &p
+	return nil
 }
 
 // output is a file a flag asks replay to write.

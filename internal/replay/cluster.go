@@ -48,10 +48,19 @@ func (c *ClusterConfig) Check() error {
 	return nil
 }
 
-// DefaultCluster is the cluster replay uses unless told otherwise.
+// DefaultCluster is the cluster replay uses unless told otherwise: the
+// iteration engine with the shipped profile.
 func DefaultCluster(workers int) ClusterConfig {
+	p := DefaultProfile()
 	return ClusterConfig{Workers: workers, BlockSize: 512, TotalKVBlocks: 4096, MaxNumSeqs: 64,
-		MaxNumBatchedTokens: 8192, PrefillTokensPerMS: 20, DecodeMSPerToken: 15, Engine: EngineSimple}
+		MaxNumBatchedTokens: 8192, PrefillTokensPerMS: 20, DecodeMSPerToken: 15, Engine: EngineIteration, Profile: &p}
+}
+
+// SimpleCluster is DefaultCluster under the simple worker model.
+func SimpleCluster(workers int) ClusterConfig {
+	c := DefaultCluster(workers)
+	c.Engine, c.Profile = EngineSimple, nil
+	return c
 }
 
 // cacheBlock is one block in a worker's KV cache, by sequence hash.

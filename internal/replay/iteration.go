@@ -18,10 +18,13 @@ import (
 // block preempts the last running one, which gives its blocks back and is
 // computed again from its first token when it is admitted anew.
 //
+// As in vLLM, at most (prompt - 1) / block_size blocks are a hit, so a
+// prompt found whole in the cache computes its last block again.
+//
 // What it leaves out: blocks of generated tokens are never cached (the
-// trace has no hashes for them), a whole prompt found in the cache is not
-// shortened by one token as vLLM does (the last block is simply counted as
-// a hit), and there is no priority order among waiting requests.
+// trace has no hashes for them; vLLM caches them), there is no priority
+// order among waiting requests, and long_prefill_token_threshold is off
+// (vLLM's default).
 type iterEngine struct {
 	cfg     *ClusterConfig
 	model   *StepModel

@@ -3,6 +3,7 @@ package replay
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/offline-router/offline-router/internal/kvindex"
@@ -188,5 +189,33 @@ func TestIterationPreemptsAndEvicts(t *testing.T) {
 	_, _, stored, removed := drive(t, iterCluster(16, 4, 4096, step), reqs)
 	if stored == 0 || removed == 0 {
 		t.Fatalf("stored %d, removed %d: the test should evict", stored, removed)
+	}
+}
+
+// TestProfiles: the shipped profile parses and is the BLIS fit it cites; a
+// profile file is read strictly.
+func TestProfiles(t *testing.T) {
+	p := DefaultProfile()
+	if p.Step.BaseMS != 5.7527 || p.Step.PerPrefillTokenMS != 0.017251 || p.Step.PerDecodeSeqMS != 0.005999 || p.Source == "" {
+		t.Fatalf("shipped profile %+v", p)
+	}
+	for data, want := range map[string]string{
+		`{"name": "x", "step": {"base_ms": 1}}`:               "",
+		`{"name": "x", "step": {"base_ms": 1, "base_ms": 2}}`: "appears more than once",
+		`{"name": "x", "step": {"BASE_MS": 1}}`:               "is not a step key",
+		`{"name": "x", "step": {"base_ms": -1}}`:              "expected a number of ms from 0 to 1e6",
+		`{"name": "x", "step": {"per_kv_token_read_ms": 1}}`:  "a step must take some time",
+		`{"name": "x", "steps": {}}`:                          "is not a profile key",
+		`{"name": "x", "step": {"base_ms": 1}} trailing`:      "",
+	} {
+		_, err := ParseProfile([]byte(data))
+		switch {
+		case want == "" && strings.HasSuffix(data, "trailing") && err == nil:
+			t.Errorf("%s: trailing data accepted", data)
+		case want == "" && !strings.HasSuffix(data, "trailing") && err != nil:
+			t.Errorf("%s: %v", data, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: got %v, want %q", data, err, want)
+		}
 	}
 }

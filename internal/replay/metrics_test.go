@@ -40,7 +40,7 @@ func near(a, b stats) bool {
 	return true
 }
 
-// TestOneRequestClosedForm: alone on the cluster, a request of 1000 input
+// TestOneRequestClosedForm: alone on a simple-model cluster, a request of 1000 input
 // and 5 output tokens prefills at 20 tokens/ms, which makes its first token
 // (TTFT 50 ms), then decodes 4 more at 15 ms each (E2EL 110 ms), so its
 // TPOT and each of its 4 gaps are 15 ms; over 0.11 s that is 1/0.11
@@ -48,7 +48,7 @@ func near(a, b stats) bool {
 func TestOneRequestClosedForm(t *testing.T) {
 	one := func(slo SLO) Metrics {
 		trace := []Request{{ID: "a", InputTokens: 1000, OutputTokens: 5, HashIDs: []protocol.LocalBlockHash{1, 2}}}
-		res, err := Run(trace, Options{Cluster: DefaultCluster(2), Router: routerConfig(protocol.PolicyKV), Goodput: slo})
+		res, err := Run(trace, Options{Cluster: SimpleCluster(2), Router: routerConfig(protocol.PolicyKV), Goodput: slo})
 		if err != nil {
 			t.Fatal(err)
 		}
