@@ -43,6 +43,11 @@ type simRequest struct {
 	overlap, best, islBlocks                   uint64
 	rejected                                   protocol.Code // why the router turned it away; "" if it did not
 	sentSeq                                    int           // its place was the sentSeq-th sent, from 1
+	// gaps are the times between its output tokens, runs of equal ones
+	// as one sample (the iteration engine; the simple one spreads decode
+	// evenly and keeps none); lastToken is when its latest came.
+	gaps      []sample
+	lastToken float64
 	// next is the session's turn that follows this one's end, after its
 	// delay_ms (nil when none does).
 	next *simRequest
@@ -353,12 +358,12 @@ const tooLongForCache protocol.Code = "exceeds_kv_cache"
 // stepDone applies a step's end: blocks stored, first tokens, requests
 // done; then the next step starts.
 func (h *host) stepDone(t float64, w *simWorker) {
-	res := w.iter.endStep(w)
+	res := w.iter.endStep(w, t)
 	for i := range res.stored {
 		h.observe(t, &res.stored[i])
 	}
 	for _, r := range res.firstTokens {
-		r.firstToken = t
+		r.firstToken, r.lastToken = t, t
 		h.send(&protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
 	}
 	for _, r := range res.finished {
@@ -426,6 +431,17 @@ func (h *host) decodeDone(t float64, r *simRequest) {
 	h.send(&protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
 	h.ended(t, r)
 	h.admitWaiting(t, r.worker)
+}
+
+// tokenAt records an output token after the first, made at t.
+func (r *simRequest) tokenAt(t float64) {
+	gap := t - r.lastToken
+	r.lastToken = t
+	if n := len(r.gaps); n > 0 && r.gaps[n-1].v == gap {
+		r.gaps[n-1].n++
+		return
+	}
+	r.gaps = append(r.gaps, sample{gap, 1})
 }
 
 // ended schedules the session's next turn, if any, after its think time;

@@ -260,8 +260,9 @@ func (e *iterEngine) stepTime() float64 {
 	return m.BaseMS + float64(m.PerPrefillTokenMS*prefill) + float64(m.PerDecodeSeqMS*decodes) + float64(m.PerKVTokenReadMS*read)
 }
 
-// endStep applies the step's tokens and says what came of them.
-func (e *iterEngine) endStep(w *simWorker) stepResult {
+// endStep applies the step's tokens, made at t, and says what came of
+// them.
+func (e *iterEngine) endStep(w *simWorker, t float64) stepResult {
 	var res stepResult
 	for _, b := range e.batch {
 		s, r := b.s, b.s.r
@@ -277,10 +278,13 @@ func (e *iterEngine) endStep(w *simWorker) stepResult {
 			// the next one after a recomputation.
 			if s.out++; s.out == 1 {
 				res.firstTokens = append(res.firstTokens, r)
+			} else {
+				r.tokenAt(t)
 			}
 		} else {
 			s.kv++
 			s.out++
+			r.tokenAt(t)
 		}
 		if s.out >= max(r.OutputTokens, 1) {
 			res.finished = append(res.finished, r)

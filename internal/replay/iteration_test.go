@@ -85,7 +85,7 @@ func drive(t *testing.T, cfg ClusterConfig, reqs []*simRequest) (first, done map
 			break
 		}
 		now += d
-		res := e.endStep(w)
+		res := e.endStep(w, now)
 		if err := e.invariants(); err != nil {
 			t.Fatalf("step %d, ended: %v", steps, err)
 		}
@@ -217,5 +217,24 @@ func TestProfiles(t *testing.T) {
 		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
 			t.Errorf("%s: got %v, want %q", data, err, want)
 		}
+	}
+}
+
+// TestIterationITLPoolsEveryGap: a request's gaps differ as its context
+// grows (each decode step reads one more token), and ITL pools them as
+// vLLM does, where TPOT is their mean.
+func TestIterationITLPoolsEveryGap(t *testing.T) {
+	cfg := iterCluster(100, 8, 2048, StepModel{BaseMS: 2, PerPrefillTokenMS: 0.01, PerDecodeSeqMS: 0.5, PerKVTokenReadMS: 0.1})
+	router := routerConfig(protocol.PolicyKV)
+	router.BlockSize = cfg.BlockSize
+	res, err := Run([]Request{{ID: "a", InputTokens: 100, OutputTokens: 3, HashIDs: []protocol.LocalBlockHash{1, 2, 3, 4, 5, 6, 7}}},
+		Options{Cluster: cfg, Router: router})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1, g2 := 2+0.5+0.1*100, 2+0.5+0.1*101
+	m := res.Metrics
+	if !same(m.MeanITLMS, (g1+g2)/2) || !same(m.P99ITLMS, g1+0.99*(g2-g1)) || !same(m.MeanTPOTMS, (g1+g2)/2) {
+		t.Fatalf("ITL mean %v p99 %v, TPOT %v; gaps %v and %v", m.MeanITLMS, m.P99ITLMS, m.MeanTPOTMS, g1, g2)
 	}
 }

@@ -42,8 +42,8 @@ type Metrics struct {
 
 	// TTFT: arrival to first token. TPOT: (e2el - ttft) / (output - 1),
 	// for requests of more than one output token. ITL: every gap between
-	// two output tokens, pooled; the simple worker model spreads decode
-	// evenly, so each of a request's gaps is its TPOT. E2EL: arrival to
+	// two output tokens, pooled (under the simple worker model, which
+	// spreads decode evenly, each of a request's gaps is its TPOT). E2EL: arrival to
 	// the last token. Percentiles interpolate linearly between ranks
 	// (numpy's default); std is the population's (numpy's np.std).
 	MeanTTFTMS   float64 `json:"mean_ttft_ms"`
@@ -254,7 +254,11 @@ func (h *host) metrics(trace []Request) Metrics {
 		if r.OutputTokens > 1 {
 			perToken = (latency - toFirst) / float64(r.OutputTokens-1)
 			tpot = append(tpot, sample{perToken, 1})
-			itl = append(itl, sample{perToken, r.OutputTokens - 1})
+			if len(r.gaps) > 0 {
+				itl = append(itl, r.gaps...)
+			} else { // the simple engine: every gap is the same
+				itl = append(itl, sample{perToken, r.OutputTokens - 1})
+			}
 		}
 		ttft = append(ttft, sample{toFirst, 1})
 		e2el = append(e2el, sample{latency, 1})
