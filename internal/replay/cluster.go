@@ -83,6 +83,7 @@ type simWorker struct {
 	waiting       []*simRequest // placed here, not admitted yet (FIFO)
 	eventID       uint64
 	iter          *iterEngine // the iteration engine; nil under the simple model
+	idx           int32       // in id order
 }
 
 func newWorker(id uint64) *simWorker {

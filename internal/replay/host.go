@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"io"
@@ -43,6 +42,7 @@ type simRequest struct {
 	overlap, best, islBlocks                   uint64
 	rejected                                   protocol.Code // why the router turned it away; "" if it did not
 	sentSeq                                    int           // its place was the sentSeq-th sent, from 1
+	idx                                        int32         // in trace order
 	// gaps are the times between its output tokens, runs of equal ones
 	// as one sample (the iteration engine; the simple one spreads decode
 	// evenly and keeps none); lastToken is when its latest came.
@@ -62,30 +62,64 @@ const (
 	evStepDone // an iteration engine's step ends
 )
 
+// event is a moment the host acts at. It holds no pointer (idx is a
+// request's index in trace order, or a worker's in id order), so the queue
+// moves plain words.
 type event struct {
-	at     float64
-	seq    uint64
-	kind   eventKind
-	req    *simRequest
-	worker *simWorker // of a step
+	at   float64
+	seq  uint64
+	kind eventKind
+	idx  int32
 }
 
+// eventQueue orders events by time, then by when they were scheduled. It
+// is a binary heap written out rather than container/heap, which boxes
+// every pushed event into an allocation: that and its interface calls were
+// the top of a replay's profile.
 type eventQueue []event
 
-func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
+func (q eventQueue) less(i, j int) bool {
 	if q[i].at != q[j].at {
 		return q[i].at < q[j].at
 	}
 	return q[i].seq < q[j].seq
 }
-func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
-func (q *eventQueue) Pop() any {
-	old := *q
-	x := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return x
+
+func (q *eventQueue) push(e event) {
+	*q = append(*q, e)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !h.less(i, parent) {
+			break
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
+}
+
+func (q *eventQueue) pop() event {
+	h := *q
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	for i := 0; ; {
+		smallest, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && h.less(l, smallest) {
+			smallest = l
+		}
+		if r < len(h) && h.less(r, smallest) {
+			smallest = r
+		}
+		if smallest == i {
+			break
+		}
+		h[i], h[smallest] = h[smallest], h[i]
+		i = smallest
+	}
+	*q = h
+	return top
 }
 
 // host is the simulated cluster and its conversation with the router.
@@ -97,6 +131,7 @@ type host struct {
 	events   eventQueue
 	nextSeq  uint64
 	byID     map[string]*simRequest
+	reqs     []*simRequest          // in trace order: an event's idx
 	starts   []*simRequest          // closed loop: first turns of the sessions not started yet, in order
 	waiting  map[string]*simRequest // sent to the router, neither placed nor rejected yet
 	sent     int
@@ -126,6 +161,7 @@ func Run(trace []Request, opt Options) (*Result, error) {
 	mbt, kv, seqs := opt.Cluster.MaxNumBatchedTokens, uint64(opt.Cluster.TotalKVBlocks), uint64(opt.Cluster.MaxNumSeqs)
 	for i := range opt.Cluster.Workers {
 		w := newWorker(uint64(i + 1))
+		w.idx = int32(i)
 		if opt.Cluster.Engine == EngineIteration {
 			w.iter = newIterEngine(&h.opt.Cluster, &h.opt.Cluster.Profile.Step)
 		}
@@ -134,7 +170,8 @@ func Run(trace []Request, opt Options) (*Result, error) {
 			TotalKVBlocks: &kv, MaxNumBatchedTokens: &mbt, MaxNumSeqs: &seqs})
 	}
 	for i := range trace {
-		r := &simRequest{Request: &trace[i]}
+		r := &simRequest{Request: &trace[i], idx: int32(len(h.reqs))}
+		h.reqs = append(h.reqs, r)
 		if _, dup := h.byID[r.ID]; dup {
 			return nil, fmt.Errorf("request id %s appears twice", r.ID)
 		}
@@ -176,7 +213,7 @@ func (h *host) schedule(at float64, kind eventKind, r *simRequest) {
 		h.err = fmt.Errorf("request %s: simulated time would reach %.0f ms, past the router's clock (2^53 ms): the trace's timestamps and delays, --arrival-speedup-ratio, or a slow --worker-prefill-tokens-per-ms take it too far", r.ID, at)
 	}
 	h.nextSeq++
-	heap.Push(&h.events, event{at: at, seq: h.nextSeq, kind: kind, req: r})
+	h.events.push(event{at: at, seq: h.nextSeq, kind: kind, idx: r.idx})
 }
 
 // loop runs events in time order, waking the router at next_wakeup_ms
@@ -203,16 +240,16 @@ func (h *host) loop(total int) error {
 			}
 			break
 		}
-		ev := heap.Pop(&h.events).(event)
+		ev := h.events.pop()
 		switch ev.kind {
 		case evArrival:
-			h.arrive(ev.at, ev.req)
+			h.arrive(ev.at, h.reqs[ev.idx])
 		case evPrefillDone:
-			h.prefillDone(ev.at, ev.req)
+			h.prefillDone(ev.at, h.reqs[ev.idx])
 		case evDecodeDone:
-			h.decodeDone(ev.at, ev.req)
+			h.decodeDone(ev.at, h.reqs[ev.idx])
 		case evStepDone:
-			h.stepDone(ev.at, ev.worker)
+			h.stepDone(ev.at, h.order[ev.idx])
 		}
 	}
 	if h.opt.Progress != nil {
@@ -347,7 +384,7 @@ func (h *host) startStep(t float64, w *simWorker) {
 	}
 	if ok {
 		h.nextSeq++
-		heap.Push(&h.events, event{at: t + d, seq: h.nextSeq, kind: evStepDone, worker: w})
+		h.events.push(event{at: t + d, seq: h.nextSeq, kind: evStepDone, idx: w.idx})
 	}
 }
 
