@@ -249,7 +249,9 @@ func (h *host) loop(total int) error {
 		case evDecodeDone:
 			h.decodeDone(ev.at, h.reqs[ev.idx])
 		case evStepDone:
-			h.stepDone(ev.at, h.order[ev.idx])
+			if w := h.order[ev.idx]; ev.seq == w.iter.endSeq { // else stale: its run was cut
+				h.stepDone(ev.at, w)
+			}
 		}
 	}
 	if h.opt.Progress != nil {
@@ -358,8 +360,11 @@ func (h *host) send(c *protocol.Command) {
 		h.send(&protocol.Command{Op: protocol.OpDispatchCommitted, NowMS: ptr(t), RequestID: r.ID})
 		if w := r.worker; w.iter != nil {
 			w.iter.enqueue(r)
-			if !w.iter.busy { // an idle engine starts a step at once
+			switch {
+			case !w.iter.busy: // an idle engine starts a step at once
 				h.startStep(t, w)
+			case w.iter.cut(t): // a run of decode steps ends with the step under way
+				h.scheduleStepEnd(w)
 			}
 			continue
 		}
@@ -371,7 +376,7 @@ func (h *host) send(c *protocol.Command) {
 // startStep starts the worker's next step, if it has work: evictions are
 // reported now, the step's results when it ends.
 func (h *host) startStep(t float64, w *simWorker) {
-	d, ok := w.iter.startStep(t)
+	ok := w.iter.startStep(t)
 	if removed := w.iter.takeRemoved(); len(removed) > 0 {
 		h.observe(t, w.removedEvent(removed))
 	}
@@ -383,9 +388,17 @@ func (h *host) startStep(t float64, w *simWorker) {
 		h.ended(t, r)
 	}
 	if ok {
-		h.nextSeq++
-		h.events.push(event{at: t + d, seq: h.nextSeq, kind: evStepDone, idx: w.idx})
+		w.iter.startRun()
+		h.scheduleStepEnd(w)
 	}
+}
+
+// scheduleStepEnd schedules the end of the worker's step (or run) under
+// way; an end scheduled before it, for a run since cut, goes stale.
+func (h *host) scheduleStepEnd(w *simWorker) {
+	h.nextSeq++
+	w.iter.endSeq = h.nextSeq
+	h.events.push(event{at: w.iter.end(), seq: h.nextSeq, kind: evStepDone, idx: w.idx})
 }
 
 // tooLongForCache is the rejection reason of a request whose prompt needs
@@ -468,6 +481,20 @@ func (h *host) decodeDone(t float64, r *simRequest) {
 	h.send(&protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
 	h.ended(t, r)
 	h.admitWaiting(t, r.worker)
+}
+
+// tokensEvery records n more output tokens, each gap ms after the one
+// before.
+func (r *simRequest) tokensEvery(gap float64, n int) {
+	if n <= 0 {
+		return
+	}
+	r.lastToken += float64(float64(n) * gap)
+	if k := len(r.gaps); k > 0 && r.gaps[k-1].v == gap {
+		r.gaps[k-1].n += uint64(n)
+		return
+	}
+	r.gaps = append(r.gaps, sample{gap, uint64(n)})
 }
 
 // tokenAt records an output token after the first, made at t.

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"container/list"
+	"math"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -35,8 +36,14 @@ type iterEngine struct {
 	live    int                                // blocks held by at least one request
 	batch   []scheduled                        // the step under way
 	busy    bool                               // a step is under way
-	removed []protocol.SequenceHash            // evicted since the last call to takeRemoved
-	dropped []*simRequest                      // could never run, since the last call to takeDropped
+	// A run of steps under way: steps equal decode-only steps from start,
+	// each step ms long (see startRun).
+	steps       int
+	start, step float64
+	preempted   bool                    // the step under way preempted (so it admitted none)
+	endSeq      uint64                  // the host's event for the end under way
+	removed     []protocol.SequenceHash // evicted since the last call to takeRemoved
+	dropped     []*simRequest           // could never run, since the last call to takeDropped
 }
 
 // kvBlock is one block of a worker's KV cache.
@@ -88,10 +95,10 @@ func (e *iterEngine) blocksFor(n uint64) int {
 	return int((n + e.cfg.BlockSize - 1) / e.cfg.BlockSize)
 }
 
-// startStep chooses the step's batch, taking the blocks it needs (and
-// evicting cached ones), and returns its duration in ms; false when there
-// is nothing to run.
-func (e *iterEngine) startStep(t float64) (float64, bool) {
+// startStep chooses the step's batch at t, taking the blocks it needs (and
+// evicting cached ones); false when there is nothing to run. end() says
+// when the step ends.
+func (e *iterEngine) startStep(t float64) bool {
 	e.batch = e.batch[:0]
 	budget := e.cfg.MaxNumBatchedTokens
 	preempted := false
@@ -132,6 +139,7 @@ func (e *iterEngine) startStep(t float64) (float64, bool) {
 		e.batch = append(e.batch, scheduled{s: s, prefill: tokens})
 		budget -= tokens
 	}
+	e.preempted = preempted
 	if len(e.batch) == 0 {
 		if len(e.running) == 0 && len(e.waiting) > 0 {
 			// Alone, and still no room: its prompt is larger than the
@@ -140,10 +148,58 @@ func (e *iterEngine) startStep(t float64) (float64, bool) {
 			e.waiting = e.waiting[1:]
 			return e.startStep(t)
 		}
-		return 0, false
+		return false
 	}
 	e.busy = true
-	return e.stepTime(), true
+	e.steps, e.start, e.step = 1, t, e.stepTime()
+	return true
+}
+
+// startRun lengthens the step just started into the run of equal steps
+// that follows it: decode in aggregate.
+// While every scheduled request decodes, none finishes before the run's
+// last step and none needs a new block, each step is the one before it
+// with one more token per request; and the waiting requests that could not
+// be admitted still cannot (no block is freed, no seat either). The steps
+// are equal in time only when the profile reads no KV term, so a run needs
+// per_kv_token_read_ms 0 (the shipped profile's).
+func (e *iterEngine) startRun() {
+	if e.preempted || e.model.PerKVTokenReadMS != 0 {
+		return
+	}
+	n := math.MaxInt
+	for _, b := range e.batch {
+		if b.prefill > 0 {
+			return
+		}
+		s := b.s
+		n = min(n, int(max(s.r.OutputTokens, 1)-s.out), len(s.blocks)*int(e.cfg.BlockSize)-int(s.kv))
+	}
+	e.steps = max(n, 1)
+}
+
+// end is when the run under way ends. The product is rounded alone: the
+// same on every platform.
+func (e *iterEngine) end() float64 { return e.start + float64(float64(e.steps)*e.step) }
+
+// cut shortens the run under way to the step under way at t, for a request
+// dispatched at t to join the next one, and reports whether it changed.
+func (e *iterEngine) cut(t float64) bool {
+	if e.steps <= 1 {
+		return false
+	}
+	n := max(int(math.Ceil((t-e.start)/e.step)), 1)
+	for n > 1 && e.start+float64(float64(n-1)*e.step) >= t {
+		n--
+	}
+	for e.start+float64(float64(n)*e.step) < t {
+		n++
+	}
+	if n >= e.steps {
+		return false
+	}
+	e.steps = n
+	return true
 }
 
 // admit takes a waiting request's cached prefix and the blocks its first
@@ -281,10 +337,12 @@ func (e *iterEngine) endStep(w *simWorker, t float64) stepResult {
 			} else {
 				r.tokenAt(t)
 			}
-		} else {
-			s.kv++
-			s.out++
-			r.tokenAt(t)
+		} else { // decode: one token a step, the run's steps apart
+			k := uint64(e.steps)
+			s.kv += k
+			s.out += k
+			r.tokenAt(e.start + e.step)
+			r.tokensEvery(e.step, e.steps-1)
 		}
 		if s.out >= max(r.OutputTokens, 1) {
 			res.finished = append(res.finished, r)
