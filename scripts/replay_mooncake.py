@@ -2,11 +2,11 @@
 """Replay a Mooncake trace through offline-router from Python.
 
 A plain host loop on OfflineRouter, with the same simple cluster model as
-`offline-router replay` (per-worker prefix cache with LRU eviction of
+`offline-router replay --engine simple` (per-worker prefix cache with LRU eviction of
 unreferenced blocks, one FIFO prefill server, decode time per output token,
 a limit on running requests). It honours pending_count and next_wakeup_ms
 the way a simulator should, and prints the same headline numbers as
-`offline-router replay` for the same trace and settings (the test suite
+`offline-router replay --engine simple` for the same trace and settings (the test suite
 checks that they are equal).
 
     python3 scripts/replay_mooncake.py trace.jsonl --workers 8 --binary ./offline-router

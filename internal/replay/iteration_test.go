@@ -271,3 +271,22 @@ func TestDecodeRunsMatchSteps(t *testing.T) {
 		}
 	}
 }
+
+// TestIterationRejectsAPromptLargerThanTheCache: a prompt needing more
+// blocks than the worker has can never run; it is rejected (and the
+// router's booking released), and the next request runs.
+func TestIterationRejectsAPromptLargerThanTheCache(t *testing.T) {
+	cfg := iterCluster(4, 8, 4096, StepModel{BaseMS: 1, PerPrefillTokenMS: 0.01})
+	router := routerConfig(protocol.PolicyKV)
+	router.BlockSize = cfg.BlockSize
+	res, err := Run([]Request{
+		{ID: "big", InputTokens: 100, OutputTokens: 2},
+		{ID: "small", Arrival: 1, InputTokens: 20, OutputTokens: 2},
+	}, Options{Cluster: cfg, Router: router})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := res.Metrics; m.RejectedByReason["exceeds_kv_cache"] != 1 || m.Completed != 1 {
+		t.Fatalf("rejected %v, completed %d", m.RejectedByReason, m.Completed)
+	}
+}
