@@ -66,14 +66,16 @@ sharing a few system prompts (--sessions, seeded by --seed); or, given
 Dynamo's replay makes it. --arrival-speedup-ratio and --replay-concurrency
 shape arrivals with the meaning Dynamo's replay gives them (README).
 
-The simulated workers each have a prefix KV cache of --worker-kv-blocks blocks
-with LRU eviction of unreferenced blocks, one FIFO prefill server at
---worker-prefill-tokens-per-ms for uncached tokens (which makes the first
-output token), --worker-decode-ms-per-token for each later output token, at
-most --worker-max-num-seqs
-requests running, and a prefill backlog of at most
---worker-max-num-batched-tokens uncached tokens. They talk to the router with
-the wire commands a host would send; --emit-commands writes that stream,
+The simulated workers run as vLLM's V1 scheduler does, step by step
+(--engine iteration): chunked prefill under a budget of
+--worker-max-num-batched-tokens tokens a step beside the running decodes, at
+most --worker-max-num-seqs running, prefix-cache hits that skip their
+tokens, --worker-kv-blocks KV blocks taken per request and cached after,
+evicted least recently freed first, preemption when a block is missing. A
+step's time comes from --engine-profile (the shipped one: Llama-3.1-8B on
+one H100). --engine simple is the earlier model: one FIFO prefill server at
+--worker-prefill-tokens-per-ms and --worker-decode-ms-per-token a token.
+They talk to the router with the wire commands a host would send; --emit-commands writes that stream,
 opening with its config, so that piping it into offline-router with no flags
 gives back --emit-responses byte for byte.
 
