@@ -100,6 +100,7 @@ says why; --emit-commands and --emit-responses keep what was sent).`,
 	f := cmd.Flags()
 	f.Lookup("block-size").DefValue = fmt.Sprint(replayBlockSize)
 	f.IntVar(&o.cluster.Workers, "workers", o.cluster.Workers, "simulated workers")
+	f.IntVar(&o.cluster.DPSize, "dp-size", o.cluster.DPSize, "attention data-parallel ranks per worker, each its own KV cache and batch (the --worker-* sizes are each rank's)")
 	f.IntVar(&o.cluster.TotalKVBlocks, "worker-kv-blocks", o.cluster.TotalKVBlocks, "KV cache capacity of each worker, in blocks")
 	f.IntVar(&o.cluster.MaxNumSeqs, "worker-max-num-seqs", o.cluster.MaxNumSeqs, "requests running at once on a worker")
 	f.Uint64Var(&o.cluster.MaxNumBatchedTokens, "worker-max-num-batched-tokens", o.cluster.MaxNumBatchedTokens, "tokens a step may compute (iteration; the simple engine's prefill backlog); reported to the router for its busy and queue thresholds")

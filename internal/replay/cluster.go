@@ -11,6 +11,7 @@ import (
 // prefix KV cache and one prefill server.
 type ClusterConfig struct {
 	Workers             int     `json:"workers"`
+	DPSize              int     `json:"dp_size"` // attention data-parallel ranks per worker, each its own cache and batch
 	BlockSize           uint64  `json:"block_size"`
 	TotalKVBlocks       int     `json:"worker_kv_blocks"`              // cache capacity per worker, in blocks
 	MaxNumSeqs          int     `json:"worker_max_num_seqs"`           // requests running at once per worker
@@ -35,6 +36,8 @@ func (c *ClusterConfig) Check() error {
 	switch {
 	case c.Workers < 1 || c.Workers > protocol.MaxRanks:
 		return fmt.Errorf("--workers %d: expected 1 to %d (the router holds at most %d ranks)", c.Workers, protocol.MaxRanks, protocol.MaxRanks)
+	case c.DPSize < 1 || c.DPSize > protocol.MaxRanks/c.Workers:
+		return fmt.Errorf("--dp-size %d: expected 1 to %d (the router holds at most %d ranks, %d workers × dp size)", c.DPSize, protocol.MaxRanks/c.Workers, protocol.MaxRanks, c.Workers)
 	case c.TotalKVBlocks < 1:
 		return fmt.Errorf("--worker-kv-blocks %d: expected at least 1", c.TotalKVBlocks)
 	case c.MaxNumSeqs < 1:
@@ -52,7 +55,7 @@ func (c *ClusterConfig) Check() error {
 // iteration engine with the shipped profile.
 func DefaultCluster(workers int) ClusterConfig {
 	p := DefaultProfile()
-	return ClusterConfig{Workers: workers, BlockSize: 512, TotalKVBlocks: 4096, MaxNumSeqs: 64,
+	return ClusterConfig{Workers: workers, DPSize: 1, BlockSize: 512, TotalKVBlocks: 4096, MaxNumSeqs: 64,
 		MaxNumBatchedTokens: 8192, PrefillTokensPerMS: 20, DecodeMSPerToken: 15, Engine: EngineIteration, Profile: &p}
 }
 
@@ -83,7 +86,8 @@ type simWorker struct {
 	waiting       []*simRequest // placed here, not admitted yet (FIFO)
 	eventID       uint64
 	iter          *iterEngine // the iteration engine; nil under the simple model
-	idx           int32       // in id order
+	idx           int32       // in (id, rank) order
+	dpRank        uint32
 }
 
 func newWorker(id uint64) *simWorker {
@@ -189,7 +193,7 @@ func (w *simWorker) store(r *simRequest) *protocol.KVEvent {
 		return nil
 	}
 	w.eventID++
-	return &protocol.KVEvent{WorkerID: w.id, StorageTier: "device", EventID: w.eventID, Data: st}
+	return &protocol.KVEvent{WorkerID: w.id, DPRank: w.dpRank, StorageTier: "device", EventID: w.eventID, Data: st}
 }
 
 // release drops r's references, deepest block first, so that among blocks
@@ -214,5 +218,5 @@ func (w *simWorker) release(r *simRequest) {
 // removedEvent reports evicted blocks to the router.
 func (w *simWorker) removedEvent(hashes []protocol.SequenceHash) *protocol.KVEvent {
 	w.eventID++
-	return &protocol.KVEvent{WorkerID: w.id, StorageTier: "device", EventID: w.eventID, Data: protocol.Removed{BlockHashes: hashes}}
+	return &protocol.KVEvent{WorkerID: w.id, DPRank: w.dpRank, StorageTier: "device", EventID: w.eventID, Data: protocol.Removed{BlockHashes: hashes}}
 }

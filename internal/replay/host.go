@@ -126,7 +126,7 @@ func (q *eventQueue) pop() event {
 type host struct {
 	opt      Options
 	router   *router
-	workers  map[uint64]*simWorker
+	workers  map[rankKey]*simWorker
 	order    []*simWorker
 	events   eventQueue
 	nextSeq  uint64
@@ -154,20 +154,29 @@ func Run(trace []Request, opt Options) (*Result, error) {
 	}
 	h := &host{
 		opt: opt, router: newRouter(eng, opt.Commands, opt.Responses),
-		workers: map[uint64]*simWorker{}, byID: map[string]*simRequest{}, waiting: map[string]*simRequest{},
+		workers: map[rankKey]*simWorker{}, byID: map[string]*simRequest{}, waiting: map[string]*simRequest{},
 	}
 	// The stream opens with its config, so that it replays alone.
 	h.send(&protocol.Command{Op: protocol.OpConfig, Config: wire.ConfigCommand(opt.Router)})
 	mbt, kv, seqs := opt.Cluster.MaxNumBatchedTokens, uint64(opt.Cluster.TotalKVBlocks), uint64(opt.Cluster.MaxNumSeqs)
+	dp := uint32(max(opt.Cluster.DPSize, 1))
 	for i := range opt.Cluster.Workers {
-		w := newWorker(uint64(i + 1))
-		w.idx = int32(i)
-		if opt.Cluster.Engine == EngineIteration {
-			w.iter = newIterEngine(&h.opt.Cluster, &h.opt.Cluster.Profile.Step)
+		id := uint64(i + 1)
+		for rank := range dp {
+			w := newWorker(id)
+			w.idx, w.dpRank = int32(len(h.order)), rank
+			if opt.Cluster.Engine == EngineIteration {
+				w.iter = newIterEngine(&h.opt.Cluster, &h.opt.Cluster.Profile.Step)
+			}
+			h.workers[rankKey{id, rank}], h.order = w, append(h.order, w)
 		}
-		h.workers[w.id], h.order = w, append(h.order, w)
-		h.send(&protocol.Command{Op: protocol.OpWorkerReady, NowMS: ptr(0.0), WorkerID: &w.id,
-			TotalKVBlocks: &kv, MaxNumBatchedTokens: &mbt, MaxNumSeqs: &seqs})
+		// The worker's sizes are each rank's.
+		c := &protocol.Command{Op: protocol.OpWorkerReady, NowMS: ptr(0.0), WorkerID: &id,
+			TotalKVBlocks: &kv, MaxNumBatchedTokens: &mbt, MaxNumSeqs: &seqs}
+		if dp > 1 {
+			c.DPSize = &dp
+		}
+		h.send(c)
 	}
 	for i := range trace {
 		r := &simRequest{Request: &trace[i], idx: int32(len(h.reqs))}
@@ -343,7 +352,7 @@ func (h *host) send(c *protocol.Command) {
 	for _, p := range resp.Placements {
 		r := h.byID[p.RequestID]
 		delete(h.waiting, r.ID)
-		r.worker = h.workers[p.WorkerID]
+		r.worker = h.workers[rankKey{p.WorkerID, p.DPRank}]
 		r.placedAt, r.overlap, r.best = t, p.OverlapBlocks, p.BestAvailableOverlapBlocks
 		h.placed = append(h.placed, r)
 	}
@@ -558,12 +567,8 @@ func (h *host) closeLoop(trace []Request) {
 
 func ptr[T any](v T) *T { return &v }
 
-// workerIDs lists the workers in id order.
-func (h *host) workerIDs() []uint64 {
-	ids := make([]uint64, 0, len(h.workers))
-	for id := range h.workers {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+// rankKey names a simulated rank: a worker and its DP rank.
+type rankKey struct {
+	worker uint64
+	rank   uint32
 }

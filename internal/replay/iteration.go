@@ -366,7 +366,7 @@ func (e *iterEngine) store(w *simWorker, s *iterSeq, before uint64, out []protoc
 	flush := func() {
 		if len(run.Blocks) > 0 {
 			w.eventID++
-			out = append(out, protocol.KVEvent{WorkerID: w.id, StorageTier: "device", EventID: w.eventID, Data: run})
+			out = append(out, protocol.KVEvent{WorkerID: w.id, DPRank: w.dpRank, StorageTier: "device", EventID: w.eventID, Data: run})
 			run = protocol.Stored{}
 		}
 	}

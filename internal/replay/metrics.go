@@ -81,8 +81,9 @@ type Metrics struct {
 	StdQueueWaitMS    float64 `json:"std_queue_wait_ms"`
 	P90QueueWaitMS    float64 `json:"p90_queue_wait_ms"`
 	P99QueueWaitMS    float64 `json:"p99_queue_wait_ms"`
-	// Per worker, in worker id order: completed requests and their share;
-	// the coefficient of variation of the counts (0 = perfectly even).
+	// Per worker rank, in (worker id, DP rank) order (one rank a worker
+	// unless --dp-size says more): completed requests and their share; the
+	// coefficient of variation of the counts (0 = perfectly even).
 	WorkerRequests []int     `json:"worker_requests"`
 	WorkerShare    []float64 `json:"worker_share"`
 	WorkerShareCV  float64   `json:"worker_share_cv"`
@@ -221,11 +222,7 @@ func (h *host) metrics(trace []Request) Metrics {
 	if !h.opt.Router.KVEvents {
 		m.Mode = "approximate"
 	}
-	index := map[uint64]int{}
-	for i, id := range h.workerIDs() {
-		index[id] = i
-	}
-	m.WorkerRequests = make([]int, len(index))
+	m.WorkerRequests = make([]int, len(h.order))
 	var hitTokens, overlap, islBlocks, regret float64
 	var ttft, tpot, itl, e2el, wait []sample
 	first, last := math.Inf(1), 0.0
@@ -242,7 +239,7 @@ func (h *host) metrics(trace []Request) Metrics {
 			continue
 		}
 		m.Completed++
-		m.WorkerRequests[index[r.worker.id]]++
+		m.WorkerRequests[r.worker.idx]++
 		m.TotalInputTokens += r.InputTokens
 		m.TotalOutputTokens += r.OutputTokens
 		hitTokens += float64(min(uint64(r.hitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens))

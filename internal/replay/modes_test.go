@@ -220,3 +220,37 @@ func TestRequestsNothingCanReleaseAreCancelled(t *testing.T) {
 		t.Fatalf("rejected %v, completed %d", m.RejectedByReason, m.Completed)
 	}
 }
+
+// TestDPRanksHaveTheirOwnCaches: with two DP ranks on one worker, round
+// robin puts the same prompt twice on different ranks, whose caches are
+// apart (no hit), where one rank hits the second time; each rank's events
+// name it.
+func TestDPRanksHaveTheirOwnCaches(t *testing.T) {
+	trace := func() []Request {
+		return []Request{
+			{ID: "a", InputTokens: 1600, OutputTokens: 2, HashIDs: []protocol.LocalBlockHash{1, 2, 3, 4}},
+			{ID: "b", Arrival: 10000, InputTokens: 1600, OutputTokens: 2, HashIDs: []protocol.LocalBlockHash{1, 2, 3, 4}},
+		}
+	}
+	hitRate := func(dp int) (float64, string) {
+		cluster := DefaultCluster(1)
+		cluster.DPSize = dp
+		var cmds bytes.Buffer
+		res, err := Run(trace(), Options{Cluster: cluster, Router: routerConfig(protocol.PolicyRoundRobin), Commands: &cmds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Metrics.WorkerRequests) != dp {
+			t.Fatalf("dp %d: %d ranks in the report", dp, len(res.Metrics.WorkerRequests))
+		}
+		return res.Metrics.PrefixHitRate, cmds.String()
+	}
+	one, _ := hitRate(1)
+	two, stream := hitRate(2)
+	if one == 0 || two != 0 {
+		t.Fatalf("hit rate %v with one rank (want > 0), %v with two (want 0)", one, two)
+	}
+	if !strings.Contains(stream, `"dp_size":2`) || !strings.Contains(stream, `"dp_rank":1`) {
+		t.Fatal("the stream announces no second rank, or no event names it")
+	}
+}

@@ -29,16 +29,12 @@ func (h *host) result(trace []Request, wall time.Duration) *Result {
 	if h.router.busy > 0 {
 		res.Cost.RouterCommandsPerS = float64(h.router.commands) / h.router.busy.Seconds()
 	}
-	index := map[uint64]int{}
-	for i, id := range h.workerIDs() {
-		index[id] = i
-	}
 	for i := range trace {
 		r := h.byID[trace[i].ID]
 		if r.rejected != "" || r.worker == nil {
 			continue
 		}
-		res.ends = append(res.ends, outcome{worker: index[r.worker.id], arrival: r.Arrival, placed: r.placedAt,
+		res.ends = append(res.ends, outcome{worker: int(r.worker.idx), arrival: r.Arrival, placed: r.placedAt,
 			start: r.prefillStart, first: r.firstToken, done: r.doneAt,
 			hitTokens: min(uint64(r.hitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens), inputTokens: r.InputTokens})
 	}
