@@ -355,7 +355,7 @@ def main():
     ap.add_argument("--config", help="router config file (JSON), as for offline-router --config")
     ap.add_argument("--block-size", type=int, default=512)
     ap.add_argument("--workers", type=int, default=8)
-    ap.add_argument("--worker-kv-blocks", dest="kv_blocks", type=int, default=4096)
+    ap.add_argument("--worker-kv-blocks", dest="kv_blocks", type=int, default=912)
     ap.add_argument("--worker-max-num-seqs", dest="max_num_seqs", type=int, default=64)
     ap.add_argument("--worker-max-num-batched-tokens", dest="max_num_batched_tokens", type=int, default=8192)
     ap.add_argument("--worker-prefill-tokens-per-ms", dest="prefill_tokens_per_ms", type=float, default=20)

@@ -319,6 +319,9 @@ func (o *replayOptions) checkEngine(flags *pflag.FlagSet) error {
 	default:
 		return fmt.Errorf("--engine %q: expected iteration or simple", o.cluster.Engine)
 	}
+	if o.cluster.MaxNumBatchedTokens < 1 {
+		return fmt.Errorf("--worker-max-num-batched-tokens 0: a step must compute at least one token")
+	}
 	for _, name := range []string{"worker-prefill-tokens-per-ms", "worker-decode-ms-per-token"} {
 		if flags.Changed(name) {
 			return fmt.Errorf("--%s sets the simple engine's speed; the iteration engine's steps are timed by --engine-profile (or give --engine simple)", name)

@@ -369,6 +369,7 @@ func TestReplayRefusesBeforeRunning(t *testing.T) {
 		{[]string{"--sessions", "300000"}, "--sessions 300000: at most"},
 		{[]string{"--engine", "vllm"}, `--engine "vllm": expected iteration or simple`},
 		{[]string{"--dp-size", "0"}, "--dp-size 0: expected 1 to"},
+		{[]string{"--worker-max-num-batched-tokens", "0"}, "a step must compute at least one token"},
 		{[]string{"--engine", "simple", "--engine-profile", defaults}, "--engine-profile times the iteration engine"},
 		{[]string{"--worker-decode-ms-per-token", "3"}, "--worker-decode-ms-per-token sets the simple engine's speed"},
 		{[]string{"--engine-profile", defaults}, `is not a profile key`},

@@ -368,8 +368,14 @@ func (h *host) send(c *protocol.Command) {
 		h.placed = h.placed[1:]
 		h.send(&protocol.Command{Op: protocol.OpDispatchCommitted, NowMS: ptr(t), RequestID: r.ID})
 		if w := r.worker; w.iter != nil {
-			w.iter.enqueue(r)
 			switch {
+			case !w.iter.enqueue(r):
+				// Its prompt and output need more blocks than the worker
+				// has: no engine could run it. The router's booking is
+				// released.
+				r.rejected, r.doneAt = tooLongForCache, t
+				h.send(&protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
+				h.ended(t, r)
 			case !w.iter.busy: // an idle engine starts a step at once
 				h.startStep(t, w)
 			case w.iter.cut(t): // a run of decode steps ends with the step under way
@@ -382,21 +388,10 @@ func (h *host) send(c *protocol.Command) {
 	}
 }
 
-// startStep starts the worker's next step, if it has work: evictions are
-// reported now, the step's results when it ends.
+// startStep starts the worker's next step, if it has work; its results,
+// KV events included, come when it ends.
 func (h *host) startStep(t float64, w *simWorker) {
-	ok := w.iter.startStep(t)
-	if removed := w.iter.takeRemoved(); len(removed) > 0 {
-		h.observe(t, w.removedEvent(removed))
-	}
-	for _, r := range w.iter.takeDropped() {
-		// Its prompt needs more blocks than the worker has: no engine
-		// could run it. The router's booking is released.
-		r.rejected, r.doneAt = tooLongForCache, t
-		h.send(&protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
-		h.ended(t, r)
-	}
-	if ok {
+	if w.iter.startStep(t) {
 		w.iter.startRun()
 		h.scheduleStepEnd(w)
 	}
@@ -410,16 +405,16 @@ func (h *host) scheduleStepEnd(w *simWorker) {
 	h.events.push(event{at: w.iter.end(), seq: h.nextSeq, kind: evStepDone, idx: w.idx})
 }
 
-// tooLongForCache is the rejection reason of a request whose prompt needs
-// more KV blocks than a worker has.
+// tooLongForCache is the rejection reason of a request whose prompt and
+// output need more KV blocks than a worker has.
 const tooLongForCache protocol.Code = "exceeds_kv_cache"
 
 // stepDone applies a step's end: blocks stored, first tokens, requests
 // done; then the next step starts.
 func (h *host) stepDone(t float64, w *simWorker) {
 	res := w.iter.endStep(w, t)
-	for i := range res.stored {
-		h.observe(t, &res.stored[i])
+	for i := range res.events {
+		h.observe(t, &res.events[i])
 	}
 	for _, r := range res.firstTokens {
 		r.firstToken, r.lastToken = t, t

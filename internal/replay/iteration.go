@@ -13,11 +13,15 @@ import (
 // admits waiting ones, under a budget of max_num_batched_tokens tokens and
 // at most max_num_seqs running. A waiting request's prompt blocks already
 // in the cache are not computed again. KV blocks are taken per request as
-// its tokens need them and given back when it ends; a full prompt block is
-// then kept in the cache, hashed, until evicted (least recently freed
-// first) for a block someone needs. A running request that cannot get a
-// block preempts the last running one, which gives its blocks back and is
-// computed again from its first token when it is admitted anew.
+// its tokens need them, and a full prompt block is cached (hashed) as soon
+// as the step that fills it is scheduled, so a request admitted later in
+// the same step already finds it. Blocks given back join the tail of one
+// free queue, a request's last block first; a new block comes from its
+// head, evicting the cached one found there. A running request that cannot
+// get a block preempts the last running one, which gives its blocks back
+// and is computed again from the start (prompt and outputs so far) when it
+// is admitted anew. A request whose prompt and output could never fit the
+// cache is refused when it is dispatched (vLLM refuses it at validation).
 //
 // As in vLLM, at most (prompt - 1) / block_size blocks are a hit, so a
 // prompt found whole in the cache computes its last block again.
@@ -32,7 +36,8 @@ type iterEngine struct {
 	waiting []*iterSeq // FIFO; a preempted request goes back to the front
 	running []*iterSeq
 	cached  map[protocol.SequenceHash]*kvBlock // hashed blocks, held or free
-	free    *list.List                         // cached blocks no one holds, least recently freed first
+	fresh   int                                // never-used blocks, at the free queue's head
+	free    *list.List                         // blocks given back, in the order they were: the rest of the free queue
 	live    int                                // blocks held by at least one request
 	batch   []scheduled                        // the step under way
 	busy    bool                               // a step is under way
@@ -42,16 +47,17 @@ type iterEngine struct {
 	start, step float64
 	preempted   bool                    // the step under way preempted (so it admitted none)
 	endSeq      uint64                  // the host's event for the end under way
-	removed     []protocol.SequenceHash // evicted since the last call to takeRemoved
-	dropped     []*simRequest           // could never run, since the last call to takeDropped
+	removed     []protocol.SequenceHash // evicted in the step under way
+	stored      []protocol.KVEvent      // cached in the step under way
 }
 
 // kvBlock is one block of a worker's KV cache.
 type kvBlock struct {
-	hash   protocol.SequenceHash // 0 while it is not (or cannot be) cached
+	cached bool // hashed, findable by hash
+	hash   protocol.SequenceHash
 	local  protocol.LocalBlockHash
 	refs   int
-	onFree *list.Element // its place among the free cached blocks; nil while held
+	onFree *list.Element // its place in the free queue; nil while held
 }
 
 // iterSeq is a request on an iteration-level worker.
@@ -71,20 +77,29 @@ type scheduled struct {
 	prefill uint64 // prompt tokens computed this step; 0 for a decode token
 }
 
-// stepResult is what a step's end brings the host.
+// stepResult is what a step's end brings the host: the KV events the step
+// queued (published at its end, as vLLM does: evictions, then blocks
+// cached), the requests whose prefill ended (the first output token) and
+// those that ended.
 type stepResult struct {
-	firstTokens []*simRequest      // prefill ended: the first output token
-	finished    []*simRequest      // the last output token
-	stored      []protocol.KVEvent // full prompt blocks now cached, one event per request
+	events      []protocol.KVEvent
+	firstTokens []*simRequest
+	finished    []*simRequest
 }
 
 func newIterEngine(cfg *ClusterConfig, model *StepModel) *iterEngine {
-	return &iterEngine{cfg: cfg, model: model, cached: map[protocol.SequenceHash]*kvBlock{}, free: list.New()}
+	return &iterEngine{cfg: cfg, model: model, cached: map[protocol.SequenceHash]*kvBlock{}, free: list.New(),
+		fresh: cfg.TotalKVBlocks}
 }
 
-// enqueue adds a dispatched request to the waiting queue.
-func (e *iterEngine) enqueue(r *simRequest) {
+// enqueue adds a dispatched request to the waiting queue, or reports that
+// its prompt and output could never fit the cache.
+func (e *iterEngine) enqueue(r *simRequest) bool {
+	if e.blocksFor(max(r.InputTokens, 1)+r.OutputTokens) > e.cfg.TotalKVBlocks {
+		return false
+	}
 	e.waiting = append(e.waiting, &iterSeq{r: r, target: max(r.InputTokens, 1)})
+	return true
 }
 
 // idle reports whether the engine has nothing to run.
@@ -122,6 +137,7 @@ func (e *iterEngine) startStep(t float64) bool {
 		}
 		if s.computed < s.target {
 			e.batch = append(e.batch, scheduled{s: s, prefill: tokens})
+			e.cacheFull(s, s.computed+tokens)
 		} else {
 			e.batch = append(e.batch, scheduled{s: s})
 		}
@@ -137,17 +153,11 @@ func (e *iterEngine) startStep(t float64) bool {
 		e.running = append(e.running, s)
 		tokens := min(s.target-s.computed, budget)
 		e.batch = append(e.batch, scheduled{s: s, prefill: tokens})
+		e.cacheFull(s, s.computed+tokens)
 		budget -= tokens
 	}
 	e.preempted = preempted
 	if len(e.batch) == 0 {
-		if len(e.running) == 0 && len(e.waiting) > 0 {
-			// Alone, and still no room: its prompt is larger than the
-			// cache. It can never run; the next one may.
-			e.dropped = append(e.dropped, e.waiting[0].r)
-			e.waiting = e.waiting[1:]
-			return e.startStep(t)
-		}
 		return false
 	}
 	e.busy = true
@@ -164,7 +174,8 @@ func (e *iterEngine) startStep(t float64) bool {
 // are equal in time only when the profile reads no KV term, so a run needs
 // per_kv_token_read_ms 0 (the shipped profile's).
 func (e *iterEngine) startRun() {
-	if e.preempted || e.model.PerKVTokenReadMS != 0 {
+	// A step that queued KV events publishes them at its own end.
+	if e.preempted || e.model.PerKVTokenReadMS != 0 || len(e.removed) > 0 || len(e.stored) > 0 {
 		return
 	}
 	n := math.MaxInt
@@ -217,14 +228,14 @@ func (e *iterEngine) admit(s *iterSeq, t float64, budget uint64) bool {
 		hitTokens = uint64(hit) * e.cfg.BlockSize
 	}
 	chunk := min(s.target-hitTokens, budget)
-	fromFree := 0
+	fromFree := 0 // hit blocks in the free queue: taking them leaves fewer to allocate from
 	for _, h := range r.seq[:hit] {
 		if e.cached[h].refs == 0 {
 			fromFree++
 		}
 	}
 	need := e.blocksFor(hitTokens+chunk) - hit
-	if need > e.cfg.TotalKVBlocks-e.live-fromFree {
+	if need > e.available()-fromFree {
 		return false
 	}
 	for _, h := range r.seq[:hit] {
@@ -238,21 +249,38 @@ func (e *iterEngine) admit(s *iterSeq, t float64, budget uint64) bool {
 	return e.grow(s, chunk)
 }
 
+// available is how many blocks can be had: the free queue's.
+func (e *iterEngine) available() int { return e.fresh + e.free.Len() }
+
 // grow gives s the blocks its next tokens need; false, taking nothing,
 // when there are not enough.
 func (e *iterEngine) grow(s *iterSeq, tokens uint64) bool {
 	need := e.blocksFor(s.kv+tokens) - len(s.blocks)
-	if need > e.cfg.TotalKVBlocks-e.live {
+	if need > e.available() {
 		return false
 	}
 	for range need {
-		if e.cfg.TotalKVBlocks-e.live-e.free.Len() == 0 {
-			e.evict()
-		}
-		e.live++
-		s.blocks = append(s.blocks, &kvBlock{refs: 1})
+		s.blocks = append(s.blocks, e.take())
 	}
 	return true
+}
+
+// take pops the free queue's head: a never-used block, else the one given
+// back longest ago, evicted from the cache if it was cached.
+func (e *iterEngine) take() *kvBlock {
+	e.live++
+	if e.fresh > 0 {
+		e.fresh--
+		return &kvBlock{refs: 1}
+	}
+	b := e.free.Remove(e.free.Front()).(*kvBlock)
+	b.onFree = nil
+	if b.cached {
+		delete(e.cached, b.hash)
+		e.removed = append(e.removed, b.hash)
+	}
+	*b = kvBlock{refs: 1}
+	return b
 }
 
 // hold takes a reference to a cached block.
@@ -266,36 +294,29 @@ func (e *iterEngine) hold(b *kvBlock) *kvBlock {
 	return b
 }
 
-// evict drops the least recently freed cached block.
-func (e *iterEngine) evict() {
-	b := e.free.Remove(e.free.Front()).(*kvBlock)
-	delete(e.cached, b.hash)
-	e.removed = append(e.removed, b.hash)
-}
-
-// release gives back s's blocks, last first, so that of a request's cached
-// blocks its tail is evicted before its head.
+// release gives back s's blocks, last first, so that of a request's blocks
+// its tail is reused (and, cached, evicted) before its head.
 func (e *iterEngine) release(s *iterSeq) {
 	for i := len(s.blocks) - 1; i >= 0; i-- {
 		b := s.blocks[i]
-		if b.refs--; b.refs > 0 {
-			continue
+		if b.refs--; b.refs == 0 {
+			b.onFree = e.free.PushBack(b)
+			e.live--
 		}
-		if b.hash == 0 {
-			e.live-- // never cached: simply free
-			continue
-		}
-		b.onFree = e.free.PushBack(b)
-		e.live--
 	}
 	s.blocks = s.blocks[:0]
 }
 
-// preempt takes the last running request out, to be computed again.
+// preempt takes the last running request out, to be computed again: its
+// prompt, or, once decoding, its prompt and every output token so far
+// (vLLM's num_tokens: the last sampled one is not in the cache yet).
 func (e *iterEngine) preempt(s *iterSeq) {
 	e.release(s)
 	e.running = e.running[:len(e.running)-1]
-	s.target, s.computed, s.kv = s.kv, 0, 0
+	if s.computed >= s.target {
+		s.target = s.kv + 1
+	}
+	s.computed, s.kv = 0, 0
 	e.waiting = append([]*iterSeq{s}, e.waiting...)
 }
 
@@ -323,10 +344,8 @@ func (e *iterEngine) endStep(w *simWorker, t float64) stepResult {
 	for _, b := range e.batch {
 		s, r := b.s, b.s.r
 		if b.prefill > 0 {
-			before := s.computed
 			s.computed += b.prefill
 			s.kv = s.computed
-			res.stored = e.store(w, s, before, res.stored)
 			if s.computed < s.target {
 				continue
 			}
@@ -352,31 +371,39 @@ func (e *iterEngine) endStep(w *simWorker, t float64) stepResult {
 	for _, r := range res.finished {
 		e.finish(r)
 	}
+	if len(e.removed) > 0 {
+		res.events = append(res.events, *w.removedEvent(e.removed))
+	}
+	for _, ev := range e.stored {
+		w.eventID++
+		ev.WorkerID, ev.DPRank, ev.EventID = w.id, w.dpRank, w.eventID
+		res.events = append(res.events, ev)
+	}
+	e.removed, e.stored = nil, e.stored[:0]
 	return res
 }
 
-// store caches the full prompt blocks s completed since it had before
-// tokens, and appends their stored events to out: one per run of blocks
-// that chain on each other (a block another request cached first breaks
-// the run, and stays this request's own).
-func (e *iterEngine) store(w *simWorker, s *iterSeq, before uint64, out []protocol.KVEvent) []protocol.KVEvent {
+// cacheFull caches the prompt blocks that s's first upto tokens fill, as
+// vLLM does when it schedules them, and queues their stored events: one
+// per run of blocks that chain on each other (a block another request
+// cached first breaks the run, and stays this request's own).
+func (e *iterEngine) cacheFull(s *iterSeq, upto uint64) {
 	r, bs := s.r, e.cfg.BlockSize
-	first, last := int(before/bs), min(int(s.computed/bs), int(r.InputTokens/bs), len(r.seq))
+	last := min(int(upto/bs), int(r.InputTokens/bs), len(r.seq))
 	var run protocol.Stored
 	flush := func() {
 		if len(run.Blocks) > 0 {
-			w.eventID++
-			out = append(out, protocol.KVEvent{WorkerID: w.id, DPRank: w.dpRank, StorageTier: "device", EventID: w.eventID, Data: run})
+			e.stored = append(e.stored, protocol.KVEvent{StorageTier: "device", Data: run})
 			run = protocol.Stored{}
 		}
 	}
-	for i := first; i < last; i++ {
+	for i := int(s.computed / bs); i < last; i++ {
 		b := s.blocks[i]
-		if b.hash != 0 || e.cached[r.seq[i]] != nil {
+		if b.cached || e.cached[r.seq[i]] != nil {
 			flush()
 			continue
 		}
-		b.hash, b.local = r.seq[i], r.local[i]
+		b.cached, b.hash, b.local = true, r.seq[i], r.local[i]
 		e.cached[b.hash] = b
 		if len(run.Blocks) == 0 && i > 0 {
 			p := r.seq[i-1]
@@ -385,7 +412,6 @@ func (e *iterEngine) store(w *simWorker, s *iterSeq, before uint64, out []protoc
 		run.Blocks = append(run.Blocks, protocol.StoredBlock{BlockHash: b.hash, TokensHash: b.local})
 	}
 	flush()
-	return out
 }
 
 // finish takes an ended request out of the running list.
@@ -399,16 +425,3 @@ func (e *iterEngine) finish(r *simRequest) {
 	}
 }
 
-// takeDropped returns the requests dropped since the last call.
-func (e *iterEngine) takeDropped() []*simRequest {
-	out := e.dropped
-	e.dropped = nil
-	return out
-}
-
-// takeRemoved returns the hashes evicted since the last call.
-func (e *iterEngine) takeRemoved() []protocol.SequenceHash {
-	out := e.removed
-	e.removed = nil
-	return out
-}

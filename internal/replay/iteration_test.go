@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"strings"
@@ -34,6 +35,11 @@ func (e *iterEngine) invariants() error {
 			return fmt.Errorf("a waiting request holds %d blocks", len(s.blocks))
 		}
 	}
+	for _, s := range e.running {
+		if s.computed >= s.target && s.kv < s.r.InputTokens {
+			return fmt.Errorf("%s decodes with %d tokens in the cache, fewer than its prompt's %d", s.r.ID, s.kv, s.r.InputTokens)
+		}
+	}
 	if len(held) != e.live {
 		return fmt.Errorf("%d blocks held, live says %d", len(held), e.live)
 	}
@@ -44,17 +50,17 @@ func (e *iterEngine) invariants() error {
 	}
 	for el := e.free.Front(); el != nil; el = el.Next() {
 		b := el.Value.(*kvBlock)
-		if b.refs != 0 || b.hash == 0 || e.cached[b.hash] != b || held[b] > 0 {
-			return fmt.Errorf("a free block: refs %d, hash %d, cached %v", b.refs, b.hash, e.cached[b.hash] == b)
+		if b.refs != 0 || held[b] > 0 || b.onFree != el || (b.cached && e.cached[b.hash] != b) {
+			return fmt.Errorf("a free block: refs %d, hash %d, cached %v", b.refs, b.hash, b.cached)
 		}
 	}
 	for h, b := range e.cached {
-		if b.hash != h || (b.refs == 0) != (b.onFree != nil) {
+		if !b.cached || b.hash != h || (b.refs == 0) != (b.onFree != nil) {
 			return fmt.Errorf("cached block %d: hash %d, refs %d, free %v", h, b.hash, b.refs, b.onFree != nil)
 		}
 	}
-	if e.live+e.free.Len() > e.cfg.TotalKVBlocks {
-		return fmt.Errorf("%d live and %d free cached blocks on a worker of %d", e.live, e.free.Len(), e.cfg.TotalKVBlocks)
+	if e.live+e.free.Len()+e.fresh != e.cfg.TotalKVBlocks {
+		return fmt.Errorf("%d live, %d free and %d fresh blocks on a worker of %d", e.live, e.free.Len(), e.fresh, e.cfg.TotalKVBlocks)
 	}
 	return nil
 }
@@ -68,16 +74,14 @@ func drive(t *testing.T, cfg ClusterConfig, reqs []*simRequest) (first, done map
 	e := newIterEngine(&cfg, &cfg.Profile.Step)
 	for _, r := range reqs {
 		r.seq = kvindex.SequenceHashes(r.local)
-		e.enqueue(r)
+		if !e.enqueue(r) {
+			t.Fatalf("%s could never fit", r.ID)
+		}
 	}
 	first, done = map[string]float64{}, map[string]float64{}
 	now := 0.0
 	for steps := 0; ; steps++ {
 		ok := e.startStep(now)
-		removed += len(e.takeRemoved())
-		if len(e.takeDropped()) > 0 {
-			t.Fatal("a request was dropped")
-		}
 		if err := e.invariants(); err != nil {
 			t.Fatalf("step %d, started: %v", steps, err)
 		}
@@ -90,7 +94,13 @@ func drive(t *testing.T, cfg ClusterConfig, reqs []*simRequest) (first, done map
 		if err := e.invariants(); err != nil {
 			t.Fatalf("step %d, ended: %v", steps, err)
 		}
-		stored += len(res.stored)
+		for _, ev := range res.events {
+			if _, ok := ev.Data.(protocol.Removed); ok {
+				removed++
+			} else {
+				stored++
+			}
+		}
 		for _, r := range res.firstTokens {
 			first[r.ID] = now
 		}
@@ -272,21 +282,76 @@ func TestDecodeRunsMatchSteps(t *testing.T) {
 	}
 }
 
-// TestIterationRejectsAPromptLargerThanTheCache: a prompt needing more
-// blocks than the worker has can never run; it is rejected (and the
-// router's booking released), and the next request runs.
-func TestIterationRejectsAPromptLargerThanTheCache(t *testing.T) {
+// TestIterationRejectsWhatCannotFit: a request whose prompt, or prompt and
+// output, need more blocks than the worker has can never run: it is
+// rejected when dispatched, before it runs (and the router's booking
+// released), and the next request runs.
+func TestIterationRejectsWhatCannotFit(t *testing.T) {
 	cfg := iterCluster(4, 8, 4096, StepModel{BaseMS: 1, PerPrefillTokenMS: 0.01})
 	router := routerConfig(protocol.PolicyKV)
 	router.BlockSize = cfg.BlockSize
+	var cmds bytes.Buffer
 	res, err := Run([]Request{
 		{ID: "big", InputTokens: 100, OutputTokens: 2},
-		{ID: "small", Arrival: 1, InputTokens: 20, OutputTokens: 2},
-	}, Options{Cluster: cfg, Router: router})
+		{ID: "long", Arrival: 1, InputTokens: 20, OutputTokens: 60},
+		{ID: "small", Arrival: 2, InputTokens: 20, OutputTokens: 2},
+	}, Options{Cluster: cfg, Router: router, Commands: &cmds})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := res.Metrics; m.RejectedByReason["exceeds_kv_cache"] != 1 || m.Completed != 1 {
+	if m := res.Metrics; m.RejectedByReason["exceeds_kv_cache"] != 2 || m.Completed != 1 {
 		t.Fatalf("rejected %v, completed %d", m.RejectedByReason, m.Completed)
+	}
+	if strings.Count(cmds.String(), `"op":"prefill_completed"`) != 1 {
+		t.Fatal("a request that could not fit ran")
+	}
+}
+
+// TestIterationHashZero: a trace's hash ids start at 0, so a sequence hash
+// can be 0; such a block is cached, found, and given back like any other.
+func TestIterationHashZero(t *testing.T) {
+	step := StepModel{BaseMS: 1, PerPrefillTokenMS: 0.01}
+	a, b := req("a", 40, 2, 0, 1, 2), req("b", 40, 2, 0, 1, 2)
+	drive(t, iterCluster(20, 1, 4096, step), []*simRequest{a, b})
+	if b.hitBlocks != 2 {
+		t.Fatalf("the second prompt hit %d blocks, want 2", b.hitBlocks)
+	}
+}
+
+// TestIterationPreemptedPrefillStartsOver: a request preempted in the
+// middle of a chunked prefill computes its whole prompt again (the books
+// check that no request decodes with less than its prompt in the cache).
+func TestIterationPreemptedPrefillStartsOver(t *testing.T) {
+	step := StepModel{BaseMS: 1, PerPrefillTokenMS: 0.01, PerDecodeSeqMS: 0.1}
+	a := req("a", 40, 30, 1, 2, 3)
+	b := req("b", 40, 30, 11, 12, 13)
+	// Budget 8: prompts go in chunks; 5 blocks of 16 hold one request's
+	// prompt and output, not both.
+	drive(t, iterCluster(5, 2, 8, step), []*simRequest{a, b})
+}
+
+// TestIterationFreeQueueOrder: blocks come from the head of one free queue,
+// never-used ones first, then those given back, oldest first, evicting a
+// cached one found there (vLLM's order), even while blocks never cached sit
+// behind it.
+func TestIterationFreeQueueOrder(t *testing.T) {
+	step := StepModel{BaseMS: 1, PerPrefillTokenMS: 0.01}
+	// Each takes one full cached block and one partial uncached one.
+	a, b, c, d := req("a", 24, 1, 1, 2), req("b", 24, 1, 3, 4), req("c", 24, 1, 5, 6), req("d", 24, 1, 1, 2)
+	_, _, _, removed := drive(t, iterCluster(4, 1, 4096, step), []*simRequest{a, b, c, d})
+	if removed != 2 || d.hitBlocks != 0 {
+		t.Fatalf("%d removed events, d hit %d blocks: c and d should each have evicted one, a's first", removed, d.hitBlocks)
+	}
+}
+
+// TestIterationCachesAtSchedule: blocks are cached when the step that fills
+// them is scheduled, so a request admitted later in the same step finds
+// them, as in vLLM.
+func TestIterationCachesAtSchedule(t *testing.T) {
+	step := StepModel{BaseMS: 1, PerPrefillTokenMS: 0.01}
+	a, b := req("a", 64, 2, 1, 2, 3, 4), req("b", 64, 2, 1, 2, 3, 4)
+	drive(t, iterCluster(20, 2, 4096, step), []*simRequest{a, b})
+	if b.hitBlocks != 3 {
+		t.Fatalf("b hit %d blocks, want 3 (all but the last of a's, cached in the same step)", b.hitBlocks)
 	}
 }
