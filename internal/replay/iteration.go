@@ -424,4 +424,3 @@ func (e *iterEngine) finish(r *simRequest) {
 		}
 	}
 }
-
