@@ -100,6 +100,9 @@ says why; --emit-commands and --emit-responses keep what was sent).`,
 	f := cmd.Flags()
 	f.Lookup("block-size").DefValue = fmt.Sprint(replayBlockSize)
 	f.IntVar(&o.cluster.Workers, "workers", o.cluster.Workers, "simulated workers")
+	f.IntVar(&o.cluster.PrefillWorkers, "prefill-workers", 0, "disaggregated serving: prefill workers behind a router of their own (with --decode-workers; replaces --workers)")
+	f.IntVar(&o.cluster.DecodeWorkers, "decode-workers", 0, "disaggregated serving: decode workers behind a router of their own (with --prefill-workers)")
+	f.Float64Var(&o.cluster.KVTransferGBps, "kv-transfer-gbps", 50, "disaggregated serving: GB/s a prompt's KV crosses from prefill to decode worker at (bytes from the profile's model shape)")
 	f.IntVar(&o.cluster.DPSize, "dp-size", o.cluster.DPSize, "attention data-parallel ranks per worker, each its own KV cache and batch (the --worker-* sizes are each rank's)")
 	f.IntVar(&o.cluster.TotalKVBlocks, "worker-kv-blocks", o.cluster.TotalKVBlocks, "KV cache capacity of each worker, in blocks")
 	f.IntVar(&o.cluster.MaxNumSeqs, "worker-max-num-seqs", o.cluster.MaxNumSeqs, "requests running at once on a worker")
@@ -199,7 +202,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	if o.reportFile == "-" {
 		table = cmd.ErrOrStderr()
 	}
-	fmt.Fprintf(table, "replay of %s: %d requests on %d workers\n\n", describe(args, &o.workload), len(trace), o.cluster.Workers)
+	fmt.Fprintf(table, "replay of %s: %d requests on %s\n\n", describe(args, &o.workload), len(trace), o.describeCluster())
 	var results []*replay.Result
 	for _, p := range policies {
 		c := cfg
@@ -290,6 +293,9 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	if err := o.checkEngine(flags); err != nil {
 		return err
 	}
+	if err := o.checkPools(flags); err != nil {
+		return err
+	}
 	if err := o.cluster.Check(); err != nil {
 		return err
 	}
@@ -338,6 +344,35 @@ func (o *replayOptions) checkEngine(flags *pflag.FlagSet) error {
 		}
 	}
 	o.cluster.Profile = &p
+	return nil
+}
+
+// checkPools checks a disaggregated cluster's flags: both pools, no
+// --workers, the iteration engine with a model shape, a bandwidth.
+func (o *replayOptions) checkPools(flags *pflag.FlagSet) error {
+	c := &o.cluster
+	prefill, decode := flags.Changed("prefill-workers"), flags.Changed("decode-workers")
+	switch {
+	case !prefill && !decode:
+		if flags.Changed("kv-transfer-gbps") {
+			return fmt.Errorf("--kv-transfer-gbps times a disaggregated cluster's KV transfer: give --prefill-workers and --decode-workers too")
+		}
+		c.KVTransferGBps = 0
+		return nil
+	case prefill != decode:
+		return fmt.Errorf("--prefill-workers and --decode-workers go together: give both")
+	case flags.Changed("workers"):
+		return fmt.Errorf("--prefill-workers and --decode-workers replace --workers: drop it")
+	case c.PrefillWorkers < 1 || c.DecodeWorkers < 1 || c.PrefillWorkers > protocol.MaxRanks || c.DecodeWorkers > protocol.MaxRanks:
+		return fmt.Errorf("--prefill-workers %d, --decode-workers %d: expected 1 to %d each", c.PrefillWorkers, c.DecodeWorkers, protocol.MaxRanks)
+	case c.Engine != replay.EngineIteration:
+		return fmt.Errorf("disaggregated serving runs the iteration engine: drop --engine simple")
+	case c.Profile.Model.Layers == 0 || c.Profile.Model.KVHeads == 0 || c.Profile.Model.HeadDim == 0 || c.Profile.Model.DTypeBytes == 0:
+		return fmt.Errorf("disaggregated serving sizes the KV it sends by the profile's model shape: give \"model\" in --engine-profile")
+	case !(c.KVTransferGBps >= 1e-3 && c.KVTransferGBps <= 1e6):
+		return fmt.Errorf("--kv-transfer-gbps %v: expected 0.001 to 1e6 GB/s", c.KVTransferGBps)
+	}
+	c.Workers = max(c.PrefillWorkers, c.DecodeWorkers) // for the checks on ranks a router holds
 	return nil
 }
 
@@ -445,11 +480,17 @@ func (o *replayOptions) run(trace []replay.Request, cfg protocol.Config, slo rep
 	opt := replay.Options{Cluster: o.cluster, Router: cfg, Goodput: slo, Concurrency: o.workload.ReplayConcurrency}
 	// Each run gets its own copy: later turns' arrival times are filled in.
 	trace = append([]replay.Request(nil), trace...)
-	for _, out := range []struct {
+	type stream struct {
 		path string
 		to   *io.Writer
-	}{{o.emitCommands, &opt.Commands}, {o.emitResponses, &opt.Responses}} {
-		if out.path == "" {
+	}
+	streams := []stream{{o.emitCommands, &opt.Commands}, {o.emitResponses, &opt.Responses}}
+	if o.cluster.Disaggregated() { // one stream per router: FILE.prefill and FILE.decode
+		streams = []stream{{o.emitCommands + ".prefill", &opt.Commands}, {o.emitResponses + ".prefill", &opt.Responses},
+			{o.emitCommands + ".decode", &opt.DecodeCommands}, {o.emitResponses + ".decode", &opt.DecodeResponses}}
+	}
+	for _, out := range streams {
+		if out.path == "" || out.path == ".prefill" || out.path == ".decode" {
 			continue
 		}
 		f, err := os.Create(out.path)
@@ -499,6 +540,19 @@ func (o *replayOptions) load(args []string, cfg protocol.Config) ([]replay.Reque
 	info.Requests = len(trace)
 	replay.SpeedUp(trace, o.workload.ArrivalSpeedupRatio)
 	return trace, info, nil
+}
+
+// describeCluster names the cluster for the table's first line.
+func (o *replayOptions) describeCluster() string {
+	c := &o.cluster
+	s := fmt.Sprintf("%d workers", c.Workers)
+	if c.Disaggregated() {
+		s = fmt.Sprintf("%d prefill and %d decode workers", c.PrefillWorkers, c.DecodeWorkers)
+	}
+	if c.DPSize > 1 {
+		s += fmt.Sprintf(" of %d DP ranks", c.DPSize)
+	}
+	return s
 }
 
 // describe names the workload for the table's first line.

@@ -369,6 +369,10 @@ func TestReplayRefusesBeforeRunning(t *testing.T) {
 		{[]string{"--sessions", "300000"}, "--sessions 300000: at most"},
 		{[]string{"--engine", "vllm"}, `--engine "vllm": expected iteration or simple`},
 		{[]string{"--dp-size", "0"}, "--dp-size 0: expected 1 to"},
+		{[]string{"--prefill-workers", "2"}, "--prefill-workers and --decode-workers go together"},
+		{[]string{"--prefill-workers", "2", "--decode-workers", "2", "--workers", "4"}, "replace --workers"},
+		{[]string{"--prefill-workers", "2", "--decode-workers", "2", "--engine", "simple"}, "disaggregated serving runs the iteration engine"},
+		{[]string{"--kv-transfer-gbps", "10"}, "give --prefill-workers and --decode-workers too"},
 		{[]string{"--worker-max-num-batched-tokens", "0"}, "a step must compute at least one token"},
 		{[]string{"--engine", "simple", "--engine-profile", defaults}, "--engine-profile times the iteration engine"},
 		{[]string{"--worker-decode-ms-per-token", "3"}, "--worker-decode-ms-per-token sets the simple engine's speed"},
@@ -477,4 +481,29 @@ func hardLinkTo(t *testing.T, target, name string) string {
 		t.Skip("no hard links here:", err)
 	}
 	return link
+}
+
+// TestReplayDisaggregated: the shared trace replays on prefill and decode
+// pools; the report has both pools; each role's stream, piped into the
+// binary with no flags, gives back its responses byte for byte.
+func TestReplayDisaggregated(t *testing.T) {
+	dir := t.TempDir()
+	cmds, resps, report := filepath.Join(dir, "c.jsonl"), filepath.Join(dir, "r.jsonl"), filepath.Join(dir, "rep.json")
+	stdout, stderr, code := run(t, "", "replay", "--sessions", "40", "-q", "--prefill-workers", "2", "--decode-workers", "3",
+		"--emit-commands", cmds, "--emit-responses", resps, "--report", report)
+	if code != 0 || !strings.Contains(stdout, "2 prefill and 3 decode workers") {
+		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+	}
+	m := readReport(t, report).Deterministic.Policies[0]
+	if len(m.Pools) != 2 || len(m.Pools[1].WorkerRequests) != 3 || m.Completed != m.Requests {
+		t.Fatalf("pools %+v, completed %d of %d", m.Pools, m.Completed, m.Requests)
+	}
+	for _, role := range []string{"prefill", "decode"} {
+		stream, _ := os.ReadFile(cmds + "." + role)
+		want, _ := os.ReadFile(resps + "." + role)
+		got, _, code := run(t, string(stream))
+		if code != 0 || got != string(want) || len(want) == 0 {
+			t.Fatalf("the %s stream does not replay alone (exit %d)", role, code)
+		}
+	}
 }

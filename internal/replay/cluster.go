@@ -3,6 +3,7 @@ package replay
 import (
 	"container/list"
 	"fmt"
+	"io"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -10,7 +11,14 @@ import (
 // ClusterConfig is the simulated cluster: identical workers, each with a
 // prefix KV cache and one prefill server.
 type ClusterConfig struct {
-	Workers             int     `json:"workers"`
+	Workers             int     `json:"workers"` // of the aggregated cluster
+	// PrefillWorkers and DecodeWorkers, when set, disaggregate the cluster
+	// into a prefill pool and a decode pool, each behind its own router.
+	PrefillWorkers int `json:"prefill_workers,omitempty"`
+	DecodeWorkers  int `json:"decode_workers,omitempty"`
+	// KVTransferGBps is the bandwidth a prompt's KV crosses from its
+	// prefill worker to its decode worker at, in GB/s.
+	KVTransferGBps float64 `json:"kv_transfer_gbps,omitempty"`
 	DPSize              int     `json:"dp_size"` // attention data-parallel ranks per worker, each its own cache and batch
 	BlockSize           uint64  `json:"block_size"`
 	TotalKVBlocks       int     `json:"worker_kv_blocks"`              // cache capacity per worker, in blocks
@@ -23,6 +31,33 @@ type ClusterConfig struct {
 	// PrefillTokensPerMS, DecodeMSPerToken a token).
 	Engine  string   `json:"engine"`
 	Profile *Profile `json:"profile,omitempty"` // the iteration engine's
+}
+
+// Disaggregated reports whether prefill and decode run in pools of their own.
+func (c *ClusterConfig) Disaggregated() bool { return c.PrefillWorkers > 0 }
+
+// poolSpec is one pool to bring up: its role, its workers, its streams.
+type poolSpec struct {
+	role                protocol.Role
+	workers             int
+	commands, responses io.Writer
+}
+
+// pools are the pools the cluster runs: the whole cluster, or a prefill
+// pool (on opt's streams) and a decode pool (on its decode streams).
+func (c *ClusterConfig) pools(opt Options) []poolSpec {
+	if !c.Disaggregated() {
+		return []poolSpec{{"", c.Workers, opt.Commands, opt.Responses}}
+	}
+	return []poolSpec{{protocol.RolePrefill, c.PrefillWorkers, opt.Commands, opt.Responses},
+		{protocol.RoleDecode, c.DecodeWorkers, opt.DecodeCommands, opt.DecodeResponses}}
+}
+
+// transferMS is how long a prompt of n tokens' KV takes to reach its
+// decode worker. The product is rounded alone: the same on every platform.
+func (c *ClusterConfig) transferMS(n uint64) float64 {
+	bytes := float64(float64(n) * float64(c.Profile.Model.kvBytesPerToken()))
+	return bytes / float64(c.KVTransferGBps*1e6) // GB/s is 1e6 bytes a ms
 }
 
 // Worker models.
@@ -89,8 +124,9 @@ type simWorker struct {
 	waiting       []*simRequest // placed here, not admitted yet (FIFO)
 	eventID       uint64
 	iter          *iterEngine // the iteration engine; nil under the simple model
-	idx           int32       // in (id, rank) order
+	idx           int32       // in (pool, id, rank) order
 	dpRank        uint32
+	pool          *pool
 }
 
 func newWorker(id uint64) *simWorker {

@@ -23,23 +23,36 @@ type Options struct {
 	// Concurrency, when above 0, replays in a closed loop: that many
 	// sessions in flight (Workload.ReplayConcurrency says how).
 	Concurrency int
-	Commands    io.Writer             // if set, every command line sent, as the router read it
+	Commands    io.Writer             // if set, every command line sent, as the router read it (the prefill router's, disaggregated)
 	Responses   io.Writer             // if set, every response line
+	// DecodeCommands and DecodeResponses are the decode router's streams,
+	// disaggregated.
+	DecodeCommands, DecodeResponses io.Writer
 	Progress    func(done, total int) // called now and then
+}
+
+// placement is where a pool's router put a request, and what it saw.
+type placement struct {
+	worker        *simWorker
+	placedAt      float64
+	overlap, best uint64
+	sentAt        float64 // when it was sent to the router
+	admittedAt    float64 // on a decode worker: when its KV was in place and it joined the batch
 }
 
 // simRequest is a trace request on its way through the cluster.
 type simRequest struct {
 	*Request
+	placement           // on its worker (its prefill worker when disaggregated)
+	dec       placement // on its decode worker, when disaggregated
 	local     []protocol.LocalBlockHash
 	seq       []protocol.SequenceHash
-	worker    *simWorker
 	owned     []*cacheBlock
 	hitBlocks int
 	uncached  uint64 // input tokens its worker had to prefill
 
-	placedAt, prefillStart, firstToken, doneAt float64
-	overlap, best, islBlocks                   uint64
+	prefillStart, firstToken, doneAt float64
+	islBlocks                        uint64
 	rejected                                   protocol.Code // why the router turned it away; "" if it did not
 	sentSeq                                    int           // its place was the sentSeq-th sent, from 1
 	idx                                        int32         // in trace order
@@ -59,7 +72,8 @@ const (
 	evArrival eventKind = iota
 	evPrefillDone
 	evDecodeDone
-	evStepDone // an iteration engine's step ends
+	evStepDone    // an iteration engine's step ends
+	evTransferred // a prompt's KV has reached the decode pool
 )
 
 // event is a moment the host acts at. It holds no pointer (idx is a
@@ -125,58 +139,51 @@ func (q *eventQueue) pop() event {
 // host is the simulated cluster and its conversation with the router.
 type host struct {
 	opt      Options
-	router   *router
-	workers  map[rankKey]*simWorker
+	pools    []*pool // one, aggregated; or prefill then decode
 	order    []*simWorker
 	events   eventQueue
 	nextSeq  uint64
 	byID     map[string]*simRequest
-	reqs     []*simRequest          // in trace order: an event's idx
-	starts   []*simRequest          // closed loop: first turns of the sessions not started yet, in order
-	waiting  map[string]*simRequest // sent to the router, neither placed nor rejected yet
+	reqs     []*simRequest // in trace order: an event's idx
+	starts   []*simRequest // closed loop: first turns of the sessions not started yet, in order
 	sent     int
-	now      float64 // the router's clock, as its last answer gave it
-	wakeup   *float64
-	pending  int
 	finished int
-	placed   []*simRequest // dispatch queue of placements to hand to workers
+	err      error // the first failure to talk to a router
+}
 
-	eventsApplied int   // KV events the router applied, as its answers to observe say
-	err           error // the first failure to talk to the router
+// pool is workers behind one router instance: the whole cluster, or, when
+// prefill and decode are disaggregated, each role's, as Dynamo runs one
+// router per role.
+type pool struct {
+	role    protocol.Role // "" for the aggregated cluster
+	router  *router
+	workers map[rankKey]*simWorker
+	order   []*simWorker           // in (id, rank) order
+	waiting map[string]*simRequest // sent to the router, neither placed nor rejected yet
+	placed  []*simRequest          // dispatch queue of placements to hand to workers
+	now     float64                // the router's clock, as its last answer gave it
+	wakeup  *float64
+	pending int
+	// eventsApplied are the KV events the router applied, as its answers
+	// to observe say.
+	eventsApplied int
 }
 
 // Run replays the trace and reports what routing did.
 func Run(trace []Request, opt Options) (*Result, error) {
 	start := time.Now()
-	eng, err := engine.New(opt.Router)
-	if err != nil {
-		return nil, err
-	}
-	h := &host{
-		opt: opt, router: newRouter(eng, opt.Commands, opt.Responses),
-		workers: map[rankKey]*simWorker{}, byID: map[string]*simRequest{}, waiting: map[string]*simRequest{},
-	}
-	// The stream opens with its config, so that it replays alone.
-	h.send(&protocol.Command{Op: protocol.OpConfig, Config: wire.ConfigCommand(opt.Router)})
-	mbt, kv, seqs := opt.Cluster.MaxNumBatchedTokens, uint64(opt.Cluster.TotalKVBlocks), uint64(opt.Cluster.MaxNumSeqs)
-	dp := uint32(max(opt.Cluster.DPSize, 1))
-	for i := range opt.Cluster.Workers {
-		id := uint64(i + 1)
-		for rank := range dp {
-			w := newWorker(id)
-			w.idx, w.dpRank = int32(len(h.order)), rank
-			if opt.Cluster.Engine == EngineIteration {
-				w.iter = newIterEngine(&h.opt.Cluster, &h.opt.Cluster.Profile.Step)
-			}
-			h.workers[rankKey{id, rank}], h.order = w, append(h.order, w)
+	h := &host{opt: opt, byID: map[string]*simRequest{}}
+	for _, spec := range opt.Cluster.pools(opt) {
+		eng, err := engine.New(opt.Router)
+		if err != nil {
+			return nil, err
 		}
-		// The worker's sizes are each rank's.
-		c := &protocol.Command{Op: protocol.OpWorkerReady, NowMS: ptr(0.0), WorkerID: &id,
-			TotalKVBlocks: &kv, MaxNumBatchedTokens: &mbt, MaxNumSeqs: &seqs}
-		if dp > 1 {
-			c.DPSize = &dp
-		}
-		h.send(c)
+		p := &pool{role: spec.role, router: newRouter(eng, spec.commands, spec.responses),
+			workers: map[rankKey]*simWorker{}, waiting: map[string]*simRequest{}}
+		h.pools = append(h.pools, p)
+		// The stream opens with its config, so that it replays alone.
+		h.send(p, &protocol.Command{Op: protocol.OpConfig, Config: wire.ConfigCommand(opt.Router)})
+		h.announce(p, spec.workers)
 	}
 	for i := range trace {
 		r := &simRequest{Request: &trace[i], idx: int32(len(h.reqs))}
@@ -211,10 +218,40 @@ func Run(trace []Request, opt Options) (*Result, error) {
 		}
 	}
 	// The streams are flushed even after a failure: they show what led to it.
-	if err := errors.Join(h.loop(len(trace)), h.router.flush()); err != nil {
+	err := h.loop(len(trace))
+	for _, p := range h.pools {
+		err = errors.Join(err, p.router.flush())
+	}
+	if err != nil {
 		return nil, err
 	}
 	return h.result(trace, time.Since(start)), nil
+}
+
+// announce brings up the pool's workers, each with its DP ranks.
+func (h *host) announce(p *pool, workers int) {
+	c := &h.opt.Cluster
+	mbt, kv, seqs := c.MaxNumBatchedTokens, uint64(c.TotalKVBlocks), uint64(c.MaxNumSeqs)
+	dp := uint32(max(c.DPSize, 1))
+	for i := range workers {
+		id := uint64(i + 1)
+		for rank := range dp {
+			w := newWorker(id)
+			w.idx, w.dpRank, w.pool = int32(len(h.order)), rank, p
+			if c.Engine == EngineIteration {
+				w.iter = newIterEngine(c, &c.Profile.Step)
+			}
+			p.workers[rankKey{id, rank}] = w
+			p.order, h.order = append(p.order, w), append(h.order, w)
+		}
+		// The worker's sizes are each rank's.
+		cmd := &protocol.Command{Op: protocol.OpWorkerReady, NowMS: ptr(0.0), WorkerID: &id, Role: p.role,
+			TotalKVBlocks: &kv, MaxNumBatchedTokens: &mbt, MaxNumSeqs: &seqs}
+		if dp > 1 {
+			cmd.DPSize = &dp
+		}
+		h.send(p, cmd)
+	}
 }
 
 func (h *host) schedule(at float64, kind eventKind, r *simRequest) {
@@ -239,12 +276,12 @@ func (h *host) loop(total int) error {
 		if h.err != nil {
 			return h.err
 		}
-		if h.wakeup != nil && *h.wakeup <= next {
-			h.send(&protocol.Command{Op: protocol.OpAdvanceClock, NowMS: ptr(*h.wakeup)})
+		if p := h.wakesFirst(); p != nil && *p.wakeup <= next {
+			h.send(p, &protocol.Command{Op: protocol.OpAdvanceClock, NowMS: ptr(*p.wakeup)})
 			continue
 		}
 		if len(h.events) == 0 {
-			if h.pending > 0 && h.giveUp() {
+			if h.giveUp() {
 				continue
 			}
 			break
@@ -257,6 +294,8 @@ func (h *host) loop(total int) error {
 			h.prefillDone(ev.at, h.reqs[ev.idx])
 		case evDecodeDone:
 			h.decodeDone(ev.at, h.reqs[ev.idx])
+		case evTransferred:
+			h.place(h.pools[1], ev.at, h.reqs[ev.idx])
 		case evStepDone:
 			if w := h.order[ev.idx]; ev.seq == w.iter.endSeq { // else stale: its run was cut
 				h.stepDone(ev.at, w)
@@ -266,10 +305,23 @@ func (h *host) loop(total int) error {
 	if h.opt.Progress != nil {
 		h.opt.Progress(h.finished, total)
 	}
-	if h.pending > 0 {
-		return fmt.Errorf("%d requests still wait in the router, and cancelling them failed", h.pending)
+	for _, p := range h.pools {
+		if p.pending > 0 {
+			return fmt.Errorf("%d requests still wait in the router, and cancelling them failed", p.pending)
+		}
 	}
 	return nil
+}
+
+// wakesFirst is the pool whose router asked to be woken first, if any.
+func (h *host) wakesFirst() *pool {
+	var first *pool
+	for _, p := range h.pools {
+		if p.wakeup != nil && (first == nil || *p.wakeup < *first.wakeup) {
+			first = p
+		}
+	}
+	return first
 }
 
 // waitingAtEnd is the rejection reason of a request the router still held
@@ -281,24 +333,37 @@ const waitingAtEnd protocol.Code = "waiting_at_end"
 // giveUp cancels, in the order they were sent, the requests the router
 // holds when nothing else will happen, and reports whether it did.
 func (h *host) giveUp() bool {
-	stuck := slices.SortedFunc(maps.Values(h.waiting), func(a, b *simRequest) int { return a.sentSeq - b.sentSeq })
-	for _, r := range stuck {
-		h.send(&protocol.Command{Op: protocol.OpCancelPending, RequestID: r.ID})
-		if h.err != nil {
-			return false
+	gave := false
+	for _, p := range h.pools {
+		if p.pending == 0 {
+			continue
 		}
-		delete(h.waiting, r.ID)
-		r.rejected, r.doneAt = waitingAtEnd, h.now
-		h.ended(h.now, r)
+		stuck := slices.SortedFunc(maps.Values(p.waiting), func(a, b *simRequest) int { return a.sentSeq - b.sentSeq })
+		for _, r := range stuck {
+			h.send(p, &protocol.Command{Op: protocol.OpCancelPending, RequestID: r.ID})
+			if h.err != nil {
+				return false
+			}
+			delete(p.waiting, r.ID)
+			r.rejected, r.doneAt = waitingAtEnd, p.now
+			h.ended(p.now, r)
+			gave = true
+		}
 	}
-	return len(stuck) > 0
+	return gave
 }
 
 func (h *host) arrive(t float64, r *simRequest) {
 	r.Arrival = t
 	h.sent++
 	r.sentSeq = h.sent
-	h.waiting[r.ID] = r
+	h.place(h.pools[0], t, r)
+}
+
+// place asks the pool's router to place r.
+func (h *host) place(p *pool, t float64, r *simRequest) {
+	p.waiting[r.ID] = r
+	r.phase(p).sentAt = t
 	c := &protocol.Command{Op: protocol.OpPlace, NowMS: ptr(t), RequestID: r.ID, InputTokens: &r.InputTokens,
 		OutputTokens: &r.OutputTokens, BlockHashes: r.local}
 	if len(r.local) == 0 {
@@ -311,24 +376,28 @@ func (h *host) arrive(t float64, r *simRequest) {
 		c.ParentSessionID = &r.ParentSession
 	}
 	c.Priority, c.StrictPriority, c.Role = r.Priority, r.StrictPriority, r.Role
-	h.send(c)
+	if p.role != "" {
+		c.Role = p.role
+	}
+	h.send(p, c)
 }
 
-// send sends one command and acts on the response: placements are
-// dispatched to their workers, rejections end their requests.
-// After a failure it sends nothing more, and the loop returns the error.
-func (h *host) send(c *protocol.Command) {
+// send sends one command to the pool's router and acts on the response:
+// placements are dispatched to their workers, rejections end their
+// requests. After a failure it sends nothing more, and the loop returns
+// the error.
+func (h *host) send(p *pool, c *protocol.Command) {
 	if h.err != nil {
 		return
 	}
-	resp, err := h.router.send(c)
+	resp, err := p.router.send(c)
 	if err == nil && resp.Error != nil {
 		if c.Op == protocol.OpPlace && turnedAway[resp.Error.Code] {
 			// A refused command leaves the router's clock where it was:
 			// the request ends when it arrived.
 			r := h.byID[c.RequestID]
 			r.rejected, r.doneAt = resp.Error.Code, *c.NowMS
-			delete(h.waiting, r.ID)
+			delete(p.waiting, r.ID)
 			h.ended(r.doneAt, r)
 		} else {
 			err = fmt.Errorf("the replay host sent a bad command: %s: %s", c.Op, resp.Error.Message)
@@ -339,53 +408,73 @@ func (h *host) send(c *protocol.Command) {
 		return
 	}
 	if resp.Evidence != nil && resp.Evidence.EventsApplied != nil {
-		h.eventsApplied += *resp.Evidence.EventsApplied
+		p.eventsApplied += *resp.Evidence.EventsApplied
 	}
 	t := float64(resp.NowMS)
-	h.now = t
-	h.wakeup = nil
+	p.now = t
+	p.wakeup = nil
 	if resp.NextWakeupMS != nil {
 		w := float64(*resp.NextWakeupMS)
-		h.wakeup = &w
+		p.wakeup = &w
 	}
-	h.pending = resp.PendingCount
-	for _, p := range resp.Placements {
-		r := h.byID[p.RequestID]
-		delete(h.waiting, r.ID)
-		r.worker = h.workers[rankKey{p.WorkerID, p.DPRank}]
-		r.placedAt, r.overlap, r.best = t, p.OverlapBlocks, p.BestAvailableOverlapBlocks
-		h.placed = append(h.placed, r)
+	p.pending = resp.PendingCount
+	for _, pl := range resp.Placements {
+		r := h.byID[pl.RequestID]
+		delete(p.waiting, r.ID)
+		ph := r.phase(p)
+		ph.worker = p.workers[rankKey{pl.WorkerID, pl.DPRank}]
+		ph.placedAt, ph.overlap, ph.best = t, pl.OverlapBlocks, pl.BestAvailableOverlapBlocks
+		p.placed = append(p.placed, r)
 	}
 	for _, rj := range resp.Rejected {
 		r := h.byID[rj.RequestID]
-		delete(h.waiting, r.ID)
+		delete(p.waiting, r.ID)
 		r.rejected, r.doneAt = rj.Code, t
 		h.ended(t, r)
 	}
 	// Dispatch outside the loop above: a commit may itself release requests.
-	for len(h.placed) > 0 && c.Op != protocol.OpDispatchCommitted {
-		r := h.placed[0]
-		h.placed = h.placed[1:]
-		h.send(&protocol.Command{Op: protocol.OpDispatchCommitted, NowMS: ptr(t), RequestID: r.ID})
-		if w := r.worker; w.iter != nil {
-			switch {
-			case !w.iter.enqueue(r):
-				// Its prompt and output need more blocks than the worker
-				// has: no engine could run it. The router's booking is
-				// released.
-				r.rejected, r.doneAt = tooLongForCache, t
-				h.send(&protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
-				h.ended(t, r)
-			case !w.iter.busy: // an idle engine starts a step at once
-				h.startStep(t, w)
-			case w.iter.cut(t): // a run of decode steps ends with the step under way
-				h.scheduleStepEnd(w)
-			}
-			continue
-		}
-		r.worker.waiting = append(r.worker.waiting, r)
-		h.admitWaiting(t, r.worker)
+	for len(p.placed) > 0 && c.Op != protocol.OpDispatchCommitted {
+		r := p.placed[0]
+		p.placed = p.placed[1:]
+		h.send(p, &protocol.Command{Op: protocol.OpDispatchCommitted, NowMS: ptr(t), RequestID: r.ID})
+		h.dispatch(t, r.phase(p).worker, r)
 	}
+}
+
+// dispatch hands r to its worker.
+func (h *host) dispatch(t float64, w *simWorker, r *simRequest) {
+	if w.iter == nil {
+		w.waiting = append(w.waiting, r)
+		h.admitWaiting(t, w)
+		return
+	}
+	if !w.iter.enqueue(r, h.outputsOn(w.pool, r), w.pool.role == protocol.RoleDecode) {
+		// Its prompt and output need more blocks than the worker has: no
+		// engine could run it. The router's booking is released.
+		r.rejected, r.doneAt = tooLongForCache, t
+		h.send(w.pool, &protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
+		h.ended(t, r)
+		return
+	}
+	if w.pool.role == protocol.RoleDecode {
+		// Its prompt's KV is here: no prefill is left to book.
+		h.send(w.pool, &protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
+	}
+	switch {
+	case !w.iter.busy: // an idle engine starts a step at once
+		h.startStep(t, w)
+	case w.iter.cut(t): // a run of decode steps ends with the step under way
+		h.scheduleStepEnd(w)
+	}
+}
+
+// outputsOn is how many of r's output tokens a worker of pool p makes: a
+// prefill worker the first, a decode worker the rest.
+func (h *host) outputsOn(p *pool, r *simRequest) uint64 {
+	if p.role == protocol.RolePrefill {
+		return 1
+	}
+	return r.OutputTokens
 }
 
 // startStep starts the worker's next step, if it has work; its results,
@@ -413,16 +502,22 @@ const tooLongForCache protocol.Code = "exceeds_kv_cache"
 // done; then the next step starts.
 func (h *host) stepDone(t float64, w *simWorker) {
 	res := w.iter.endStep(w, t)
+	p := w.pool
 	for i := range res.events {
-		h.observe(t, &res.events[i])
+		h.observe(t, w, &res.events[i])
 	}
 	for _, r := range res.firstTokens {
 		r.firstToken, r.lastToken = t, t
-		h.send(&protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
+		h.send(p, &protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
 	}
 	for _, r := range res.finished {
+		h.send(p, &protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
+		if p.role == protocol.RolePrefill && r.OutputTokens > 1 {
+			// Its KV goes to a decode worker, which makes the rest.
+			h.schedule(t+h.opt.Cluster.transferMS(r.InputTokens), evTransferred, r)
+			continue
+		}
 		r.doneAt = t
-		h.send(&protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
 		h.ended(t, r)
 	}
 	h.startStep(t, w)
@@ -442,9 +537,9 @@ var turnedAway = map[protocol.Code]bool{
 // observe reports KV events to the router, unless it runs in approximate
 // mode: there a host has no event stream, and the router learns from its
 // own placements.
-func (h *host) observe(t float64, ev *protocol.KVEvent) {
+func (h *host) observe(t float64, w *simWorker, ev *protocol.KVEvent) {
 	if ev != nil && h.opt.Router.KVEvents {
-		h.send(&protocol.Command{Op: protocol.OpObserve, NowMS: ptr(t), Events: []protocol.KVEvent{*ev}})
+		h.send(w.pool, &protocol.Command{Op: protocol.OpObserve, NowMS: ptr(t), Events: []protocol.KVEvent{*ev}})
 	}
 }
 
@@ -458,7 +553,7 @@ func (h *host) admitWaiting(t float64, w *simWorker) {
 		}
 		w.waiting = w.waiting[1:]
 		if len(evicted) > 0 {
-			h.observe(t, w.removedEvent(evicted))
+			h.observe(t, w, w.removedEvent(evicted))
 		}
 		r.prefillStart = math.Max(t, w.prefillFreeAt)
 		w.prefillFreeAt = r.prefillStart + float64(r.uncached)/h.opt.Cluster.PrefillTokensPerMS
@@ -471,8 +566,8 @@ func (h *host) prefillDone(t float64, r *simRequest) {
 	r.worker.backlog -= r.uncached
 	// The backlog shrank: waiting requests may fit now.
 	defer h.admitWaiting(t, r.worker)
-	h.observe(t, r.worker.store(r))
-	h.send(&protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
+	h.observe(t, r.worker, r.worker.store(r))
+	h.send(r.worker.pool, &protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
 	// Prefill made the first output token, as in vLLM; each later one takes
 	// a decode step. The product is rounded alone (no fused multiply-add),
 	// so that every platform replays to the same numbers.
@@ -482,9 +577,17 @@ func (h *host) prefillDone(t float64, r *simRequest) {
 func (h *host) decodeDone(t float64, r *simRequest) {
 	r.doneAt = t
 	r.worker.release(r)
-	h.send(&protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
+	h.send(r.worker.pool, &protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
 	h.ended(t, r)
 	h.admitWaiting(t, r.worker)
+}
+
+// phase is r's placement in pool p.
+func (r *simRequest) phase(p *pool) *placement {
+	if p.role == protocol.RoleDecode {
+		return &r.dec
+	}
+	return &r.placement
 }
 
 // tokensEvery records n more output tokens, each gap ms after the one

@@ -63,6 +63,8 @@ type kvBlock struct {
 // iterSeq is a request on an iteration-level worker.
 type iterSeq struct {
 	r        *simRequest
+	outputs  uint64 // tokens it makes here: all, or 1 on a prefill worker
+	received bool   // its prompt's KV came from a prefill worker: nothing to prefill
 	target   uint64 // tokens to prefill: the prompt, or prompt and outputs after a preemption
 	computed uint64 // of target, in the KV cache
 	kv       uint64 // tokens in the KV cache (computed, then one more per decode step)
@@ -92,13 +94,14 @@ func newIterEngine(cfg *ClusterConfig, model *StepModel) *iterEngine {
 		fresh: cfg.TotalKVBlocks}
 }
 
-// enqueue adds a dispatched request to the waiting queue, or reports that
-// its prompt and output could never fit the cache.
-func (e *iterEngine) enqueue(r *simRequest) bool {
-	if e.blocksFor(max(r.InputTokens, 1)+r.OutputTokens) > e.cfg.TotalKVBlocks {
+// enqueue adds a dispatched request to the waiting queue, to make outputs
+// tokens (received: with its prompt's KV sent by a prefill worker, its
+// first token made there), or reports that it could never fit the cache.
+func (e *iterEngine) enqueue(r *simRequest, outputs uint64, received bool) bool {
+	if e.blocksFor(max(r.InputTokens, 1)+outputs) > e.cfg.TotalKVBlocks {
 		return false
 	}
-	e.waiting = append(e.waiting, &iterSeq{r: r, target: max(r.InputTokens, 1)})
+	e.waiting = append(e.waiting, &iterSeq{r: r, outputs: max(outputs, 1), received: received, target: max(r.InputTokens, 1)})
 	return true
 }
 
@@ -184,7 +187,7 @@ func (e *iterEngine) startRun() {
 			return
 		}
 		s := b.s
-		n = min(n, int(max(s.r.OutputTokens, 1)-s.out), len(s.blocks)*int(e.cfg.BlockSize)-int(s.kv))
+		n = min(n, int(s.outputs-s.out), len(s.blocks)*int(e.cfg.BlockSize)-int(s.kv))
 	}
 	e.steps = max(n, 1)
 }
@@ -216,6 +219,9 @@ func (e *iterEngine) cut(t float64) bool {
 // admit takes a waiting request's cached prefix and the blocks its first
 // chunk needs, if there is room; budget bounds the chunk.
 func (e *iterEngine) admit(s *iterSeq, t float64, budget uint64) bool {
+	if s.received {
+		return e.receive(s, t)
+	}
 	r := s.r
 	full := min(int(r.InputTokens/e.cfg.BlockSize), len(r.seq)) // only full prompt blocks are ever cached
 	hit := 0
@@ -247,6 +253,19 @@ func (e *iterEngine) admit(s *iterSeq, t float64, budget uint64) bool {
 		r.hitBlocks, r.uncached, r.prefillStart = hit, r.InputTokens-hitTokens, t
 	}
 	return e.grow(s, chunk)
+}
+
+// receive admits a request whose prompt's KV a prefill worker sent: it
+// takes blocks for the prompt and its next token, caches the prompt's full
+// blocks, and decodes from its second token on.
+func (e *iterEngine) receive(s *iterSeq, t float64) bool {
+	if !e.grow(s, s.target+1) {
+		return false
+	}
+	e.cacheFull(s, s.target)
+	s.computed, s.kv, s.out = s.target, s.target, 1
+	s.r.dec.admittedAt = t
+	return true
 }
 
 // available is how many blocks can be had: the free queue's.
@@ -363,7 +382,7 @@ func (e *iterEngine) endStep(w *simWorker, t float64) stepResult {
 			r.tokenAt(e.start + e.step)
 			r.tokensEvery(e.step, e.steps-1)
 		}
-		if s.out >= max(r.OutputTokens, 1) {
+		if s.out >= s.outputs {
 			res.finished = append(res.finished, r)
 		}
 	}

@@ -7,8 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/offline-router/offline-router/internal/engine"
 	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/protocol"
+	"github.com/offline-router/offline-router/internal/wire"
 )
 
 // iterCluster is a one-worker iteration-level cluster with a step model
@@ -74,7 +76,7 @@ func drive(t *testing.T, cfg ClusterConfig, reqs []*simRequest) (first, done map
 	e := newIterEngine(&cfg, &cfg.Profile.Step)
 	for _, r := range reqs {
 		r.seq = kvindex.SequenceHashes(r.local)
-		if !e.enqueue(r) {
+		if !e.enqueue(r, r.OutputTokens, false) {
 			t.Fatalf("%s could never fit", r.ID)
 		}
 	}
@@ -353,5 +355,48 @@ func TestIterationCachesAtSchedule(t *testing.T) {
 	drive(t, iterCluster(20, 2, 4096, step), []*simRequest{a, b})
 	if b.hitBlocks != 3 {
 		t.Fatalf("b hit %d blocks, want 3 (all but the last of a's, cached in the same step)", b.hitBlocks)
+	}
+}
+
+// TestDisaggregatedOneRequest: alone, a request prefills on a prefill
+// worker (TTFT = one prefill step), its prompt's KV crosses to a decode
+// worker (bytes from the model shape over the bandwidth), and the decode
+// worker makes the other tokens, one step each; each router sees only its
+// own pool, and each stream replays alone through serve.
+func TestDisaggregatedOneRequest(t *testing.T) {
+	cfg := iterCluster(100, 8, 4096, StepModel{BaseMS: 2, PerPrefillTokenMS: 0.01, PerDecodeSeqMS: 0.5})
+	cfg.Profile.Model = ModelShape{Layers: 2, KVHeads: 1, HeadDim: 64, DTypeBytes: 2} // 512 bytes a token
+	cfg.PrefillWorkers, cfg.DecodeWorkers, cfg.KVTransferGBps = 2, 3, 0.0001           // 100 bytes a ms
+	router := routerConfig(protocol.PolicyKV)
+	router.BlockSize = cfg.BlockSize
+	var pc, pr, dc, dr bytes.Buffer
+	res, err := Run([]Request{{ID: "a", InputTokens: 100, OutputTokens: 3, HashIDs: []protocol.LocalBlockHash{1, 2, 3, 4, 5, 6, 7}}},
+		Options{Cluster: cfg, Router: router, Commands: &pc, Responses: &pr, DecodeCommands: &dc, DecodeResponses: &dr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Metrics
+	ttft := 2 + 0.01*100
+	transfer := 100 * 512 / 100.0
+	e2el := ttft + transfer + 2*(2+0.5)
+	if !same(m.MeanTTFTMS, ttft) || !same(m.MeanE2ELMS, e2el) || len(m.Pools) != 2 || len(m.WorkerRequests) != 5 {
+		t.Fatalf("TTFT %v (want %v), E2EL %v (want %v), %d pools, %d ranks", m.MeanTTFTMS, ttft, m.MeanE2ELMS, e2el, len(m.Pools), len(m.WorkerRequests))
+	}
+	if m.Pools[0].Role != "prefill" || m.Pools[1].Role != "decode" || m.Pools[1].WorkerRequests[0]+m.Pools[1].WorkerRequests[1]+m.Pools[1].WorkerRequests[2] != 1 {
+		t.Fatalf("pools %+v", m.Pools)
+	}
+	for name, stream := range map[string][2]*bytes.Buffer{"prefill": {&pc, &pr}, "decode": {&dc, &dr}} {
+		if !strings.Contains(stream[0].String(), `"role":"`+name+`"`) || !strings.Contains(stream[0].String(), `"op":"request_terminal"`) {
+			t.Fatalf("the %s stream lacks its role or its request_terminal", name)
+		}
+		eng, _ := engine.New(protocol.DefaultConfig())
+		var served bytes.Buffer
+		configure := wire.ConfigSource{}.Configure(func(c protocol.Config) (wire.Stepper, error) { return engine.New(c) })
+		if _, err := wire.Serve(bytes.NewReader(stream[0].Bytes()), &served, eng, wire.ServeOptions{Configure: configure}); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(served.Bytes(), stream[1].Bytes()) {
+			t.Fatalf("the %s stream does not replay alone", name)
+		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // Metrics are what one policy did to the trace: deterministic, the same
@@ -91,6 +93,26 @@ type Metrics struct {
 	// events the router applied (0 in approximate mode, where none are sent).
 	RouterCommands int `json:"router_commands"`
 	EventsApplied  int `json:"events_applied"`
+	// Pools are each pool's own figures when prefill and decode are
+	// disaggregated (prefill, then decode); the figures above are end to
+	// end, worker_requests over the ranks of both pools, prefill's first.
+	Pools []PoolMetrics `json:"pools,omitempty"`
+}
+
+// PoolMetrics are one pool's figures: its router's placements, its queue
+// (prefill: arrival to the start of prefill; decode: the KV's arrival to
+// the request joining a decode batch) and its spread.
+type PoolMetrics struct {
+	Role                    string    `json:"role"`
+	RouterOverlapRate       float64   `json:"router_overlap_rate"`
+	MeanOverlapRegretBlocks float64   `json:"mean_overlap_regret_blocks"`
+	MeanQueueWaitMS         float64   `json:"mean_queue_wait_ms"`
+	P99QueueWaitMS          float64   `json:"p99_queue_wait_ms"`
+	WorkerRequests          []int     `json:"worker_requests"`
+	WorkerShare             []float64 `json:"worker_share"`
+	WorkerShareCV           float64   `json:"worker_share_cv"`
+	RouterCommands          int       `json:"router_commands"`
+	EventsApplied           int       `json:"events_applied"`
 }
 
 // Cost is what computing one policy's replay took on this machine: not
@@ -217,8 +239,11 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // metrics computes the policy's metrics from the replayed requests.
 func (h *host) metrics(trace []Request) Metrics {
-	m := Metrics{Policy: string(h.opt.Router.Policy), Mode: "kv_events", Requests: len(trace),
-		RejectedByReason: map[string]int{}, RouterCommands: h.router.commands, EventsApplied: h.eventsApplied}
+	m := Metrics{Policy: string(h.opt.Router.Policy), Mode: "kv_events", Requests: len(trace), RejectedByReason: map[string]int{}}
+	for _, p := range h.pools {
+		m.RouterCommands += p.router.commands
+		m.EventsApplied += p.eventsApplied
+	}
 	if !h.opt.Router.KVEvents {
 		m.Mode = "approximate"
 	}
@@ -240,6 +265,9 @@ func (h *host) metrics(trace []Request) Metrics {
 		}
 		m.Completed++
 		m.WorkerRequests[r.worker.idx]++
+		if r.dec.worker != nil {
+			m.WorkerRequests[r.dec.worker.idx]++
+		}
 		m.TotalInputTokens += r.InputTokens
 		m.TotalOutputTokens += r.OutputTokens
 		hitTokens += float64(min(uint64(r.hitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens))
@@ -295,7 +323,46 @@ func (h *host) metrics(trace []Request) Metrics {
 	s = summarize(wait)
 	m.MeanQueueWaitMS, m.MedianQueueWaitMS, m.StdQueueWaitMS, m.P90QueueWaitMS, m.P99QueueWaitMS = s.mean, s.median, s.std, s.p90, s.p99
 	m.WorkerShare, m.WorkerShareCV = shares(m.WorkerRequests)
+	if h.opt.Cluster.Disaggregated() {
+		for _, p := range h.pools {
+			m.Pools = append(m.Pools, h.poolMetrics(p, trace))
+		}
+	}
 	return m
+}
+
+// poolMetrics computes one pool's figures.
+func (h *host) poolMetrics(p *pool, trace []Request) PoolMetrics {
+	pm := PoolMetrics{Role: string(p.role), WorkerRequests: make([]int, len(p.order)),
+		RouterCommands: p.router.commands, EventsApplied: p.eventsApplied}
+	var overlap, islBlocks, regret float64
+	var wait []sample
+	for i := range trace {
+		r := h.byID[trace[i].ID]
+		ph := r.phase(p)
+		if ph.worker == nil || (r.rejected != "" && p.role == protocol.RoleDecode) {
+			continue
+		}
+		pm.WorkerRequests[ph.worker.idx-p.order[0].idx]++
+		overlap += float64(ph.overlap)
+		islBlocks += float64(r.islBlocks)
+		regret += float64(ph.best - ph.overlap)
+		if p.role == protocol.RoleDecode {
+			wait = append(wait, sample{ph.admittedAt - ph.sentAt, 1})
+		} else if r.prefillStart > 0 || r.firstToken > 0 {
+			wait = append(wait, sample{r.prefillStart - r.Arrival, 1})
+		}
+	}
+	if islBlocks > 0 {
+		pm.RouterOverlapRate = overlap / islBlocks
+	}
+	if n := len(wait); n > 0 {
+		pm.MeanOverlapRegretBlocks = regret / float64(n)
+	}
+	st := summarize(wait)
+	pm.MeanQueueWaitMS, pm.P99QueueWaitMS = st.mean, st.p99
+	pm.WorkerShare, pm.WorkerShareCV = shares(pm.WorkerRequests)
+	return pm
 }
 
 // shares returns each worker's share of the requests and the coefficient

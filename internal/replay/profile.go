@@ -15,7 +15,21 @@ type Profile struct {
 	// Source says where the numbers come from.
 	Source string    `json:"source"`
 	Step   StepModel `json:"step"`
+	// Model is the served model's shape, which sizes a token's KV (what a
+	// disaggregated cluster sends from prefill to decode).
+	Model ModelShape `json:"model"`
 }
+
+// ModelShape is what a token's KV takes: keys and values of every layer,
+// 2 × layers × kv_heads × head_dim × dtype_bytes bytes.
+type ModelShape struct {
+	Layers     uint64 `json:"layers"`
+	KVHeads    uint64 `json:"kv_heads"`
+	HeadDim    uint64 `json:"head_dim"`
+	DTypeBytes uint64 `json:"dtype_bytes"`
+}
+
+func (m ModelShape) kvBytesPerToken() uint64 { return 2 * m.Layers * m.KVHeads * m.HeadDim * m.DTypeBytes }
 
 // StepModel is a step's duration in ms:
 //
@@ -87,8 +101,38 @@ func ParseProfile(data []byte) (Profile, error) {
 				}
 				return fmt.Errorf("is not a step key (base_ms, per_prefill_token_ms, per_decode_seq_ms, per_kv_token_read_ms)")
 			})
+		case "model":
+			raw, rerr := v.Raw()
+			if rerr != nil {
+				return rerr
+			}
+			var inner wire.ObjectReader
+			return inner.Read(raw, func(key string, v *wire.Value) error {
+				var at *uint64
+				switch key {
+				case "layers":
+					at = &p.Model.Layers
+				case "kv_heads":
+					at = &p.Model.KVHeads
+				case "head_dim":
+					at = &p.Model.HeadDim
+				case "dtype_bytes":
+					at = &p.Model.DTypeBytes
+				default:
+					return fmt.Errorf("is not a model key (layers, kv_heads, head_dim, dtype_bytes)")
+				}
+				x, err := v.U64()
+				if err != nil {
+					return err
+				}
+				if x < 1 || x > 1<<16 {
+					return fmt.Errorf("expected 1 to 65536, got %d", x)
+				}
+				*at = x
+				return nil
+			})
 		default:
-			return fmt.Errorf("is not a profile key (name, source, step)")
+			return fmt.Errorf("is not a profile key (name, source, step, model)")
 		}
 		return err
 	})

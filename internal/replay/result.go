@@ -24,10 +24,15 @@ type outcome struct {
 }
 
 func (h *host) result(trace []Request, wall time.Duration) *Result {
+	var busy time.Duration
+	commands := 0
+	for _, p := range h.pools {
+		busy, commands = busy+p.router.busy, commands+p.router.commands
+	}
 	res := &Result{Metrics: h.metrics(trace), Workers: len(h.order),
-		Cost: Cost{Policy: string(h.opt.Router.Policy), WallMS: ms(wall), RouterMS: ms(h.router.busy)}}
-	if h.router.busy > 0 {
-		res.Cost.RouterCommandsPerS = float64(h.router.commands) / h.router.busy.Seconds()
+		Cost: Cost{Policy: string(h.opt.Router.Policy), WallMS: ms(wall), RouterMS: ms(busy)}}
+	if busy > 0 {
+		res.Cost.RouterCommandsPerS = float64(commands) / busy.Seconds()
 	}
 	for i := range trace {
 		r := h.byID[trace[i].ID]
