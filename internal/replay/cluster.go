@@ -11,14 +11,14 @@ import (
 // ClusterConfig is the simulated cluster: identical workers, each with a
 // prefix KV cache and one prefill server.
 type ClusterConfig struct {
-	Workers             int     `json:"workers"` // of the aggregated cluster
+	Workers int `json:"workers"` // of the aggregated cluster
 	// PrefillWorkers and DecodeWorkers, when set, disaggregate the cluster
 	// into a prefill pool and a decode pool, each behind its own router.
 	PrefillWorkers int `json:"prefill_workers,omitempty"`
 	DecodeWorkers  int `json:"decode_workers,omitempty"`
 	// KVTransferGBps is the bandwidth a prompt's KV crosses from its
 	// prefill worker to its decode worker at, in GB/s.
-	KVTransferGBps float64 `json:"kv_transfer_gbps,omitempty"`
+	KVTransferGBps      float64 `json:"kv_transfer_gbps,omitempty"`
 	DPSize              int     `json:"dp_size"` // attention data-parallel ranks per worker, each its own cache and batch
 	BlockSize           uint64  `json:"block_size"`
 	TotalKVBlocks       int     `json:"worker_kv_blocks"`              // cache capacity per worker, in blocks

@@ -23,12 +23,12 @@ type Options struct {
 	// Concurrency, when above 0, replays in a closed loop: that many
 	// sessions in flight (Workload.ReplayConcurrency says how).
 	Concurrency int
-	Commands    io.Writer             // if set, every command line sent, as the router read it (the prefill router's, disaggregated)
-	Responses   io.Writer             // if set, every response line
+	Commands    io.Writer // if set, every command line sent, as the router read it (the prefill router's, disaggregated)
+	Responses   io.Writer // if set, every response line
 	// DecodeCommands and DecodeResponses are the decode router's streams,
 	// disaggregated.
 	DecodeCommands, DecodeResponses io.Writer
-	Progress    func(done, total int) // called now and then
+	Progress                        func(done, total int) // called now and then
 }
 
 // placement is where a pool's router put a request, and what it saw.
@@ -53,9 +53,9 @@ type simRequest struct {
 
 	prefillStart, firstToken, doneAt float64
 	islBlocks                        uint64
-	rejected                                   protocol.Code // why the router turned it away; "" if it did not
-	sentSeq                                    int           // its place was the sentSeq-th sent, from 1
-	idx                                        int32         // in trace order
+	rejected                         protocol.Code // why the router turned it away; "" if it did not
+	sentSeq                          int           // its place was the sentSeq-th sent, from 1
+	idx                              int32         // in trace order
 	// gaps are the times between its output tokens, runs of equal ones
 	// as one sample (the iteration engine; the simple one spreads decode
 	// evenly and keeps none); lastToken is when its latest came.

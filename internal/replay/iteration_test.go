@@ -366,7 +366,7 @@ func TestIterationCachesAtSchedule(t *testing.T) {
 func TestDisaggregatedOneRequest(t *testing.T) {
 	cfg := iterCluster(100, 8, 4096, StepModel{BaseMS: 2, PerPrefillTokenMS: 0.01, PerDecodeSeqMS: 0.5})
 	cfg.Profile.Model = ModelShape{Layers: 2, KVHeads: 1, HeadDim: 64, DTypeBytes: 2} // 512 bytes a token
-	cfg.PrefillWorkers, cfg.DecodeWorkers, cfg.KVTransferGBps = 2, 3, 0.0001           // 100 bytes a ms
+	cfg.PrefillWorkers, cfg.DecodeWorkers, cfg.KVTransferGBps = 2, 3, 0.0001          // 100 bytes a ms
 	router := routerConfig(protocol.PolicyKV)
 	router.BlockSize = cfg.BlockSize
 	var pc, pr, dc, dr bytes.Buffer

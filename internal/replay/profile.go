@@ -29,7 +29,9 @@ type ModelShape struct {
 	DTypeBytes uint64 `json:"dtype_bytes"`
 }
 
-func (m ModelShape) kvBytesPerToken() uint64 { return 2 * m.Layers * m.KVHeads * m.HeadDim * m.DTypeBytes }
+func (m ModelShape) kvBytesPerToken() uint64 {
+	return 2 * m.Layers * m.KVHeads * m.HeadDim * m.DTypeBytes
+}
 
 // StepModel is a step's duration in ms:
 //
