@@ -66,7 +66,7 @@ var dynamoFlags = []dynamoFlag{
 	{name: "busy-threshold", refuse: "was replaced in Dynamo by --active-decode-blocks-threshold (a fraction of the KV blocks) and --active-prefill-tokens-threshold; use those"},
 	{name: "load-aware", kind: "bool", refuse: "is a Dynamo preset; here give --policy kv --overlap-score-credit 0 --kv-events=false"},
 	{name: "admission-control", kind: "bool", refuse: "does nothing in Dynamo now; the busy thresholds turn on one by one (--active-decode-blocks-threshold, --active-prefill-tokens-threshold)"},
-	{name: "router-replica-sync", kind: "bool", refuse: "has no equivalent: one router instance runs here"},
+	{name: "router-replica-sync", kind: "bool", refuse: "is replay's --router-replicas N with --replica-sync-rate 1 (serve is one router instance)"},
 	{name: "router-reset-states", kind: "bool", refuse: "has no equivalent: the router starts empty on every run"},
 	{name: "router-snapshot-threshold", refuse: "has no equivalent: there is no durable event stream to snapshot"},
 	{name: "router-track-active-blocks", kind: "bool", refuse: "has no equivalent: active blocks are always tracked"},

@@ -33,6 +33,7 @@ const maxSessions = 200_000
 type replayOptions struct {
 	serve         serveOptions // the router's config file and flags (bindConfig only)
 	cluster       replay.ClusterConfig
+	replicas      replay.Replicas
 	workload      replay.Workload
 	synthetic     replay.Synthetic
 	goodput       []string
@@ -103,6 +104,10 @@ says why; --emit-commands and --emit-responses keep what was sent).`,
 	f.IntVar(&o.cluster.PrefillWorkers, "prefill-workers", 0, "disaggregated serving: prefill workers behind a router of their own (with --decode-workers; replaces --workers)")
 	f.IntVar(&o.cluster.DecodeWorkers, "decode-workers", 0, "disaggregated serving: decode workers behind a router of their own (with --prefill-workers)")
 	f.Float64Var(&o.cluster.KVTransferGBps, "kv-transfer-gbps", 50, "disaggregated serving: GB/s a prompt's KV crosses from prefill to decode worker at (bytes from the profile's model shape)")
+	f.IntVar(&o.replicas.Count, "router-replicas", 1, "router instances (frontends), each with its own view, requests spread across them; the report then also gives one router's figures")
+	f.StringVar(&o.replicas.Assign, "replica-assign", replay.AssignRoundRobin, "how requests spread across router replicas: round_robin, or session (a session keeps its replica)")
+	f.Float64Var(&o.replicas.DelayMS, "replica-sync-delay-ms", 10, "router replicas: delay of the sync channel that tells each what the others booked")
+	f.Float64Var(&o.replicas.Rate, "replica-sync-rate", 1, "router replicas: fraction of sync messages delivered (0 = no sync; which are dropped is seeded by --seed)")
 	f.IntVar(&o.cluster.DPSize, "dp-size", o.cluster.DPSize, "attention data-parallel ranks per worker, each its own KV cache and batch (the --worker-* sizes are each rank's)")
 	f.IntVar(&o.cluster.TotalKVBlocks, "worker-kv-blocks", o.cluster.TotalKVBlocks, "KV cache capacity of each worker, in blocks")
 	f.IntVar(&o.cluster.MaxNumSeqs, "worker-max-num-seqs", o.cluster.MaxNumSeqs, "requests running at once on a worker")
@@ -191,7 +196,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	rep := &replay.Report{
 		SchemaVersion: protocol.ReportSchemaVersion,
 		Deterministic: replay.Deterministic{ProtocolVersion: protocol.Version, Trace: info, Workload: o.workload,
-			Cluster: o.cluster, Router: cfg, Seed: cfg.Seed, Goodput: slo},
+			Cluster: o.cluster, Replicas: o.replicas, Router: cfg, Seed: cfg.Seed, Goodput: slo},
 		Run: replay.RunInfo{ToolVersion: toolVersion(),
 			Host: replay.Host{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}},
 	}
@@ -210,6 +215,15 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 		res, err := o.run(trace, c, slo)
 		if err != nil { // the flags were good: the run itself failed
 			return &exitError{1, fmt.Errorf("replay of policy %s: %w", p, err)}
+		}
+		if o.replicas.Count > 1 { // what the replicas cost, against one router
+			one := *o
+			one.replicas = replay.Replicas{Count: 1}
+			base, err := one.run(trace, c, slo)
+			if err != nil {
+				return &exitError{1, fmt.Errorf("replay of policy %s with one router: %w", p, err)}
+			}
+			res.Metrics.OneRouter = replay.OneRouterOf(&base.Metrics)
 		}
 		results = append(results, res)
 		rep.Deterministic.Policies = append(rep.Deterministic.Policies, res.Metrics)
@@ -296,6 +310,9 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	if err := o.checkPools(flags); err != nil {
 		return err
 	}
+	if err := o.checkReplicas(flags); err != nil {
+		return err
+	}
 	if err := o.cluster.Check(); err != nil {
 		return err
 	}
@@ -373,6 +390,32 @@ func (o *replayOptions) checkPools(flags *pflag.FlagSet) error {
 		return fmt.Errorf("--kv-transfer-gbps %v: expected 0.001 to 1e6 GB/s", c.KVTransferGBps)
 	}
 	c.Workers = max(c.PrefillWorkers, c.DecodeWorkers) // for the checks on ranks a router holds
+	return nil
+}
+
+// checkReplicas checks the router replicas' flags.
+func (o *replayOptions) checkReplicas(flags *pflag.FlagSet) error {
+	r := &o.replicas
+	if r.Count == 1 {
+		for _, name := range []string{"replica-assign", "replica-sync-delay-ms", "replica-sync-rate"} {
+			if flags.Changed(name) {
+				return fmt.Errorf("--%s shapes several router replicas: give --router-replicas too", name)
+			}
+		}
+		return nil
+	}
+	switch {
+	case r.Count < 1 || r.Count > 64:
+		return fmt.Errorf("--router-replicas %d: expected 1 to 64", r.Count)
+	case r.Assign != replay.AssignRoundRobin && r.Assign != replay.AssignSession:
+		return fmt.Errorf("--replica-assign %q: expected round_robin or session", r.Assign)
+	case !(r.DelayMS >= 0 && r.DelayMS <= 1e9):
+		return fmt.Errorf("--replica-sync-delay-ms %v: expected 0 to 1e9", r.DelayMS)
+	case !(r.Rate >= 0 && r.Rate <= 1):
+		return fmt.Errorf("--replica-sync-rate %v: expected 0 to 1", r.Rate)
+	case o.emitCommands != "" || o.emitResponses != "":
+		return fmt.Errorf("--emit-commands and --emit-responses write one router's stream: drop them with --router-replicas")
+	}
 	return nil
 }
 
@@ -477,7 +520,7 @@ func (o *replayOptions) policySet(configured protocol.Policy) ([]protocol.Policy
 
 // run replays one policy, with the outputs and the progress bar it asked for.
 func (o *replayOptions) run(trace []replay.Request, cfg protocol.Config, slo replay.SLO) (*replay.Result, error) {
-	opt := replay.Options{Cluster: o.cluster, Router: cfg, Goodput: slo, Concurrency: o.workload.ReplayConcurrency}
+	opt := replay.Options{Cluster: o.cluster, Router: cfg, Goodput: slo, Concurrency: o.workload.ReplayConcurrency, Replicas: o.replicas}
 	// Each run gets its own copy: later turns' arrival times are filled in.
 	trace = append([]replay.Request(nil), trace...)
 	type stream struct {
@@ -551,6 +594,9 @@ func (o *replayOptions) describeCluster() string {
 	}
 	if c.DPSize > 1 {
 		s += fmt.Sprintf(" of %d DP ranks", c.DPSize)
+	}
+	if o.replicas.Count > 1 {
+		s += fmt.Sprintf(", %d router replicas", o.replicas.Count)
 	}
 	return s
 }

@@ -332,7 +332,7 @@ func TestDynamoFlagNames(t *testing.T) {
 	}
 	for args, want := range map[string]string{
 		"--busy-threshold 0.9":                               "use those",
-		"--router-replica-sync":                              "has no equivalent",
+		"--router-replica-sync":                              "is replay's --router-replicas N",
 		"--temperature 0.1 --router-temperature 0.2":         "--temperature and --router-temperature both set temperature",
 		"--kv-overlap-score-weight 2 --prefill-load-scale 1": "both set prefill_load_scale",
 	} {
@@ -373,6 +373,9 @@ func TestReplayRefusesBeforeRunning(t *testing.T) {
 		{[]string{"--prefill-workers", "2", "--decode-workers", "2", "--workers", "4"}, "replace --workers"},
 		{[]string{"--prefill-workers", "2", "--decode-workers", "2", "--engine", "simple"}, "disaggregated serving runs the iteration engine"},
 		{[]string{"--kv-transfer-gbps", "10"}, "give --prefill-workers and --decode-workers too"},
+		{[]string{"--replica-sync-rate", "0.5"}, "give --router-replicas too"},
+		{[]string{"--router-replicas", "2", "--replica-assign", "hash"}, `--replica-assign "hash"`},
+		{[]string{"--router-replicas", "2", "--emit-commands", out}, "write one router's stream"},
 		{[]string{"--worker-max-num-batched-tokens", "0"}, "a step must compute at least one token"},
 		{[]string{"--engine", "simple", "--engine-profile", defaults}, "--engine-profile times the iteration engine"},
 		{[]string{"--worker-decode-ms-per-token", "3"}, "--worker-decode-ms-per-token sets the simple engine's speed"},
@@ -505,5 +508,20 @@ func TestReplayDisaggregated(t *testing.T) {
 		if code != 0 || got != string(want) || len(want) == 0 {
 			t.Fatalf("the %s stream does not replay alone (exit %d)", role, code)
 		}
+	}
+}
+
+// TestReplayRouterReplicas: several replicas replay to the end, and the
+// report sets one router's figures beside theirs.
+func TestReplayRouterReplicas(t *testing.T) {
+	report := filepath.Join(t.TempDir(), "r.json")
+	stdout, stderr, code := run(t, "", "replay", "--sessions", "40", "-q", "--router-replicas", "3", "--replica-assign", "session",
+		"--replica-sync-delay-ms", "5", "--replica-sync-rate", "0.5", "--report", report)
+	if code != 0 || !strings.Contains(stdout, "one router: P99 TTFT (ms)") || !strings.Contains(stdout, "3 router replicas") {
+		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+	}
+	d := readReport(t, report).Deterministic
+	if m := d.Policies[0]; m.OneRouter == nil || m.Completed != m.Requests || d.Replicas.Count != 3 {
+		t.Fatalf("one router %+v, completed %d of %d, replicas %+v", m.OneRouter, m.Completed, m.Requests, d.Replicas)
 	}
 }

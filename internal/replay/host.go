@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -20,6 +21,8 @@ type Options struct {
 	Cluster ClusterConfig
 	Router  protocol.Config
 	Goodput SLO // the service levels a request must meet to count in request_goodput
+	// Replicas runs each router as several instances (Count 0 or 1: one).
+	Replicas Replicas
 	// Concurrency, when above 0, replays in a closed loop: that many
 	// sessions in flight (Workload.ReplayConcurrency says how).
 	Concurrency int
@@ -37,6 +40,7 @@ type placement struct {
 	placedAt      float64
 	overlap, best uint64
 	sentAt        float64 // when it was sent to the router
+	replica       int     // the router replica it was sent to
 	admittedAt    float64 // on a decode worker: when its KV was in place and it joined the batch
 }
 
@@ -74,6 +78,7 @@ const (
 	evDecodeDone
 	evStepDone    // an iteration engine's step ends
 	evTransferred // a prompt's KV has reached the decode pool
+	evSync        // a message of the replica-sync channel arrives
 )
 
 // event is a moment the host acts at. It holds no pointer (idx is a
@@ -148,41 +153,72 @@ type host struct {
 	starts   []*simRequest // closed loop: first turns of the sessions not started yet, in order
 	sent     int
 	finished int
-	err      error // the first failure to talk to a router
+	err      error         // the first failure to talk to a router
+	syncs    []syncMessage // the sync channel's messages: an evSync's idx
+	syncRNG  *rand.Rand    // which messages the channel drops
 }
 
-// pool is workers behind one router instance: the whole cluster, or, when
-// prefill and decode are disaggregated, each role's, as Dynamo runs one
-// router per role.
+// pool is workers behind their router: the whole cluster, or, when prefill
+// and decode are disaggregated, each role's, as Dynamo runs one router per
+// role. A router may run as several replicas (several frontends), each
+// with its own view of the workers.
 type pool struct {
-	role    protocol.Role // "" for the aggregated cluster
+	role     protocol.Role // "" for the aggregated cluster
+	replicas []*replica
+	workers  map[rankKey]*simWorker
+	order    []*simWorker // in (id, rank) order
+}
+
+// replica is one router instance of a pool, and what the host knows of it
+// from its answers.
+type replica struct {
+	pool    *pool
+	index   int
 	router  *router
-	workers map[rankKey]*simWorker
-	order   []*simWorker           // in (id, rank) order
-	waiting map[string]*simRequest // sent to the router, neither placed nor rejected yet
-	placed  []*simRequest          // dispatch queue of placements to hand to workers
-	now     float64                // the router's clock, as its last answer gave it
+	waiting map[string]*simRequest // sent to it, neither placed nor rejected yet
+	placed  []*simRequest          // dispatch queue of its placements
+	now     float64                // its clock, as its last answer gave it
 	wakeup  *float64
 	pending int
-	// eventsApplied are the KV events the router applied, as its answers
-	// to observe say.
+	// eventsApplied are the KV events it applied, as its answers to
+	// observe say.
 	eventsApplied int
+	// synced are the requests other replicas placed that it booked from
+	// the sync channel, and has not seen end.
+	synced map[string]bool
 }
 
 // Run replays the trace and reports what routing did.
 func Run(trace []Request, opt Options) (*Result, error) {
 	start := time.Now()
 	h := &host{opt: opt, byID: map[string]*simRequest{}}
+	h.syncRNG = rand.New(rand.NewPCG(opt.Router.Seed, 0x5ec))
 	for _, spec := range opt.Cluster.pools(opt) {
-		eng, err := engine.New(opt.Router)
-		if err != nil {
-			return nil, err
+		p := &pool{role: spec.role, workers: map[rankKey]*simWorker{}}
+		for i := range max(opt.Replicas.Count, 1) {
+			// Each replica draws its own random stream, as separate
+			// frontends do.
+			cfg := opt.Router
+			cfg.Seed += uint64(i)
+			eng, err := engine.New(cfg)
+			if err != nil {
+				return nil, err
+			}
+			rp := &replica{pool: p, index: i, waiting: map[string]*simRequest{}, synced: map[string]bool{}}
+			if i == 0 { // the streams are the first replica's
+				rp.router = newRouter(eng, spec.commands, spec.responses)
+			} else {
+				rp.router = newRouter(eng, nil, nil)
+			}
+			p.replicas = append(p.replicas, rp)
 		}
-		p := &pool{role: spec.role, router: newRouter(eng, spec.commands, spec.responses),
-			workers: map[rankKey]*simWorker{}, waiting: map[string]*simRequest{}}
 		h.pools = append(h.pools, p)
 		// The stream opens with its config, so that it replays alone.
-		h.send(p, &protocol.Command{Op: protocol.OpConfig, Config: wire.ConfigCommand(opt.Router)})
+		for _, rp := range p.replicas {
+			cfg := opt.Router
+			cfg.Seed += uint64(rp.index)
+			h.send(rp, &protocol.Command{Op: protocol.OpConfig, Config: wire.ConfigCommand(cfg)})
+		}
 		h.announce(p, spec.workers)
 	}
 	for i := range trace {
@@ -220,7 +256,9 @@ func Run(trace []Request, opt Options) (*Result, error) {
 	// The streams are flushed even after a failure: they show what led to it.
 	err := h.loop(len(trace))
 	for _, p := range h.pools {
-		err = errors.Join(err, p.router.flush())
+		for _, rp := range p.replicas {
+			err = errors.Join(err, rp.router.flush())
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -250,7 +288,7 @@ func (h *host) announce(p *pool, workers int) {
 		if dp > 1 {
 			cmd.DPSize = &dp
 		}
-		h.send(p, cmd)
+		h.toAll(p, cmd)
 	}
 }
 
@@ -276,8 +314,8 @@ func (h *host) loop(total int) error {
 		if h.err != nil {
 			return h.err
 		}
-		if p := h.wakesFirst(); p != nil && *p.wakeup <= next {
-			h.send(p, &protocol.Command{Op: protocol.OpAdvanceClock, NowMS: ptr(*p.wakeup)})
+		if rp := h.wakesFirst(); rp != nil && *rp.wakeup <= next {
+			h.send(rp, &protocol.Command{Op: protocol.OpAdvanceClock, NowMS: ptr(*rp.wakeup)})
 			continue
 		}
 		if len(h.events) == 0 {
@@ -296,6 +334,8 @@ func (h *host) loop(total int) error {
 			h.decodeDone(ev.at, h.reqs[ev.idx])
 		case evTransferred:
 			h.place(h.pools[1], ev.at, h.reqs[ev.idx])
+		case evSync:
+			h.deliver(ev.at, ev.idx)
 		case evStepDone:
 			if w := h.order[ev.idx]; ev.seq == w.iter.endSeq { // else stale: its run was cut
 				h.stepDone(ev.at, w)
@@ -306,19 +346,23 @@ func (h *host) loop(total int) error {
 		h.opt.Progress(h.finished, total)
 	}
 	for _, p := range h.pools {
-		if p.pending > 0 {
-			return fmt.Errorf("%d requests still wait in the router, and cancelling them failed", p.pending)
+		for _, rp := range p.replicas {
+			if len(rp.waiting) > 0 {
+				return fmt.Errorf("%d requests still wait in the router, and cancelling them failed", len(rp.waiting))
+			}
 		}
 	}
 	return nil
 }
 
-// wakesFirst is the pool whose router asked to be woken first, if any.
-func (h *host) wakesFirst() *pool {
-	var first *pool
+// wakesFirst is the router replica that asked to be woken first, if any.
+func (h *host) wakesFirst() *replica {
+	var first *replica
 	for _, p := range h.pools {
-		if p.wakeup != nil && (first == nil || *p.wakeup < *first.wakeup) {
-			first = p
+		for _, rp := range p.replicas {
+			if rp.wakeup != nil && (first == nil || *rp.wakeup < *first.wakeup) {
+				first = rp
+			}
 		}
 	}
 	return first
@@ -335,19 +379,18 @@ const waitingAtEnd protocol.Code = "waiting_at_end"
 func (h *host) giveUp() bool {
 	gave := false
 	for _, p := range h.pools {
-		if p.pending == 0 {
-			continue
-		}
-		stuck := slices.SortedFunc(maps.Values(p.waiting), func(a, b *simRequest) int { return a.sentSeq - b.sentSeq })
-		for _, r := range stuck {
-			h.send(p, &protocol.Command{Op: protocol.OpCancelPending, RequestID: r.ID})
-			if h.err != nil {
-				return false
+		for _, rp := range p.replicas {
+			stuck := slices.SortedFunc(maps.Values(rp.waiting), func(a, b *simRequest) int { return a.sentSeq - b.sentSeq })
+			for _, r := range stuck {
+				h.send(rp, &protocol.Command{Op: protocol.OpCancelPending, RequestID: r.ID})
+				if h.err != nil {
+					return false
+				}
+				delete(rp.waiting, r.ID)
+				r.rejected, r.doneAt = waitingAtEnd, rp.now
+				h.ended(rp.now, r)
+				gave = true
 			}
-			delete(p.waiting, r.ID)
-			r.rejected, r.doneAt = waitingAtEnd, p.now
-			h.ended(p.now, r)
-			gave = true
 		}
 	}
 	return gave
@@ -360,15 +403,15 @@ func (h *host) arrive(t float64, r *simRequest) {
 	h.place(h.pools[0], t, r)
 }
 
-// place asks the pool's router to place r.
+// place asks the pool's router (the replica r falls to) to place r.
 func (h *host) place(p *pool, t float64, r *simRequest) {
-	p.waiting[r.ID] = r
-	r.phase(p).sentAt = t
+	ph := r.phase(p)
+	ph.replica = h.assign(p, r)
+	rp := p.replicas[ph.replica]
+	rp.waiting[r.ID] = r
+	ph.sentAt = t
 	c := &protocol.Command{Op: protocol.OpPlace, NowMS: ptr(t), RequestID: r.ID, InputTokens: &r.InputTokens,
-		OutputTokens: &r.OutputTokens, BlockHashes: r.local}
-	if len(r.local) == 0 {
-		c.BlockHashes = nil
-	}
+		OutputTokens: &r.OutputTokens, BlockHashes: r.hashes()}
 	if r.Session != "" {
 		c.SessionID = &r.Session
 	}
@@ -379,25 +422,25 @@ func (h *host) place(p *pool, t float64, r *simRequest) {
 	if p.role != "" {
 		c.Role = p.role
 	}
-	h.send(p, c)
+	h.send(rp, c)
 }
 
-// send sends one command to the pool's router and acts on the response:
+// send sends one command to a router replica and acts on the response:
 // placements are dispatched to their workers, rejections end their
 // requests. After a failure it sends nothing more, and the loop returns
 // the error.
-func (h *host) send(p *pool, c *protocol.Command) {
+func (h *host) send(rp *replica, c *protocol.Command) {
 	if h.err != nil {
 		return
 	}
-	resp, err := p.router.send(c)
+	resp, err := rp.router.send(c)
 	if err == nil && resp.Error != nil {
 		if c.Op == protocol.OpPlace && turnedAway[resp.Error.Code] {
 			// A refused command leaves the router's clock where it was:
 			// the request ends when it arrived.
 			r := h.byID[c.RequestID]
 			r.rejected, r.doneAt = resp.Error.Code, *c.NowMS
-			delete(p.waiting, r.ID)
+			delete(rp.waiting, r.ID)
 			h.ended(r.doneAt, r)
 		} else {
 			err = fmt.Errorf("the replay host sent a bad command: %s: %s", c.Op, resp.Error.Message)
@@ -407,38 +450,68 @@ func (h *host) send(p *pool, c *protocol.Command) {
 		h.err = err
 		return
 	}
+	h.answered(rp, c, resp, "")
+}
+
+// answered acts on a replica's answer to c: the placements it released are
+// dispatched (but for synced, a booking from the sync channel, which is
+// another replica's to run), the rejections end their requests.
+func (h *host) answered(rp *replica, c *protocol.Command, resp *protocol.Response, synced string) {
+	p := rp.pool
 	if resp.Evidence != nil && resp.Evidence.EventsApplied != nil {
-		p.eventsApplied += *resp.Evidence.EventsApplied
+		rp.eventsApplied += *resp.Evidence.EventsApplied
 	}
 	t := float64(resp.NowMS)
-	p.now = t
-	p.wakeup = nil
+	rp.now = t
+	rp.wakeup = nil
 	if resp.NextWakeupMS != nil {
 		w := float64(*resp.NextWakeupMS)
-		p.wakeup = &w
+		rp.wakeup = &w
 	}
-	p.pending = resp.PendingCount
+	rp.pending = resp.PendingCount
 	for _, pl := range resp.Placements {
+		if pl.RequestID == synced {
+			rp.synced[synced] = true
+			continue
+		}
 		r := h.byID[pl.RequestID]
-		delete(p.waiting, r.ID)
+		delete(rp.waiting, r.ID)
 		ph := r.phase(p)
 		ph.worker = p.workers[rankKey{pl.WorkerID, pl.DPRank}]
 		ph.placedAt, ph.overlap, ph.best = t, pl.OverlapBlocks, pl.BestAvailableOverlapBlocks
-		p.placed = append(p.placed, r)
+		rp.placed = append(rp.placed, r)
+		h.sync(rp, r, &protocol.Command{Op: protocol.OpPlace, RequestID: r.ID, InputTokens: &r.InputTokens,
+			OutputTokens: &r.OutputTokens, BlockHashes: r.hashes(), WorkerID: &pl.WorkerID, DPRank: &pl.DPRank, Role: p.role}, t)
 	}
 	for _, rj := range resp.Rejected {
 		r := h.byID[rj.RequestID]
-		delete(p.waiting, r.ID)
+		delete(rp.waiting, r.ID)
 		r.rejected, r.doneAt = rj.Code, t
 		h.ended(t, r)
 	}
 	// Dispatch outside the loop above: a commit may itself release requests.
-	for len(p.placed) > 0 && c.Op != protocol.OpDispatchCommitted {
-		r := p.placed[0]
-		p.placed = p.placed[1:]
-		h.send(p, &protocol.Command{Op: protocol.OpDispatchCommitted, NowMS: ptr(t), RequestID: r.ID})
+	for len(rp.placed) > 0 && c.Op != protocol.OpDispatchCommitted {
+		r := rp.placed[0]
+		rp.placed = rp.placed[1:]
+		h.send(rp, &protocol.Command{Op: protocol.OpDispatchCommitted, NowMS: ptr(t), RequestID: r.ID})
 		h.dispatch(t, r.phase(p).worker, r)
 	}
+}
+
+// toAll sends c to every replica of the pool: the config, the workers, the
+// KV events (each replica subscribes to every worker's).
+func (h *host) toAll(p *pool, c *protocol.Command) {
+	for _, rp := range p.replicas {
+		h.send(rp, c)
+	}
+}
+
+// toOwner sends one of r's lifecycle commands to the replica that placed
+// it, and through the sync channel to the others.
+func (h *host) toOwner(p *pool, r *simRequest, c *protocol.Command) {
+	rp := p.replicas[r.phase(p).replica]
+	h.send(rp, c)
+	h.sync(rp, r, &protocol.Command{Op: c.Op, RequestID: c.RequestID}, *c.NowMS)
 }
 
 // dispatch hands r to its worker.
@@ -452,13 +525,13 @@ func (h *host) dispatch(t float64, w *simWorker, r *simRequest) {
 		// Its prompt and output need more blocks than the worker has: no
 		// engine could run it. The router's booking is released.
 		r.rejected, r.doneAt = tooLongForCache, t
-		h.send(w.pool, &protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
+		h.toOwner(w.pool, r, &protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
 		h.ended(t, r)
 		return
 	}
 	if w.pool.role == protocol.RoleDecode {
 		// Its prompt's KV is here: no prefill is left to book.
-		h.send(w.pool, &protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
+		h.toOwner(w.pool, r, &protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
 	}
 	switch {
 	case !w.iter.busy: // an idle engine starts a step at once
@@ -508,10 +581,10 @@ func (h *host) stepDone(t float64, w *simWorker) {
 	}
 	for _, r := range res.firstTokens {
 		r.firstToken, r.lastToken = t, t
-		h.send(p, &protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
+		h.toOwner(p, r, &protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
 	}
 	for _, r := range res.finished {
-		h.send(p, &protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
+		h.toOwner(p, r, &protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
 		if p.role == protocol.RolePrefill && r.OutputTokens > 1 {
 			// Its KV goes to a decode worker, which makes the rest.
 			h.schedule(t+h.opt.Cluster.transferMS(r.InputTokens), evTransferred, r)
@@ -539,7 +612,7 @@ var turnedAway = map[protocol.Code]bool{
 // own placements.
 func (h *host) observe(t float64, w *simWorker, ev *protocol.KVEvent) {
 	if ev != nil && h.opt.Router.KVEvents {
-		h.send(w.pool, &protocol.Command{Op: protocol.OpObserve, NowMS: ptr(t), Events: []protocol.KVEvent{*ev}})
+		h.toAll(w.pool, &protocol.Command{Op: protocol.OpObserve, NowMS: ptr(t), Events: []protocol.KVEvent{*ev}})
 	}
 }
 
@@ -567,7 +640,7 @@ func (h *host) prefillDone(t float64, r *simRequest) {
 	// The backlog shrank: waiting requests may fit now.
 	defer h.admitWaiting(t, r.worker)
 	h.observe(t, r.worker, r.worker.store(r))
-	h.send(r.worker.pool, &protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
+	h.toOwner(r.worker.pool, r, &protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
 	// Prefill made the first output token, as in vLLM; each later one takes
 	// a decode step. The product is rounded alone (no fused multiply-add),
 	// so that every platform replays to the same numbers.
@@ -577,9 +650,17 @@ func (h *host) prefillDone(t float64, r *simRequest) {
 func (h *host) decodeDone(t float64, r *simRequest) {
 	r.doneAt = t
 	r.worker.release(r)
-	h.send(r.worker.pool, &protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
+	h.toOwner(r.worker.pool, r, &protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
 	h.ended(t, r)
 	h.admitWaiting(t, r.worker)
+}
+
+// hashes are r's block hashes for a place command: none when it has none.
+func (r *simRequest) hashes() []protocol.LocalBlockHash {
+	if len(r.local) == 0 {
+		return nil
+	}
+	return r.local
 }
 
 // phase is r's placement in pool p.

@@ -97,6 +97,23 @@ type Metrics struct {
 	// disaggregated (prefill, then decode); the figures above are end to
 	// end, worker_requests over the ranks of both pools, prefill's first.
 	Pools []PoolMetrics `json:"pools,omitempty"`
+	// OneRouter, with several router replicas, is the same replay with one
+	// router: what the replicas cost.
+	OneRouter *OneRouter `json:"one_router,omitempty"`
+}
+
+// OneRouter are the figures of a replay with one router, beside those of
+// several replicas.
+type OneRouter struct {
+	PrefixHitRate float64 `json:"prefix_hit_rate"`
+	MeanTTFTMS    float64 `json:"mean_ttft_ms"`
+	MedianTTFTMS  float64 `json:"median_ttft_ms"`
+	P99TTFTMS     float64 `json:"p99_ttft_ms"`
+}
+
+// OneRouterOf takes one router's figures from its metrics.
+func OneRouterOf(m *Metrics) *OneRouter {
+	return &OneRouter{PrefixHitRate: m.PrefixHitRate, MeanTTFTMS: m.MeanTTFTMS, MedianTTFTMS: m.MedianTTFTMS, P99TTFTMS: m.P99TTFTMS}
 }
 
 // PoolMetrics are one pool's figures: its router's placements, its queue
@@ -241,8 +258,9 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func (h *host) metrics(trace []Request) Metrics {
 	m := Metrics{Policy: string(h.opt.Router.Policy), Mode: "kv_events", Requests: len(trace), RejectedByReason: map[string]int{}}
 	for _, p := range h.pools {
-		m.RouterCommands += p.router.commands
-		m.EventsApplied += p.eventsApplied
+		commands, applied := p.counts()
+		m.RouterCommands += commands
+		m.EventsApplied += applied
 	}
 	if !h.opt.Router.KVEvents {
 		m.Mode = "approximate"
@@ -333,8 +351,8 @@ func (h *host) metrics(trace []Request) Metrics {
 
 // poolMetrics computes one pool's figures.
 func (h *host) poolMetrics(p *pool, trace []Request) PoolMetrics {
-	pm := PoolMetrics{Role: string(p.role), WorkerRequests: make([]int, len(p.order)),
-		RouterCommands: p.router.commands, EventsApplied: p.eventsApplied}
+	pm := PoolMetrics{Role: string(p.role), WorkerRequests: make([]int, len(p.order))}
+	pm.RouterCommands, pm.EventsApplied = p.counts()
 	var overlap, islBlocks, regret float64
 	var wait []sample
 	for i := range trace {
@@ -383,4 +401,14 @@ func shares(counts []int) ([]float64, float64) {
 		ss += float64((float64(c) - mean) * (float64(c) - mean)) // rounded alone: the same on every platform
 	}
 	return out, math.Sqrt(ss/float64(len(counts))) / mean
+}
+
+// counts are the commands the pool's router replicas were sent and the KV
+// events they applied, in all.
+func (p *pool) counts() (commands, applied int) {
+	for _, rp := range p.replicas {
+		commands += rp.router.commands
+		applied += rp.eventsApplied
+	}
+	return commands, applied
 }

@@ -31,6 +31,7 @@ type Deterministic struct {
 	Trace           TraceInfo     `json:"trace"`
 	Workload        Workload      `json:"workload"`
 	Cluster         ClusterConfig `json:"cluster"`
+	Replicas        Replicas      `json:"router_replicas"`
 	// Router is the router's config in full; each entry of Policies ran it
 	// with its own policy.
 	Router   protocol.Config `json:"router"`
@@ -99,6 +100,11 @@ func WriteTable(w io.Writer, rep *Report) error {
 	row("output throughput (tok/s)", num("%.1f", func(m *Metrics) float64 { return m.OutputThroughput }))
 	if rep.Deterministic.Goodput.Set() {
 		row("request goodput (req/s)", num("%.2f", func(m *Metrics) float64 { return *m.RequestGoodput }))
+	}
+	if ms[0].OneRouter != nil {
+		row("one router: prefix hit rate", num("%.3f", func(m *Metrics) float64 { return m.OneRouter.PrefixHitRate }))
+		row("one router: median TTFT (ms)", num("%.1f", func(m *Metrics) float64 { return m.OneRouter.MedianTTFTMS }))
+		row("one router: P99 TTFT (ms)", num("%.1f", func(m *Metrics) float64 { return m.OneRouter.P99TTFTMS }))
 	}
 	row("worker share CV", num("%.3f", func(m *Metrics) float64 { return m.WorkerShareCV }))
 	row("simulated time (s)", num("%.1f", func(m *Metrics) float64 { return m.Duration }))

@@ -27,7 +27,9 @@ func (h *host) result(trace []Request, wall time.Duration) *Result {
 	var busy time.Duration
 	commands := 0
 	for _, p := range h.pools {
-		busy, commands = busy+p.router.busy, commands+p.router.commands
+		for _, rp := range p.replicas {
+			busy, commands = busy+rp.router.busy, commands+rp.router.commands
+		}
 	}
 	res := &Result{Metrics: h.metrics(trace), Workers: len(h.order),
 		Cost: Cost{Policy: string(h.opt.Router.Policy), WallMS: ms(wall), RouterMS: ms(busy)}}

@@ -1,0 +1,104 @@
+package replay
+
+import (
+	"hash/fnv"
+
+	"github.com/offline-router/offline-router/internal/protocol"
+)
+
+// Replicas run a pool's router as several instances, as a deployment with
+// several frontends does: requests are spread across them, each sees every
+// worker's KV events, and what the others booked only through a sync
+// channel (Dynamo's --router-replica-sync), which delivers each message
+// after DelayMS, or, with probability 1 - Rate, drops it (seeded: the same
+// run drops the same messages).
+type Replicas struct {
+	Count int `json:"count"`
+	// Assign is round_robin (requests in turn) or session (a session keeps
+	// its replica; a request without one goes in turn).
+	Assign  string  `json:"assign"`
+	DelayMS float64 `json:"sync_delay_ms"`
+	Rate    float64 `json:"sync_rate"`
+}
+
+// Replica assignments.
+const (
+	AssignRoundRobin = "round_robin"
+	AssignSession    = "session"
+)
+
+// syncMessage is one message of the sync channel: a booking (a pinned
+// place, then its dispatch), or a lifecycle command, for one replica.
+type syncMessage struct {
+	to *replica
+	c  *protocol.Command
+}
+
+// assign is the replica of pool p that r is sent to.
+func (h *host) assign(p *pool, r *simRequest) int {
+	n := len(p.replicas)
+	if n == 1 {
+		return 0
+	}
+	if h.opt.Replicas.Assign == AssignSession && r.Session != "" {
+		f := fnv.New64a()
+		f.Write([]byte(r.Session))
+		return int(f.Sum64() % uint64(n))
+	}
+	return r.sentSeq % n
+}
+
+// sync sends c, about r, from replica from to every other replica of its
+// pool through the sync channel.
+func (h *host) sync(from *replica, r *simRequest, c *protocol.Command, t float64) {
+	for _, to := range from.pool.replicas {
+		if to == from || h.syncRNG.Float64() >= h.opt.Replicas.Rate {
+			continue
+		}
+		h.syncs = append(h.syncs, syncMessage{to: to, c: c})
+		h.nextSeq++
+		h.events.push(event{at: t + h.opt.Replicas.DelayMS, seq: h.nextSeq, kind: evSync, idx: int32(len(h.syncs) - 1)})
+	}
+}
+
+// deliver hands a sync message to its replica at t. A booking is a pinned
+// place: a replica that would queue or refuse it drops it (it is another
+// replica's request, already running); a lifecycle command reaches only a
+// replica that booked the request.
+func (h *host) deliver(t float64, i int32) {
+	m := h.syncs[i]
+	h.syncs[i] = syncMessage{} // delivered: let it go
+	rp, id := m.to, m.c.RequestID
+	c := *m.c
+	c.NowMS = &t
+	if c.Op != protocol.OpPlace && !rp.synced[id] {
+		return
+	}
+	resp, err := rp.router.send(&c)
+	if err != nil {
+		h.err = err
+		return
+	}
+	if resp.Error != nil { // a booking it refused, or a clock it has passed
+		return
+	}
+	h.answered(rp, &c, resp, id)
+	switch {
+	case c.Op == protocol.OpPlace && rp.synced[id]:
+		commit := &protocol.Command{Op: protocol.OpDispatchCommitted, NowMS: &t, RequestID: id}
+		if resp, err := rp.router.send(commit); err == nil && resp.Error == nil {
+			h.answered(rp, commit, resp, id)
+		}
+	case c.Op == protocol.OpPlace:
+		for _, q := range resp.Queued {
+			if q == id { // queued behind its own load: not a booking to keep
+				cancel := &protocol.Command{Op: protocol.OpCancelPending, NowMS: &t, RequestID: id}
+				if resp, err := rp.router.send(cancel); err == nil && resp.Error == nil {
+					h.answered(rp, cancel, resp, id)
+				}
+			}
+		}
+	case c.Op == protocol.OpRequestTerminal:
+		delete(rp.synced, id)
+	}
+}
