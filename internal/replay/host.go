@@ -352,6 +352,18 @@ func (h *host) loop(total int) error {
 			}
 		}
 	}
+	// Nothing is left to happen: every request ended, and no router books
+	// one still. Else the simulation, not the trace, is wrong.
+	if h.finished != total {
+		return fmt.Errorf("%d of %d requests never ended: a simulated worker stalled", total-h.finished, total)
+	}
+	for _, p := range h.pools {
+		for _, rp := range p.replicas {
+			if n := rp.router.booked(); n > 0 {
+				return fmt.Errorf("router replica %d (pool %q) still books %d requests after every one ended", rp.index, p.role, n)
+			}
+		}
+	}
 	return nil
 }
 

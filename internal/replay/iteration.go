@@ -264,7 +264,7 @@ func (e *iterEngine) receive(s *iterSeq, t float64) bool {
 	}
 	e.cacheFull(s, s.target)
 	s.computed, s.kv, s.out = s.target, s.target, 1
-	s.r.dec.admittedAt = t
+	s.admitted, s.r.dec.admittedAt = true, t
 	return true
 }
 
@@ -335,7 +335,9 @@ func (e *iterEngine) preempt(s *iterSeq) {
 	if s.computed >= s.target {
 		s.target = s.kv + 1
 	}
-	s.computed, s.kv = 0, 0
+	// Its KV is gone: a request received from a prefill worker is computed
+	// again here, like any other.
+	s.computed, s.kv, s.received = 0, 0, false
 	e.waiting = append([]*iterSeq{s}, e.waiting...)
 }
 

@@ -10,8 +10,9 @@ import (
 // several frontends does: requests are spread across them, each sees every
 // worker's KV events, and what the others booked only through a sync
 // channel (Dynamo's --router-replica-sync), which delivers each message
-// after DelayMS, or, with probability 1 - Rate, drops it (seeded: the same
-// run drops the same messages).
+// after DelayMS. A replica learns of another's booking with probability
+// Rate (seeded: the same run drops the same ones); one it learned of, it
+// follows to its end, so that no booking outlives its request.
 type Replicas struct {
 	Count int `json:"count"`
 	// Assign is round_robin (requests in turn) or session (a session keeps
@@ -52,7 +53,9 @@ func (h *host) assign(p *pool, r *simRequest) int {
 // pool through the sync channel.
 func (h *host) sync(from *replica, r *simRequest, c *protocol.Command, t float64) {
 	for _, to := range from.pool.replicas {
-		if to == from || h.syncRNG.Float64() >= h.opt.Replicas.Rate {
+		// A booking may be lost; its lifecycle follows it (deliver drops
+		// it where the booking was).
+		if to == from || (c.Op == protocol.OpPlace && h.syncRNG.Float64() >= h.opt.Replicas.Rate) {
 			continue
 		}
 		h.syncs = append(h.syncs, syncMessage{to: to, c: c})

@@ -43,3 +43,21 @@ func TestReplicasShareBookingsThroughTheSyncChannel(t *testing.T) {
 		t.Fatal("blind replicas never put a and b on the same worker: the sync channel proves nothing")
 	}
 }
+
+// TestLossySyncLeavesNoBooking: with half the bookings lost on the way, a
+// replica that learned of one follows it to its end: when the replay ends,
+// no replica books anything (Run checks it), and the hit rate is not below
+// that of replicas that learn of nothing.
+func TestLossySyncLeavesNoBooking(t *testing.T) {
+	hit := func(rate float64) float64 {
+		res, err := Run(Builtin(3, 120, 512), Options{Cluster: DefaultCluster(4), Router: routerConfig(protocol.PolicyKV),
+			Replicas: Replicas{Count: 3, Assign: AssignRoundRobin, DelayMS: 5, Rate: rate}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Metrics.PrefixHitRate
+	}
+	if lossy, blind := hit(0.5), hit(0); lossy < blind-0.05 {
+		t.Fatalf("hit rate %v with half the bookings synced, %v with none", lossy, blind)
+	}
+}

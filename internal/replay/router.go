@@ -82,3 +82,14 @@ func (r *router) flush() error {
 	}
 	return nil
 }
+
+// booked is how many requests the router still books, asked of the engine
+// directly: nothing is written or counted.
+func (r *router) booked() int {
+	var resp protocol.Response
+	r.eng.Apply(&protocol.Command{Op: protocol.OpInspect}, &resp)
+	if resp.State == nil {
+		return 0
+	}
+	return len(resp.State.Requests)
+}
