@@ -39,7 +39,8 @@ func TestReplayCompareAndReport(t *testing.T) {
 	one := readReport(t, report)
 	if one.SchemaVersion != 1 || one.Deterministic.ProtocolVersion != 1 || one.Run.ToolVersion == "" ||
 		one.Deterministic.Trace.Source != "builtin" || one.Deterministic.Trace.Requests != 251 ||
-		one.Deterministic.Router.BlockSize != 512 || len(one.Deterministic.Policies) != 1 {
+		one.Deterministic.Router.BlockSize != 512 || len(one.Deterministic.Policies) != 1 ||
+		one.Deterministic.Cluster.Engine != "iteration" || one.Deterministic.Cluster.Profile == nil {
 		t.Fatalf("one policy: %+v", one)
 	}
 	if diff := cmp.Diff(one.Deterministic.Policies[0], four.Deterministic.Policies[0]); diff != "" {

@@ -385,6 +385,9 @@ func TestDisaggregatedOneRequest(t *testing.T) {
 	if m.Pools[0].Role != "prefill" || m.Pools[1].Role != "decode" || m.Pools[1].WorkerRequests[0]+m.Pools[1].WorkerRequests[1]+m.Pools[1].WorkerRequests[2] != 1 {
 		t.Fatalf("pools %+v", m.Pools)
 	}
+	if !same(m.Pools[0].MeanTTFTMS, ttft) || !same(m.Pools[1].MeanTransferMS, transfer) || !same(m.Pools[1].MeanITLMS, (transfer+2.5+2.5)/2) {
+		t.Fatalf("prefill TTFT %v, transfer %v, decode ITL %v", m.Pools[0].MeanTTFTMS, m.Pools[1].MeanTransferMS, m.Pools[1].MeanITLMS)
+	}
 	for name, stream := range map[string][2]*bytes.Buffer{"prefill": {&pc, &pr}, "decode": {&dc, &dr}} {
 		if !strings.Contains(stream[0].String(), `"role":"`+name+`"`) || !strings.Contains(stream[0].String(), `"op":"request_terminal"`) {
 			t.Fatalf("the %s stream lacks its role or its request_terminal", name)

@@ -120,7 +120,16 @@ func OneRouterOf(m *Metrics) *OneRouter {
 // (prefill: arrival to the start of prefill; decode: the KV's arrival to
 // the request joining a decode batch) and its spread.
 type PoolMetrics struct {
-	Role                    string    `json:"role"`
+	Role string `json:"role"`
+	// Prefill: arrival to the first token, made there. Decode: the first
+	// token to the prompt's KV on the decode pool (the transfer), and the
+	// gaps between the tokens made there.
+	MeanTTFTMS              float64   `json:"mean_ttft_ms,omitempty"`
+	P99TTFTMS               float64   `json:"p99_ttft_ms,omitempty"`
+	MeanTransferMS          float64   `json:"mean_transfer_ms,omitempty"`
+	P99TransferMS           float64   `json:"p99_transfer_ms,omitempty"`
+	MeanITLMS               float64   `json:"mean_itl_ms,omitempty"`
+	P99ITLMS                float64   `json:"p99_itl_ms,omitempty"`
 	RouterOverlapRate       float64   `json:"router_overlap_rate"`
 	MeanOverlapRegretBlocks float64   `json:"mean_overlap_regret_blocks"`
 	MeanQueueWaitMS         float64   `json:"mean_queue_wait_ms"`
@@ -354,7 +363,7 @@ func (h *host) poolMetrics(p *pool, trace []Request) PoolMetrics {
 	pm := PoolMetrics{Role: string(p.role), WorkerRequests: make([]int, len(p.order))}
 	pm.RouterCommands, pm.EventsApplied = p.counts()
 	var overlap, islBlocks, regret float64
-	var wait []sample
+	var wait, first, transfer, itl []sample
 	for i := range trace {
 		r := h.byID[trace[i].ID]
 		ph := r.phase(p)
@@ -367,17 +376,26 @@ func (h *host) poolMetrics(p *pool, trace []Request) PoolMetrics {
 		regret += float64(ph.best - ph.overlap)
 		if p.role == protocol.RoleDecode {
 			wait = append(wait, sample{ph.admittedAt - ph.sentAt, 1})
+			transfer = append(transfer, sample{ph.sentAt - r.firstToken, 1})
+			itl = append(itl, r.gaps...)
 		} else if r.prefillStart > 0 || r.firstToken > 0 {
 			wait = append(wait, sample{r.prefillStart - r.Arrival, 1})
+			first = append(first, sample{r.firstToken - r.Arrival, 1})
 		}
 	}
+	st := summarize(first)
+	pm.MeanTTFTMS, pm.P99TTFTMS = st.mean, st.p99
+	st = summarize(transfer)
+	pm.MeanTransferMS, pm.P99TransferMS = st.mean, st.p99
+	st = summarize(itl)
+	pm.MeanITLMS, pm.P99ITLMS = st.mean, st.p99
 	if islBlocks > 0 {
 		pm.RouterOverlapRate = overlap / islBlocks
 	}
 	if n := len(wait); n > 0 {
 		pm.MeanOverlapRegretBlocks = regret / float64(n)
 	}
-	st := summarize(wait)
+	st = summarize(wait)
 	pm.MeanQueueWaitMS, pm.P99QueueWaitMS = st.mean, st.p99
 	pm.WorkerShare, pm.WorkerShareCV = shares(pm.WorkerRequests)
 	return pm
