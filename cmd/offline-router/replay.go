@@ -127,7 +127,7 @@ says why; --emit-commands and --emit-responses keep what was sent).`,
 	f.IntVar(&o.synthetic.NumPrefixGroups, "num-prefix-groups", 0, "synthetic workload: prefix groups (0 = no sharing)")
 	f.StringSliceVar(&o.goodput, "goodput", nil, "service levels for request_goodput, as vLLM's benchmark takes them: ttft:MS tpot:MS e2el:MS")
 	f.BoolVar(&o.compare, "compare", false, "run kv and the baselines (round_robin, random, least_loaded) side by side; same as --policies kv,round_robin,random,least_loaded")
-	f.StringSliceVar(&o.policies, "policies", nil, "run these policies side by side (comma-separated: kv, round_robin, random, least_loaded)")
+	f.StringSliceVar(&o.policies, "policies", nil, "run these policies side by side (comma-separated: kv, round_robin, random, least_loaded, session_hash)")
 	f.StringVar(&o.reportFile, "report", "", "write the JSON report to this .json file, or - for stdout (the table then goes to stderr)")
 	f.StringVar(&o.emitCommands, "emit-commands", "", "write every command sent to the router to this file (one policy only)")
 	f.StringVar(&o.emitResponses, "emit-responses", "", "write every response the router gave to this file (one policy only)")
@@ -508,7 +508,7 @@ func (o *replayOptions) policySet(configured protocol.Policy) ([]protocol.Policy
 		c := protocol.DefaultConfig()
 		c.Policy = p
 		if err := c.Validate(); err != nil {
-			return nil, fmt.Errorf("--policies: %q is not a policy (kv, round_robin, random or least_loaded)", name)
+			return nil, fmt.Errorf("--policies: %q is not a policy (kv, round_robin, random, least_loaded or session_hash)", name)
 		}
 		if slices.Contains(out, p) {
 			return nil, fmt.Errorf("--policies: %s is given twice", name)

@@ -236,7 +236,7 @@ func TestReplayUnderEveryRouterFlag(t *testing.T) {
 		t.Skip("replays in one goroutine: nothing for -race to check, at ten times the cost")
 	}
 	values := map[string][]string{
-		"policy":                               {"round_robin", "random", "least_loaded"},
+		"policy":                               {"round_robin", "random", "least_loaded", "session_hash"},
 		"block_size":                           {"256"},
 		"seed":                                 {"7"},
 		"temperature":                          {"0.5"},

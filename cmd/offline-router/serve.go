@@ -34,7 +34,7 @@ type serveOptions struct {
 // flag's type and default come from the key's field in
 // protocol.DefaultConfig, so the two cannot disagree.
 var configFlags = []struct{ key, usage string }{
-	{"policy", "placement policy: kv, round_robin, random or least_loaded"},
+	{"policy", "placement policy: kv, round_robin, random, least_loaded or session_hash"},
 	{"block_size", "tokens per KV block (Mooncake traces use 512)"},
 	{"seed", "seed of the one deterministic random stream (ties, softmax)"},
 	{"temperature", "0 = cheapest rank; > 0 = softmax over range-normalised costs"},

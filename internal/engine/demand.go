@@ -25,6 +25,7 @@ type demand struct {
 	tier          int64
 	priority      float64       // seconds of queue jump
 	key           *affinity.Key // session affinity key, if any
+	session       string        // the session id, "" when none (session_hash)
 	bound         *binding      // the bound binding it arrived under, if any
 	hardBound     bool          // ... and it must go to that binding's rank
 }
@@ -42,6 +43,9 @@ func (e *Engine) newDemand(c *protocol.Command, t float64) (*demand, *protocol.E
 	d := &demand{
 		id: c.RequestID, role: firstRole(c.Role, "", protocol.RoleAggregated), isl: c.ISL(),
 		allowed: c.AllowedWorkers, pin: c.WorkerID, pinRank: c.DPRank, arrival: t,
+	}
+	if c.SessionID != nil {
+		d.session = *c.SessionID
 	}
 	d.key = e.affinityKey(c, d.role)
 	if err := e.planAffinity(d, t); err != nil {

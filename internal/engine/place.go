@@ -19,9 +19,10 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 	for i, r := range cs.ranks {
 		newBlocks := uint64(len(d.local)) - uint64(e.hits[r.slot]) + d.privateBlocks
 		cands[i] = selector.Candidate{Overlap: uint64(e.overlap[r.slot]), PrefillTokens: r.prefill.at(e.now),
-			DecodeBlocks: r.activeDecodeBlocks() + newBlocks, ActiveRequests: r.activeRequests}
+			DecodeBlocks: r.activeDecodeBlocks() + newBlocks, ActiveRequests: r.activeRequests,
+			Key: r.w.id*0x9e3779b97f4a7c15 ^ uint64(r.dp)}
 	}
-	sel := selector.Select(e.params, d.isl, cands, preferred, e.draws, e.scores)
+	sel := selector.Select(e.params, selector.Request{ISL: d.isl, Session: d.session}, cands, preferred, e.draws, e.scores)
 	e.scores = sel.Scores // scratch for the next placement: the evidence copies what it keeps
 	chosen, chosenRank := sel.Scores[sel.Index], cs.ranks[sel.Index]
 

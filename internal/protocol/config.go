@@ -56,6 +56,7 @@ const (
 	PolicyRoundRobin  Policy = "round_robin"
 	PolicyRandom      Policy = "random"
 	PolicyLeastLoaded Policy = "least_loaded"
+	PolicySessionHash Policy = "session_hash"
 )
 
 // QueuePolicy orders the policy queue.
@@ -151,7 +152,7 @@ func (c *Config) Validate() error {
 		return nil
 	}
 	errs := []error{
-		oneOf("policy", c.Policy, PolicyKV, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded),
+		oneOf("policy", c.Policy, PolicyKV, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded, PolicySessionHash),
 		oneOf("queue_policy", c.QueuePolicy, QueueFCFS, QueueWSPT, QueueLCFS),
 		oneOf("prefill_load_model", c.PrefillLoadModel, PrefillLoadNone, PrefillLoadLinear),
 		oneOf("affinity.mode", c.Affinity.Mode, AffinityOff, AffinityHard, AffinitySoft),

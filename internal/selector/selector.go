@@ -12,6 +12,8 @@ import (
 	"math"
 	"slices"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
@@ -36,6 +38,7 @@ type Candidate struct {
 	PrefillTokens  float64 // prefill tokens booked on the rank now
 	DecodeBlocks   uint64  // the rank's active blocks once the request's new ones join
 	ActiveRequests uint64  // requests booked on the rank (least_loaded)
+	Key            uint64  // the rank's identity, stable while it lives: worker id and DP rank (session_hash)
 }
 
 // Score is one candidate's cost and its chance of being chosen. It holds no
@@ -66,15 +69,22 @@ type Result struct {
 	Scores   []Score
 }
 
-// Select chooses among cands for a request of isl input tokens: the
-// preferred index when there is one (>= 0; soft affinity), else by the
-// policy. scratch is reused for the scores (Result.Scores aliases it).
-func Select(p Params, isl uint64, cands []Candidate, preferred int, draws Draws, scratch []Score) Result {
+// Request is what selection reads of the request: its input tokens, and
+// its session id ("" when none) for session_hash.
+type Request struct {
+	ISL     uint64
+	Session string
+}
+
+// Select chooses among cands for req: the preferred index when there is
+// one (>= 0; soft affinity), else by the policy. scratch is reused for the
+// scores (Result.Scores aliases it).
+func Select(p Params, req Request, cands []Candidate, preferred int, draws Draws, scratch []Score) Result {
 	scores := slices.Grow(scratch[:0], len(cands))[:len(cands)]
 	for i := range cands {
-		scores[i] = Cost(&p, isl, &cands[i])
+		scores[i] = Cost(&p, req.ISL, &cands[i])
 	}
-	index, ties, best := pick(&p, scores, cands, preferred, draws)
+	index, ties, best := pick(&p, req, scores, cands, preferred, draws)
 	return Result{Index: index, Ties: ties, BestCost: best, Scores: scores}
 }
 
@@ -94,7 +104,7 @@ func Cost(p *Params, isl uint64, c *Candidate) Score {
 // over range-normalised costs. It fills every score's probability and
 // returns the chosen index, the number of candidates at the minimum cost,
 // and that cost.
-func pick(p *Params, scores []Score, cands []Candidate, preferred int, draws Draws) (int, int, float64) {
+func pick(p *Params, req Request, scores []Score, cands []Candidate, preferred int, draws Draws) (int, int, float64) {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, s := range scores {
 		lo, hi = min(lo, s.Cost), max(hi, s.Cost)
@@ -116,7 +126,7 @@ func pick(p *Params, scores []Score, cands []Candidate, preferred int, draws Dra
 		return preferred, ties, lo
 	}
 	if p.Policy != protocol.PolicyKV {
-		return pickBaseline(p.Policy, scores, cands, draws), ties, lo
+		return pickBaseline(p.Policy, req, scores, cands, draws), ties, lo
 	}
 	t := p.Temperature
 	if t == 0 || hi == lo {
@@ -159,21 +169,26 @@ func pick(p *Params, scores []Score, cands []Candidate, preferred int, draws Dra
 	return pick, ties, lo
 }
 
-// pickBaseline chooses by a baseline policy, ignoring cost (the costs are
-// still computed, for the evidence): round_robin takes the candidates in
-// turn from one counter, random draws uniformly, least_loaded takes the
-// fewest active requests with ties drawn uniformly.
-func pickBaseline(policy protocol.Policy, scores []Score, cands []Candidate, draws Draws) int {
+// pickBaseline chooses by a policy that ignores cost (the costs are still
+// computed, for the evidence): round_robin takes the candidates in turn
+// from one counter, random draws uniformly, least_loaded takes the fewest
+// active requests with ties drawn uniformly, session_hash hashes the
+// session onto a candidate (round robin without a session).
+func pickBaseline(policy protocol.Policy, req Request, scores []Score, cands []Candidate, draws Draws) int {
 	for i := range scores {
 		scores[i].Prob = 0
 	}
 	var pick int
-	switch policy {
-	case protocol.PolicyRoundRobin:
+	switch {
+	case policy == protocol.PolicySessionHash && req.Session != "":
+		pick = rendezvous(req.Session, cands)
+		scores[pick].Prob = 1
+		return pick
+	case policy == protocol.PolicyRoundRobin || policy == protocol.PolicySessionHash:
 		pick = int(draws.Turn() % uint64(len(scores)))
 		scores[pick].Prob = 1
 		return pick
-	case protocol.PolicyRandom:
+	case policy == protocol.PolicyRandom:
 		pick = draws.Index(len(scores))
 		for i := range scores {
 			scores[i].Prob = 1 / float64(len(scores))
@@ -198,4 +213,30 @@ func pickBaseline(policy protocol.Policy, scores []Score, cands []Candidate, dra
 		scores[i].Prob = 1 / float64(len(tied))
 	}
 	return pick
+}
+
+// rendezvous is consistent hashing of a session onto the candidates
+// (highest random weight): each candidate weighs the session by a hash of
+// both, the heaviest wins. A session keeps its candidate while that one
+// stays eligible, and when a candidate goes only its sessions move, each to
+// the next heaviest, which is what plain session stickiness on a hash ring
+// gives, without the ring's virtual nodes.
+func rendezvous(session string, cands []Candidate) int {
+	h := xxh3.HashString(session)
+	best, pick := uint64(0), 0
+	for i, c := range cands {
+		if w := mix(h ^ mix(c.Key)); i == 0 || w > best {
+			best, pick = w, i
+		}
+	}
+	return pick
+}
+
+// mix is splitmix64's finaliser: every input bit reaches every output bit.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }

@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -44,7 +45,7 @@ func TestSoftmaxProbabilities(t *testing.T) {
 	draws := &countingDraws{}
 	// Costs 10, 20, 10 (decode blocks alone: nothing to prefill).
 	cands := []Candidate{{DecodeBlocks: 10}, {DecodeBlocks: 20}, {DecodeBlocks: 10}}
-	res := Select(p, 0, cands, -1, draws, nil)
+	res := Select(p, Request{}, cands, -1, draws, nil)
 	// Normalised costs 0, 1, 0 at T=1: weights 1, e^-1, 1.
 	w := 1 / (2 + 0.36787944117144233)
 	for i, want := range []float64{w, 0.36787944117144233 * w, w} {
@@ -78,7 +79,7 @@ func TestPreferredAndBaselines(t *testing.T) {
 		{protocol.PolicyRandom, -1, 0, countingDraws{index: 1}},
 	} {
 		d := &countingDraws{}
-		res := Select(Params{Policy: tc.policy, BlockSize: 16, OverlapScoreCredit: 1, PrefillLoadScale: 1}, 0, cands, tc.preferred, d, nil)
+		res := Select(Params{Policy: tc.policy, BlockSize: 16, OverlapScoreCredit: 1, PrefillLoadScale: 1}, Request{}, cands, tc.preferred, d, nil)
 		if res.Index != tc.want || *d != tc.draws || res.Scores[res.Index].Prob == 0 {
 			t.Errorf("%s preferred %d: chose %d with draws %+v, want %d with %+v", tc.policy, tc.preferred, res.Index, *d, tc.want, tc.draws)
 		}
@@ -101,5 +102,36 @@ func TestPortableExp(t *testing.T) {
 	}
 	if !math.IsNaN(portableExp(math.NaN())) {
 		t.Error("portableExp(NaN) is not NaN")
+	}
+}
+
+// TestRendezvous: session_hash spreads sessions evenly, keeps each where it
+// was while its candidate stays, and when a candidate goes moves only the
+// sessions it held.
+func TestRendezvous(t *testing.T) {
+	var cands []Candidate
+	for id := range uint64(4) {
+		cands = append(cands, Candidate{Key: (id + 1) * 0x9e3779b97f4a7c15})
+	}
+	before := map[string]uint64{}
+	counts := make([]int, len(cands))
+	for i := range 4000 {
+		s := fmt.Sprintf("session-%d", i)
+		k := rendezvous(s, cands)
+		before[s] = cands[k].Key
+		counts[k]++
+	}
+	for _, n := range counts {
+		if n < 850 || n > 1150 {
+			t.Fatalf("sessions per candidate %v: not even", counts)
+		}
+	}
+	gone := cands[2].Key
+	rest := append(append([]Candidate(nil), cands[:2]...), cands[3:]...)
+	for s, was := range before {
+		now := rest[rendezvous(s, rest)].Key
+		if was != gone && now != was {
+			t.Fatalf("%s moved from a candidate that stayed", s)
+		}
 	}
 }
