@@ -71,6 +71,7 @@ type iterSeq struct {
 	out      uint64 // output tokens made
 	blocks   []*kvBlock
 	admitted bool // scheduled at least once (its queue wait has ended)
+	done     bool // made its last token
 }
 
 // scheduled is one request's share of a step.
@@ -386,11 +387,12 @@ func (e *iterEngine) endStep(w *simWorker, t float64) stepResult {
 		}
 		if s.out >= s.outputs {
 			res.finished = append(res.finished, r)
+			s.done = true
 		}
 	}
 	e.busy = false
-	for _, r := range res.finished {
-		e.finish(r)
+	if len(res.finished) > 0 {
+		e.dropFinished()
 	}
 	if len(e.removed) > 0 {
 		res.events = append(res.events, *w.removedEvent(e.removed))
@@ -435,13 +437,17 @@ func (e *iterEngine) cacheFull(s *iterSeq, upto uint64) {
 	flush()
 }
 
-// finish takes an ended request out of the running list.
-func (e *iterEngine) finish(r *simRequest) {
-	for i, s := range e.running {
-		if s.r == r {
+// dropFinished takes the ended requests out of the running list, in one
+// pass, giving their blocks back in running order.
+func (e *iterEngine) dropFinished() {
+	kept := e.running[:0]
+	for _, s := range e.running {
+		if s.done {
 			e.release(s)
-			e.running = append(e.running[:i], e.running[i+1:]...)
-			return
+			continue
 		}
+		kept = append(kept, s)
 	}
+	clear(e.running[len(kept):])
+	e.running = kept
 }
