@@ -195,6 +195,7 @@ func Run(trace []Request, opt Options) (*Result, error) {
 	h.syncRNG = rand.New(rand.NewPCG(opt.Router.Seed, 0x5ec))
 	for _, spec := range opt.Cluster.pools(opt) {
 		p := &pool{role: spec.role, workers: map[rankKey]*simWorker{}}
+		h.pools = append(h.pools, p)
 		for i := range max(opt.Replicas.Count, 1) {
 			// Each replica draws its own random stream, as separate
 			// frontends do.
@@ -211,12 +212,7 @@ func Run(trace []Request, opt Options) (*Result, error) {
 				rp.router = newRouter(eng, nil, nil)
 			}
 			p.replicas = append(p.replicas, rp)
-		}
-		h.pools = append(h.pools, p)
-		// The stream opens with its config, so that it replays alone.
-		for _, rp := range p.replicas {
-			cfg := opt.Router
-			cfg.Seed += uint64(rp.index)
+			// The stream opens with its config, so that it replays alone.
 			h.send(rp, &protocol.Command{Op: protocol.OpConfig, Config: wire.ConfigCommand(cfg)})
 		}
 		h.announce(p, spec.workers)
@@ -492,8 +488,10 @@ func (h *host) answered(rp *replica, c *protocol.Command, resp *protocol.Respons
 		ph.worker = p.workers[rankKey{pl.WorkerID, pl.DPRank}]
 		ph.placedAt, ph.overlap, ph.best = t, pl.OverlapBlocks, pl.BestAvailableOverlapBlocks
 		rp.placed = append(rp.placed, r)
-		h.sync(rp, r, &protocol.Command{Op: protocol.OpPlace, RequestID: r.ID, InputTokens: &r.InputTokens,
-			OutputTokens: &r.OutputTokens, BlockHashes: r.hashes(), WorkerID: &pl.WorkerID, DPRank: &pl.DPRank, Role: p.role}, t)
+		if len(p.replicas) > 1 { // the others learn of the booking as a pinned place
+			h.sync(rp, &protocol.Command{Op: protocol.OpPlace, RequestID: r.ID, InputTokens: &r.InputTokens,
+				OutputTokens: &r.OutputTokens, BlockHashes: r.hashes(), WorkerID: &pl.WorkerID, DPRank: &pl.DPRank, Role: p.role}, t)
+		}
 	}
 	for _, rj := range resp.Rejected {
 		r := h.byID[rj.RequestID]
@@ -523,7 +521,9 @@ func (h *host) toAll(p *pool, c *protocol.Command) {
 func (h *host) toOwner(p *pool, r *simRequest, c *protocol.Command) {
 	rp := p.replicas[r.phase(p).replica]
 	h.send(rp, c)
-	h.sync(rp, r, &protocol.Command{Op: c.Op, RequestID: c.RequestID}, *c.NowMS)
+	if len(p.replicas) > 1 {
+		h.sync(rp, &protocol.Command{Op: c.Op, RequestID: c.RequestID}, *c.NowMS)
+	}
 }
 
 // dispatch hands r to its worker.

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"hash/fnv"
+	"slices"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -49,9 +50,9 @@ func (h *host) assign(p *pool, r *simRequest) int {
 	return r.sentSeq % n
 }
 
-// sync sends c, about r, from replica from to every other replica of its
-// pool through the sync channel.
-func (h *host) sync(from *replica, r *simRequest, c *protocol.Command, t float64) {
+// sync sends c from replica from to every other replica of its pool
+// through the sync channel.
+func (h *host) sync(from *replica, c *protocol.Command, t float64) {
 	for _, to := range from.pool.replicas {
 		// A booking may be lost; its lifecycle follows it (deliver drops
 		// it where the booking was).
@@ -77,31 +78,31 @@ func (h *host) deliver(t float64, i int32) {
 	if c.Op != protocol.OpPlace && !rp.synced[id] {
 		return
 	}
-	resp, err := rp.router.send(&c)
-	if err != nil {
-		h.err = err
-		return
-	}
-	if resp.Error != nil { // a booking it refused, or a clock it has passed
-		return
-	}
-	h.answered(rp, &c, resp, id)
+	resp, ok := h.offer(rp, &c, id)
 	switch {
+	case !ok: // a booking it refused, or a clock it has passed
 	case c.Op == protocol.OpPlace && rp.synced[id]:
-		commit := &protocol.Command{Op: protocol.OpDispatchCommitted, NowMS: &t, RequestID: id}
-		if resp, err := rp.router.send(commit); err == nil && resp.Error == nil {
-			h.answered(rp, commit, resp, id)
-		}
-	case c.Op == protocol.OpPlace:
-		for _, q := range resp.Queued {
-			if q == id { // queued behind its own load: not a booking to keep
-				cancel := &protocol.Command{Op: protocol.OpCancelPending, NowMS: &t, RequestID: id}
-				if resp, err := rp.router.send(cancel); err == nil && resp.Error == nil {
-					h.answered(rp, cancel, resp, id)
-				}
-			}
-		}
+		h.offer(rp, &protocol.Command{Op: protocol.OpDispatchCommitted, NowMS: &t, RequestID: id}, id)
+	case c.Op == protocol.OpPlace && slices.Contains(resp.Queued, id):
+		// Queued behind its own load: not a booking to keep.
+		h.offer(rp, &protocol.Command{Op: protocol.OpCancelPending, NowMS: &t, RequestID: id}, id)
 	case c.Op == protocol.OpRequestTerminal:
 		delete(rp.synced, id)
 	}
+}
+
+// offer sends a sync command to a replica, which may refuse it without
+// harm (it is about another replica's request), and acts on its answer;
+// it reports whether the replica took it.
+func (h *host) offer(rp *replica, c *protocol.Command, id string) (*protocol.Response, bool) {
+	resp, err := rp.router.send(c)
+	if err != nil {
+		h.err = err
+		return nil, false
+	}
+	if resp.Error != nil {
+		return resp, false
+	}
+	h.answered(rp, c, resp, id)
+	return resp, true
 }
