@@ -686,26 +686,27 @@ func (r *simRequest) phase(p *pool) *placement {
 // tokensEvery records n more output tokens, each gap ms after the one
 // before.
 func (r *simRequest) tokensEvery(gap float64, n int) {
-	if n <= 0 {
-		return
+	if n > 0 {
+		r.lastToken += float64(float64(n) * gap)
+		r.addGaps(gap, uint64(n))
 	}
-	r.lastToken += float64(float64(n) * gap)
-	if k := len(r.gaps); k > 0 && r.gaps[k-1].v == gap {
-		r.gaps[k-1].n += uint64(n)
-		return
-	}
-	r.gaps = append(r.gaps, sample{gap, uint64(n)})
 }
 
 // tokenAt records an output token after the first, made at t.
 func (r *simRequest) tokenAt(t float64) {
 	gap := t - r.lastToken
 	r.lastToken = t
-	if n := len(r.gaps); n > 0 && r.gaps[n-1].v == gap {
-		r.gaps[n-1].n++
+	r.addGaps(gap, 1)
+}
+
+// addGaps records n gaps of gap ms, in the run before it when it is one of
+// equal gaps.
+func (r *simRequest) addGaps(gap float64, n uint64) {
+	if k := len(r.gaps); k > 0 && r.gaps[k-1].v == gap {
+		r.gaps[k-1].n += n
 		return
 	}
-	r.gaps = append(r.gaps, sample{gap, 1})
+	r.gaps = append(r.gaps, sample{gap, n})
 }
 
 // ended schedules the session's next turn, if any, after its think time;

@@ -114,34 +114,8 @@ type mooncakeLine struct {
 var traceKeys = []string{"timestamp", "input_length", "output_length", "hash_ids", "session_id",
 	"parent_session_id", "delay", "delay_ms", "priority", "strict_priority", "role"}
 
-// squashedKeys maps each field, squashed, to its key.
-var squashedKeys = func() map[string]string {
-	m := make(map[string]string, len(traceKeys))
-	for _, k := range traceKeys {
-		var buf [24]byte
-		m[string(squash(buf[:0], k))] = k
-	}
-	return m
-}()
-
-// squash appends key to buf lower-cased (ASCII) and without '_' or '-',
-// stopping when buf is full: no field squashes to that length, so a key
-// that long matches none.
-func squash(buf []byte, key string) []byte {
-	for i := range len(key) {
-		c := key[i]
-		switch {
-		case c == '_' || c == '-':
-			continue
-		case len(buf) == cap(buf):
-			return buf
-		case 'A' <= c && c <= 'Z':
-			c += 'a' - 'A'
-		}
-		buf = append(buf, c)
-	}
-	return buf
-}
+// traceHints suggest the field a mistyped key meant.
+var traceHints = wire.NewKeyHints(traceKeys...)
 
 // field reads the value of one key of the line.
 func (m *mooncakeLine) field(key string, v *wire.Value) error {
@@ -204,8 +178,7 @@ func (m *mooncakeLine) field(key string, v *wire.Value) error {
 			}
 		}
 	default:
-		var buf [24]byte
-		if k, ok := squashedKeys[string(squash(buf[:0], key))]; ok {
+		if k, ok := traceHints.Suggest(key); ok {
 			return fmt.Errorf("is not a trace field (did you mean %q?)", k)
 		}
 		return v.Skip() // an extra field of the trace's maker

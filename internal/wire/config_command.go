@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -44,6 +45,9 @@ var configFields, configGroups = func() (map[string]configField, map[string]bool
 	return fields, groups
 }()
 
+// configHints suggest the config key a mistyped one meant.
+var configHints = NewKeyHints(slices.Collect(maps.Keys(configFields))...)
+
 // sortConfigKeys puts keys in the order of protocol.Config's fields.
 func sortConfigKeys(keys []string) {
 	slices.SortFunc(keys, func(a, b string) int { return configFields[a].order - configFields[b].order })
@@ -64,11 +68,8 @@ func ConfigCommand(cfg protocol.Config) *protocol.ConfigUpdate {
 // when it differs from one only in case or separators.
 func unknownConfigKey(path string, nested bool) *fieldError {
 	msg := "is not a config key (docs/PROTOCOL.md §2)"
-	squash := strings.NewReplacer("_", "", "-", "")
-	for name := range configFields {
-		if strings.ToLower(squash.Replace(path)) == squash.Replace(name) {
-			msg += " (did you mean " + strconv.Quote(name) + "?)"
-		}
+	if name, ok := configHints.Suggest(path); ok {
+		msg += " (did you mean " + strconv.Quote(name) + "?)"
 	}
 	if nested { // the group's name is added on the way out
 		path = path[strings.LastIndexByte(path, '.')+1:]
