@@ -18,7 +18,8 @@ The binary is $OFFLINE_ROUTER_BIN, else offline-router on PATH. Times are
 float milliseconds; JSON strings in and out, as the bridge passes them.
 
 config_json: {"policy": "kv_router" (Dynamo's cost; also "round_robin",
-"random", "least_loaded"), "affinity": {"mode": "session" | "sibling_group",
+"random", "least_loaded", "session_hash", "sglang_cache_aware", "llmd"; their
+knobs go in "sglang" and "llmd" objects as in the router's config), "affinity": {"mode": "session" | "sibling_group",
 "ttl_seconds": N}} (mode "none", "off" or absent: no affinity); every other key goes to the router's config as it is
 (docs/PROTOCOL.md, section 2: overlap_score_credit, temperature, seed,
 queue_threshold, queue_policy, queue_timeout_ms, the busy thresholds,
@@ -49,7 +50,8 @@ __all__ = ["OfflineRouterPolicy"]
 API_VERSION = 1
 ROLES = ("aggregated", "prefill", "decode")
 POLICIES = {"kv_router": "kv", "kv": "kv", "round_robin": "round_robin", "random": "random",
-            "least_loaded": "least_loaded"}
+            "least_loaded": "least_loaded", "session_hash": "session_hash",
+            "sglang_cache_aware": "sglang_cache_aware", "llmd": "llmd"}
 AFFINITY_KEYS = {"session": "session", "sibling_group": "sibling_group"}
 # Dynamo bounds a group key; a longer one is replaced by its digest.
 MAX_GROUP_KEY_BYTES = 256

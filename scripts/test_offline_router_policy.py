@@ -128,6 +128,20 @@ class Callbacks(PolicyTest):
         self.assertEqual((ev["decision_count"], ev["decisions_captured"]), (2, True))
         self.assertEqual([d["request_id"] for d in ev["decisions"]], ["a", "b"])
 
+    def test_peer_policies_and_their_knobs(self):
+        # sglang_cache_aware never hears KV events: worker 2's stored blocks
+        # do not draw "a", which goes to the first idle worker; llmd's
+        # prefix scorer follows them to worker 2.
+        for policy, knobs, worker in (("sglang_cache_aware", {"sglang": {"cache_threshold": 0.9}}, 1),
+                                      ("llmd", {"llmd": {"queue_scorer_weight": 1}}, 2)):
+            p = self.policy(config(**{"policy": policy, **knobs}))
+            p.observe(json.dumps([stored(2, 1, [1, 2])]), 0.0)
+            self.assertEqual(json.loads(p.place(req("a"), 1.0))["decision"]["worker_id"], worker, policy)
+        with self.assertRaises(ValueError) as e:
+            OfflineRouterPolicy("aggregated", config(policy="llmd", llmd={"queue_weight": 1}), workers())
+        self.assertIn("queue_weight", str(e.exception))
+        self.assertIn("llmd", OfflineRouterPolicy.contract()["policies"])
+
     def test_roles(self):
         for role in ("prefill", "decode"):
             p = self.policy(role=role)

@@ -127,7 +127,7 @@ says why; --emit-commands and --emit-responses keep what was sent).`,
 	f.IntVar(&o.synthetic.NumPrefixGroups, "num-prefix-groups", 0, "synthetic workload: prefix groups (0 = no sharing)")
 	f.StringSliceVar(&o.goodput, "goodput", nil, "service levels for request_goodput, as vLLM's benchmark takes them: ttft:MS tpot:MS e2el:MS")
 	f.BoolVar(&o.compare, "compare", false, "run kv and the baselines (round_robin, random, least_loaded) side by side; same as --policies kv,round_robin,random,least_loaded")
-	f.StringSliceVar(&o.policies, "policies", nil, "run these policies side by side (comma-separated: kv, round_robin, random, least_loaded, session_hash)")
+	f.StringSliceVar(&o.policies, "policies", nil, "run these policies side by side (comma-separated: kv, round_robin, random, least_loaded, session_hash, sglang_cache_aware, llmd)")
 	f.StringVar(&o.reportFile, "report", "", "write the JSON report to this .json file, or - for stdout (the table then goes to stderr)")
 	f.StringVar(&o.emitCommands, "emit-commands", "", "write every command sent to the router to this file (one policy only)")
 	f.StringVar(&o.emitResponses, "emit-responses", "", "write every response the router gave to this file (one policy only)")
@@ -493,6 +493,15 @@ func writable(path string) error {
 	return os.Remove(f.Name())
 }
 
+// policyNames lists the policies for a message.
+func policyNames() string {
+	names := make([]string, len(protocol.Policies))
+	for i, p := range protocol.Policies {
+		names[i] = string(p)
+	}
+	return strings.Join(names, ", ")
+}
+
 // policySet is the policies to run: --policies, --compare's four, or the
 // config's one.
 func (o *replayOptions) policySet(configured protocol.Policy) ([]protocol.Policy, error) {
@@ -508,7 +517,7 @@ func (o *replayOptions) policySet(configured protocol.Policy) ([]protocol.Policy
 		c := protocol.DefaultConfig()
 		c.Policy = p
 		if err := c.Validate(); err != nil {
-			return nil, fmt.Errorf("--policies: %q is not a policy (kv, round_robin, random, least_loaded or session_hash)", name)
+			return nil, fmt.Errorf("--policies: %q is not a policy (%s)", name, policyNames())
 		}
 		if slices.Contains(out, p) {
 			return nil, fmt.Errorf("--policies: %s is given twice", name)

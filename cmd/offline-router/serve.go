@@ -34,7 +34,7 @@ type serveOptions struct {
 // flag's type and default come from the key's field in
 // protocol.DefaultConfig, so the two cannot disagree.
 var configFlags = []struct{ key, usage string }{
-	{"policy", "placement policy: kv, round_robin, random, least_loaded or session_hash"},
+	{"policy", "placement policy: kv (Dynamo's cost), round_robin, random, least_loaded, session_hash, sglang_cache_aware or llmd"},
 	{"block_size", "tokens per KV block (Mooncake traces use 512)"},
 	{"seed", "seed of the one deterministic random stream (ties, softmax)"},
 	{"temperature", "0 = cheapest rank; > 0 = softmax over range-normalised costs"},
@@ -55,6 +55,14 @@ var configFlags = []struct{ key, usage string }{
 	{"affinity.mode", "session affinity: off, hard or soft"},
 	{"affinity.ttl_ms", "idle lifetime of a session binding, in virtual ms"},
 	{"affinity.key", "affinity key: session, or sibling_group (parent_session_id)"},
+	{"sglang.cache_threshold", "sglang_cache_aware: route by the routed-prefix match when it covers more than this fraction of the prompt"},
+	{"sglang.balance_abs_threshold", "sglang_cache_aware: loads are imbalanced when max - min is above this (in-flight requests)..."},
+	{"sglang.balance_rel_threshold", "sglang_cache_aware: ...and max is above min times this; then the least loaded wins"},
+	{"sglang.eviction_interval_ms", "sglang_cache_aware: trim each rank's routed tree this often, in virtual ms (0 = never)"},
+	{"sglang.max_tree_size", "sglang_cache_aware: blocks each rank's routed tree keeps at a trim (SGLang counts characters)"},
+	{"llmd.prefix_cache_scorer_weight", "llmd: weight of the precise prefix-cache scorer (KV events)"},
+	{"llmd.queue_scorer_weight", "llmd: weight of the queue scorer (requests not past prefill)"},
+	{"llmd.kv_cache_utilization_scorer_weight", "llmd: weight of the KV-cache utilisation scorer (needs total_kv_blocks)"},
 }
 
 // configDefault is the default of a dotted config key, as a string, uint64,

@@ -72,7 +72,7 @@ func (e *Engine) newDemand(c *protocol.Command, t float64) (*demand, *protocol.E
 	switch {
 	case c.SequenceHashes != nil:
 		d.seq = c.SequenceHashes
-	case !e.cfg.KVEvents:
+	case !e.cfg.KVEvents || e.routed != nil:
 		d.seq = kvindex.SequenceHashes(d.local)
 	}
 	d.privateBlocks = d.islBlocks - uint64(len(d.local))

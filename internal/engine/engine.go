@@ -21,6 +21,7 @@ type Engine struct {
 	fleet    fleet
 	index    *kvindex.Index
 	approx   *approxIndex
+	routed   *routedTree // sglang_cache_aware's own tree; nil for other policies
 	active   *active.Tree
 	requests map[string]*request
 	queue    policyQueue
@@ -61,6 +62,7 @@ func New(cfg protocol.Config) (*Engine, error) {
 		fleet:    newFleet(),
 		index:    kvindex.New(),
 		approx:   newApproxIndex(),
+		routed:   newRoutedTree(&cfg),
 		active:   active.New(),
 		requests: map[string]*request{},
 		queue:    newPolicyQueue(),

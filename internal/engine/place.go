@@ -14,15 +14,22 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 	d := req.d
 	e.index.FindMatches(d.local, e.overlap)
 	e.walk = e.active.Count(d.local, e.hits)
+	var routed []uint32
+	if e.routed != nil {
+		routed = e.routedMatches(d)
+	}
 	cands := slices.Grow(e.cands[:0], len(cs.ranks))[:len(cs.ranks)]
 	e.cands = cands
 	for i, r := range cs.ranks {
 		newBlocks := uint64(len(d.local)) - uint64(e.hits[r.slot]) + d.privateBlocks
 		cands[i] = selector.Candidate{Overlap: uint64(e.overlap[r.slot]), PrefillTokens: r.prefill.at(e.now),
 			DecodeBlocks: r.activeDecodeBlocks() + newBlocks, ActiveRequests: r.activeRequests,
-			Key: r.w.id*0x9e3779b97f4a7c15 ^ uint64(r.dp)}
+			Key: r.w.id*0x9e3779b97f4a7c15 ^ uint64(r.dp), Waiting: uint64(r.prefill.live), KVUsage: r.kvUsage()}
+		if routed != nil {
+			cands[i].Routed = uint64(routed[r.slot])
+		}
 	}
-	sel := selector.Select(e.params, selector.Request{ISL: d.isl, Session: d.session}, cands, preferred, e.draws, e.scores)
+	sel := selector.Select(e.params, selector.Request{ISL: d.isl, Blocks: d.islBlocks, Session: d.session}, cands, preferred, e.draws, e.scores)
 	e.scores = sel.Scores // scratch for the next placement: the evidence copies what it keeps
 	chosen, chosenRank := sel.Scores[sel.Index], cs.ranks[sel.Index]
 
@@ -38,6 +45,7 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 		p.Evidence = e.evidence(cs, sel)
 	}
 	e.approxRecord(d, chosenRank)
+	e.routedRecord(d, chosenRank)
 	return p
 }
 

@@ -44,13 +44,23 @@ type rank struct {
 
 	activeRequests uint64
 	prefill        prefillLoad
-	privateBlocks  uint64                            // blocks of requests without hashes: never shared
-	distinctBlocks uint64                            // distinct active sequence hashes
-	booked         []*request                        // the requests booked here, in no order
-	approx         map[protocol.SequenceHash]float64 // approximate mode: when each block learned here expires
+	privateBlocks  uint64                                // blocks of requests without hashes: never shared
+	distinctBlocks uint64                                // distinct active sequence hashes
+	booked         []*request                            // the requests booked here, in no order
+	approx         map[protocol.SequenceHash]float64     // approximate mode: when each block learned here expires
+	routed         map[protocol.SequenceHash]routedBlock // sglang_cache_aware: the blocks routed here
 }
 
 func (r *rank) activeDecodeBlocks() uint64 { return r.distinctBlocks + r.privateBlocks }
+
+// kvUsage is the fraction of the rank's KV cache its active blocks take, as
+// far as the router knows them; 0 when its size is not known.
+func (r *rank) kvUsage() float64 {
+	if r.w.totalKVBlocks == nil || *r.w.totalKVBlocks == 0 {
+		return 0
+	}
+	return float64(r.activeDecodeBlocks()) / float64(*r.w.totalKVBlocks)
+}
 
 // fleet is the set of workers and the slots of their ranks.
 type fleet struct {
@@ -116,6 +126,9 @@ func (e *Engine) workerReady(c *protocol.Command) {
 		r := &rank{w: w, dp: dpStart + i, prefill: prefillLoad{rate: e.prefillRate(), last: e.now}}
 		e.fleet.allocSlot(r)
 		e.index.AddRank(kvindex.RankID(r.slot))
+		if e.routed != nil {
+			e.routed.index.AddRank(kvindex.RankID(r.slot))
+		}
 		w.ranks = append(w.ranks, r)
 	}
 	e.fleet.byID[id] = w
@@ -184,6 +197,9 @@ func (e *Engine) workerRemoved(w *worker) {
 	for _, r := range w.ranks {
 		ev.BlocksDropped += e.index.DropRank(kvindex.RankID(r.slot))
 		e.approx.forget(r)
+		if e.routed != nil {
+			e.routed.index.DropRank(kvindex.RankID(r.slot))
+		}
 		e.fleet.slots[r.slot] = nil
 		e.fleet.freeSlots = append(e.fleet.freeSlots, r.slot)
 	}

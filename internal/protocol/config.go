@@ -27,7 +27,34 @@ type Config struct {
 	PrefillTokensPerMS               *float64         `json:"prefill_tokens_per_ms" jsonschema:"nullable"`
 	Affinity                         AffinityConfig   `json:"affinity"`
 	Evidence                         Evidence         `json:"evidence"`
+	SGLang                           SGLangConfig     `json:"sglang"`
+	LLMD                             LLMDConfig       `json:"llmd"`
 	WorkerDefaults                   WorkerDefaults   `json:"worker_defaults"`
+}
+
+// SGLangConfig holds the knobs of policy sglang_cache_aware, with the
+// defaults of SGLang's router command line (sglang_router.launch_router).
+type SGLangConfig struct {
+	// CacheThreshold: a prompt whose best routed-prefix match covers more
+	// than this fraction of its blocks goes to the rank that matched.
+	CacheThreshold float64 `json:"cache_threshold"`
+	// BalanceAbsThreshold and BalanceRelThreshold: the ranks' loads (router
+	// in-flight requests) are imbalanced when max - min exceeds the first
+	// and max exceeds min times the second; then the least loaded rank wins.
+	BalanceAbsThreshold uint64  `json:"balance_abs_threshold"`
+	BalanceRelThreshold float64 `json:"balance_rel_threshold"`
+	// EvictionIntervalMS is how often each rank's routed tree is trimmed to
+	// MaxTreeSize blocks, least recently routed leaves first (0: never).
+	EvictionIntervalMS float64 `json:"eviction_interval_ms"`
+	MaxTreeSize        uint64  `json:"max_tree_size"`
+}
+
+// LLMDConfig holds the scorer weights of policy llmd, with the defaults of
+// llm-d's inference scheduler profile for precise prefix-cache routing.
+type LLMDConfig struct {
+	PrefixCacheScorerWeight        float64 `json:"prefix_cache_scorer_weight"`
+	QueueScorerWeight              float64 `json:"queue_scorer_weight"`
+	KVCacheUtilizationScorerWeight float64 `json:"kv_cache_utilization_scorer_weight"`
 }
 
 // AffinityConfig configures session affinity.
@@ -57,7 +84,12 @@ const (
 	PolicyRandom      Policy = "random"
 	PolicyLeastLoaded Policy = "least_loaded"
 	PolicySessionHash Policy = "session_hash"
+	PolicySGLang      Policy = "sglang_cache_aware"
+	PolicyLLMD        Policy = "llmd"
 )
+
+// Policies lists every policy, in the order help texts name them.
+var Policies = []Policy{PolicyKV, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded, PolicySessionHash, PolicySGLang, PolicyLLMD}
 
 // QueuePolicy orders the policy queue.
 type QueuePolicy string
@@ -121,6 +153,9 @@ func DefaultConfig() Config {
 		PrefillLoadModel:   PrefillLoadNone,
 		Affinity:           AffinityConfig{Mode: AffinityOff, TTLMS: 3600000, Key: AffinityKeySession},
 		Evidence:           EvidenceSummary,
+		SGLang: SGLangConfig{CacheThreshold: 0.3, BalanceAbsThreshold: 64, BalanceRelThreshold: 1.5,
+			EvictionIntervalMS: 120000, MaxTreeSize: 1 << 26},
+		LLMD: LLMDConfig{PrefixCacheScorerWeight: 3, QueueScorerWeight: 2, KVCacheUtilizationScorerWeight: 2},
 	}
 }
 
@@ -152,7 +187,7 @@ func (c *Config) Validate() error {
 		return nil
 	}
 	errs := []error{
-		oneOf("policy", c.Policy, PolicyKV, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded, PolicySessionHash),
+		oneOf("policy", c.Policy, Policies...),
 		oneOf("queue_policy", c.QueuePolicy, QueueFCFS, QueueWSPT, QueueLCFS),
 		oneOf("prefill_load_model", c.PrefillLoadModel, PrefillLoadNone, PrefillLoadLinear),
 		oneOf("affinity.mode", c.Affinity.Mode, AffinityOff, AffinityHard, AffinitySoft),
@@ -169,6 +204,12 @@ func (c *Config) Validate() error {
 		nonNeg("active_prefill_tokens_threshold_frac", c.ActivePrefillTokensThresholdFrac),
 		positive("prefill_tokens_per_ms", c.PrefillTokensPerMS),
 		nonNeg("affinity.ttl_ms", &c.Affinity.TTLMS),
+		nonNeg("sglang.cache_threshold", &c.SGLang.CacheThreshold),
+		nonNeg("sglang.balance_rel_threshold", &c.SGLang.BalanceRelThreshold),
+		nonNeg("sglang.eviction_interval_ms", &c.SGLang.EvictionIntervalMS),
+		nonNeg("llmd.prefix_cache_scorer_weight", &c.LLMD.PrefixCacheScorerWeight),
+		nonNeg("llmd.queue_scorer_weight", &c.LLMD.QueueScorerWeight),
+		nonNeg("llmd.kv_cache_utilization_scorer_weight", &c.LLMD.KVCacheUtilizationScorerWeight),
 	}
 	for _, err := range errs {
 		if err != nil {
@@ -182,7 +223,9 @@ func (c *Config) Validate() error {
 		{"queue_threshold", c.QueueThreshold}, {"queue_timeout_ms", c.QueueTimeoutMS},
 		{"active_decode_blocks_threshold", c.ActiveDecodeBlocksThreshold}, {"active_prefill_tokens_threshold", c.ActivePrefillTokensThreshold},
 		{"active_prefill_tokens_threshold_frac", c.ActivePrefillTokensThresholdFrac}, {"prefill_tokens_per_ms", c.PrefillTokensPerMS},
-		{"affinity.ttl_ms", &c.Affinity.TTLMS}} {
+		{"affinity.ttl_ms", &c.Affinity.TTLMS}, {"sglang.balance_rel_threshold", &c.SGLang.BalanceRelThreshold},
+		{"sglang.eviction_interval_ms", &c.SGLang.EvictionIntervalMS}, {"llmd.prefix_cache_scorer_weight", &c.LLMD.PrefixCacheScorerWeight},
+		{"llmd.queue_scorer_weight", &c.LLMD.QueueScorerWeight}, {"llmd.kv_cache_utilization_scorer_weight", &c.LLMD.KVCacheUtilizationScorerWeight}} {
 		if kv.v != nil && *kv.v > MaxNumber {
 			return fmt.Errorf("config %s: expected at most %d, got %v", kv.key, uint64(MaxNumber), *kv.v)
 		}
@@ -194,6 +237,9 @@ func (c *Config) Validate() error {
 	}
 	if r := c.PrefillTokensPerMS; r != nil && *r < 1e-6 {
 		return fmt.Errorf("config prefill_tokens_per_ms: expected at least 1e-6, got %v", *r)
+	}
+	if v := c.SGLang.CacheThreshold; v > 1 {
+		return fmt.Errorf("config sglang.cache_threshold: expected a fraction from 0 to 1, got %v", v)
 	}
 	if c.BlockSize == 0 || c.BlockSize > 1<<20 {
 		return fmt.Errorf("config block_size: expected 1 to %d tokens, got %d", 1<<20, c.BlockSize)

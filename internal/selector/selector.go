@@ -24,12 +24,15 @@ type Params struct {
 	Temperature        float64
 	OverlapScoreCredit float64
 	PrefillLoadScale   float64
+	SGLang             protocol.SGLangConfig
+	LLMD               protocol.LLMDConfig
 }
 
 // ParamsOf takes the selection params from a config.
 func ParamsOf(cfg *protocol.Config) Params {
 	return Params{Policy: cfg.Policy, BlockSize: cfg.BlockSize, Temperature: cfg.Temperature,
-		OverlapScoreCredit: cfg.OverlapScoreCredit, PrefillLoadScale: cfg.PrefillLoadScale}
+		OverlapScoreCredit: cfg.OverlapScoreCredit, PrefillLoadScale: cfg.PrefillLoadScale,
+		SGLang: cfg.SGLang, LLMD: cfg.LLMD}
 }
 
 // Candidate is one rank the request may go to, as selection sees it.
@@ -39,6 +42,9 @@ type Candidate struct {
 	DecodeBlocks   uint64  // the rank's active blocks once the request's new ones join
 	ActiveRequests uint64  // requests booked on the rank (least_loaded)
 	Key            uint64  // the rank's identity, stable while it lives: worker id and DP rank (session_hash)
+	Routed         uint64  // leading blocks of the prompt routed to the rank before (sglang_cache_aware's tree)
+	Waiting        uint64  // requests booked on the rank whose prefill has not completed (llmd's queue)
+	KVUsage        float64 // active blocks over total_kv_blocks, 0 when that is not known (llmd's KV-cache utilisation)
 }
 
 // Score is one candidate's cost and its chance of being chosen. It holds no
@@ -69,10 +75,12 @@ type Result struct {
 	Scores   []Score
 }
 
-// Request is what selection reads of the request: its input tokens, and
-// its session id ("" when none) for session_hash.
+// Request is what selection reads of the request: its input tokens, its
+// prompt's blocks (sglang_cache_aware's match rate), and its session id (""
+// when none) for session_hash.
 type Request struct {
 	ISL     uint64
+	Blocks  uint64
 	Session string
 }
 
@@ -125,7 +133,13 @@ func pick(p *Params, req Request, scores []Score, cands []Candidate, preferred i
 		scores[preferred].Prob = 1
 		return preferred, ties, lo
 	}
-	if p.Policy != protocol.PolicyKV {
+	switch p.Policy {
+	case protocol.PolicyKV:
+	case protocol.PolicySGLang:
+		return pickSGLang(&p.SGLang, req, scores, cands), ties, lo
+	case protocol.PolicyLLMD:
+		return pickLLMD(&p.LLMD, scores, cands, draws), ties, lo
+	default:
 		return pickBaseline(p.Policy, req, scores, cands, draws), ties, lo
 	}
 	t := p.Temperature
