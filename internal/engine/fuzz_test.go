@@ -16,7 +16,8 @@ import (
 // fuzzConfigs are the configurations the engine fuzzer picks from by the
 // input's first byte: plain, the queue with decay and timeouts, hard and
 // soft affinity (with deduplicated event ids), approximate mode with busy
-// thresholds.
+// thresholds, and the peer policies (sglang_cache_aware trimming its tree
+// often, under a queue; llmd).
 func fuzzConfigs() []protocol.Config {
 	plain := protocol.DefaultConfig()
 	queue := protocol.DefaultConfig()
@@ -30,7 +31,12 @@ func fuzzConfigs() []protocol.Config {
 	approx := protocol.DefaultConfig()
 	approx.KVEvents, approx.ApproxTTLMS = false, 40
 	approx.ActivePrefillTokensThreshold, approx.Evidence = ptrTo(64.0), protocol.EvidenceFull
-	return []protocol.Config{plain, queue, hard, soft, approx}
+	sglang := queue
+	sglang.Policy, sglang.SGLang.EvictionIntervalMS, sglang.SGLang.MaxTreeSize = protocol.PolicySGLang, 20, 3
+	sglang.SGLang.BalanceAbsThreshold = 1
+	llmd := protocol.DefaultConfig()
+	llmd.Policy = protocol.PolicyLLMD
+	return []protocol.Config{plain, queue, hard, soft, approx, sglang, llmd}
 }
 
 // FuzzEngine runs any byte stream as a command stream and checks, after

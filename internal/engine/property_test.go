@@ -26,6 +26,8 @@ func drawConfig(t *rapid.T) protocol.Config {
 	cfg := protocol.DefaultConfig()
 	cfg.Seed = rapid.Uint64().Draw(t, "seed")
 	cfg.Temperature = rapid.SampledFrom([]float64{0, 0.5}).Draw(t, "temperature")
+	cfg.Policy = rapid.SampledFrom([]protocol.Policy{protocol.PolicyKV, protocol.PolicyKV, protocol.PolicySGLang, protocol.PolicyLLMD}).Draw(t, "policy")
+	cfg.SGLang.EvictionIntervalMS, cfg.SGLang.MaxTreeSize = 50, 4
 	if rapid.Bool().Draw(t, "queue") {
 		cfg.QueueThreshold = ptrTo(rapid.SampledFrom([]float64{0, 0.5, 1, 2}).Draw(t, "queue_threshold"))
 		cfg.QueuePolicy = rapid.SampledFrom([]protocol.QueuePolicy{protocol.QueueFCFS, protocol.QueueWSPT, protocol.QueueLCFS}).Draw(t, "queue_policy")
