@@ -1,6 +1,6 @@
 module github.com/offline-router/offline-router
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/goccy/go-json v0.10.5
@@ -12,9 +12,11 @@ require (
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	github.com/zeebo/xxh3 v1.1.0
+	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.46.0
 	gonum.org/v1/plot v0.17.0
 	pgregory.net/rapid v1.3.0
+	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
@@ -32,6 +34,7 @@ require (
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/pb33f/ordered-map/v2 v2.3.1 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
+	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	go.yaml.in/yaml/v4 v4.0.0-rc.2 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/term v0.44.0 // indirect

@@ -100,6 +100,6 @@ The wire protocol is in docs/PROTOCOL.md; a worked session is in the README.`,
 		},
 	}
 	opts.bind(serve)
-	root.AddCommand(serve, newReplayCommand(), newVersionCommand(), newExampleCommand(log))
+	root.AddCommand(serve, newReplayCommand(), newSweepCommand(), newVersionCommand(), newExampleCommand(log))
 	return root
 }

@@ -48,6 +48,12 @@ type replayOptions struct {
 }
 
 func newReplayCommand() *cobra.Command {
+	cmd, _ := replayCommand()
+	return cmd
+}
+
+// replayCommand is the replay command and the options its flags fill.
+func replayCommand() (*cobra.Command, *replayOptions) {
 	o := &replayOptions{cluster: replay.DefaultCluster(8), workload: replay.Workload{ArrivalSpeedupRatio: 1, BuiltinSessions: 300}}
 	cmd := &cobra.Command{
 		Use:   "replay [TRACE] [--goodput ttft:MS tpot:MS e2el:MS]",
@@ -133,7 +139,7 @@ says why; --emit-commands and --emit-responses keep what was sent).`,
 	f.StringVar(&o.emitResponses, "emit-responses", "", "write every response the router gave to this file (one policy only)")
 	f.StringVar(&o.plotFile, "plot", "", "draw the policies side by side (hit rate, TTFT, hit rate over time, per-worker load) to this .png or .svg")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress bar")
-	return cmd
+	return cmd, o
 }
 
 // goodputKeys are the level names of vLLM's --goodput.
@@ -157,7 +163,18 @@ func replayArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
+// replayPlan is a replay whose flags passed their checks: the trace (or
+// none), the router config, the policies and the goodput levels.
+type replayPlan struct {
+	args     []string
+	cfg      protocol.Config
+	policies []protocol.Policy
+	slo      replay.SLO
+}
+
+// plan checks the flags and the config, as far as can be done without
+// reading the trace; every error is one of the flags'.
+func (o *replayOptions) plan(cmd *cobra.Command, args []string) (*replayPlan, error) {
 	flags := cmd.Flags()
 	for _, a := range args {
 		if isLevel(a) {
@@ -167,28 +184,37 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	args = slices.DeleteFunc(args, isLevel)
 	src, err := o.serve.configSource(flags)
 	if err != nil {
-		return &exitError{2, err}
+		return nil, err
 	}
 	if err := o.check(flags, args); err != nil {
-		return &exitError{2, err}
+		return nil, err
 	}
 	src.Defaults = append(src.Defaults, wire.Override{Key: "block_size", Value: replayBlockSize})
 	cfg, err := src.Load()
 	if err != nil {
-		return &exitError{2, err}
+		return nil, err
 	}
 	if cfg.WorkerDefaults != (protocol.WorkerDefaults{}) {
-		return &exitError{2, fmt.Errorf("config worker_defaults: replay announces its own workers (--workers and the --worker-* flags), as aggregated single-rank workers; drop worker_defaults")}
+		return nil, fmt.Errorf("config worker_defaults: replay announces its own workers (--workers and the --worker-* flags), as aggregated single-rank workers; drop worker_defaults")
 	}
 	policies, err := o.policySet(cfg.Policy)
 	if err != nil {
-		return &exitError{2, err}
+		return nil, err
 	}
 	slo, err := replay.ParseSLO(o.goodput)
 	if err != nil {
-		return &exitError{2, err}
+		return nil, err
 	}
 	o.cluster.BlockSize = cfg.BlockSize
+	return &replayPlan{args: args, cfg: cfg, policies: policies, slo: slo}, nil
+}
+
+func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
+	pl, err := o.plan(cmd, args)
+	if err != nil {
+		return &exitError{2, err}
+	}
+	args, cfg, policies, slo := pl.args, pl.cfg, pl.policies, pl.slo
 	trace, info, err := o.load(args, cfg)
 	if err != nil {
 		return &exitError{2, err}

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/offline-router/offline-router/internal/sweep"
+)
+
+type sweepOptions struct {
+	out      string
+	jobs     int
+	shard    string
+	quiet    bool
+	emit     string
+	shards   int
+	cpus     int
+	image    string
+	claim    string
+	jobName  string
+	report   string
+	plotFile string
+}
+
+func newSweepCommand() *cobra.Command {
+	o := &sweepOptions{}
+	cmd := &cobra.Command{
+		Use:   "sweep SPEC.json --out DIR [--jobs J] [--shard I/N] [--emit slurm|kubernetes]",
+		Short: "Replay a grid of policies, knobs and cluster settings, and recommend one (locally, or as a Slurm array or Kubernetes Indexed Job)",
+		Long: `Runs every point of a sweep spec, each a replay with its own flags, and
+says which to deploy. The spec (docs/sweep.md; examples/sweep.json) names
+the workloads (trace files, or "builtin"), replay flags every point takes,
+a grid of flag values (blocks whose combinations are the points: policies,
+their knobs, worker counts, cluster settings) and an objective, e.g. the
+lowest p99_ttft_ms with worker_share_cv at most 0.1.
+
+DIR receives plan.json (the points), points/ID.json (each point's replay
+report, written whole or not at all), and once every point has one,
+sweep.json (the merged table: every point's deterministic report, the
+Pareto front of prefix hit rate against TTFT p99, the recommended point)
+and sweep.png (the figure). The table is printed. Points run --jobs at a
+time (one per CPU by default); results do not depend on --jobs. A sweep run
+again skips the points whose report exists, so an interrupted sweep resumes.
+
+Beyond one machine: --shard I/N runs only shard I of N (point k, counted
+from 0 in spec order, is in shard k mod N + 1), and "sweep merge DIR..."
+merges the folders' reports. --emit slurm prints a job-array script whose
+task I runs --shard I/N; --emit kubernetes prints an Indexed Job whose pod
+k runs --shard k+1/N. Each says how to submit, wait and merge.
+
+Exit status: 0 when the points ran (or were found done); 2 for a bad spec
+or a point whose flags replay refuses, found before anything runs; 1 when a
+point's replay failed (the others stop starting; rerun to resume).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSweep(cmd, o, args[0])
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.out, "out", "", "the sweep's folder (required): plan, reports, table and figure")
+	f.IntVar(&o.jobs, "jobs", runtime.NumCPU(), "points replayed at once")
+	f.StringVar(&o.shard, "shard", "1/1", "run only shard I of N (1-based), as a job array's task")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress")
+	f.StringVar(&o.emit, "emit", "", "print a job for a cluster instead of running: slurm (job-array script) or kubernetes (Indexed Job manifest)")
+	f.IntVar(&o.shards, "shards", 0, "--emit: shards (array tasks, pods); default one per point, at most 64")
+	f.IntVar(&o.cpus, "cpus-per-task", 1, "--emit: CPUs per shard, and so its --jobs")
+	f.StringVar(&o.image, "image", "offline-router:latest", "--emit kubernetes: a container image with offline-router on its PATH")
+	f.StringVar(&o.claim, "volume-claim", "offline-router-sweep", "--emit kubernetes: a PersistentVolumeClaim holding the spec's folder, mounted at /sweep")
+	f.StringVar(&o.jobName, "job-name", "offline-router-sweep", "--emit kubernetes: the Job's name")
+	cmd.MarkFlagRequired("out")
+	cmd.AddCommand(newSweepMergeCommand())
+	return cmd
+}
+
+func newSweepMergeCommand() *cobra.Command {
+	o := &sweepOptions{}
+	cmd := &cobra.Command{
+		Use:   "merge DIR... --report FILE.json [--plot FILE.png]",
+		Short: "Merge the reports of a sweep's folders (its shards) into its table",
+		Long: `Reads plan.json and points/*.json from each folder (the shards of one
+sweep: their plans must be the same) and writes the merged table: every
+point's deterministic report, the Pareto front and the recommended point
+(docs/sweep.md). Every point must have a report in one of the folders. The
+table is printed; --plot draws the figure (.png or .svg).`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, dirs []string) error {
+			t, err := sweep.Merge(dirs...)
+			if err != nil {
+				return &exitError{1, err}
+			}
+			return o.writeTable(cmd.OutOrStdout(), t)
+		},
+	}
+	cmd.Flags().StringVar(&o.report, "report", "", "write the merged table (JSON) here (required)")
+	cmd.Flags().StringVar(&o.plotFile, "plot", "", "draw the sweep's figure here (.png or .svg)")
+	cmd.MarkFlagRequired("report")
+	return cmd
+}
+
+func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
+	shard, err := sweep.ParseShard(o.shard)
+	if err != nil {
+		return &exitError{2, err}
+	}
+	if o.jobs < 1 {
+		return &exitError{2, fmt.Errorf("--jobs %d: expected at least 1", o.jobs)}
+	}
+	spec, err := sweep.Load(specPath)
+	if err != nil {
+		return &exitError{2, err}
+	}
+	points, err := spec.Points()
+	if err != nil {
+		return &exitError{2, fmt.Errorf("%s: %w", specPath, err)}
+	}
+	if err := checkPoints(points); err != nil {
+		return &exitError{2, fmt.Errorf("%s: %w", specPath, err)}
+	}
+	plan := &sweep.Plan{Description: spec.Description, Objective: spec.Objective, Points: points}
+	if o.emit != "" {
+		return o.emitJob(cmd.OutOrStdout(), specPath, len(points))
+	}
+	ctx, stop := context.WithCancel(cmd.Context())
+	defer stop()
+	ran, resumed, err := sweep.Run(ctx, plan, sweep.Options{Out: o.out, Jobs: o.jobs, Shard: shard, Progress: o.progress(len(shard.Of(points)))}, runPoint)
+	if err != nil {
+		return &exitError{1, err}
+	}
+	stderr := cmd.ErrOrStderr()
+	if shard != sweep.All {
+		fmt.Fprintf(stderr, "shard %d/%d: %d points replayed, %d found done; when every shard has run:\n  offline-router sweep merge %s --report %s\n",
+			shard.I, shard.N, ran, resumed, o.out, filepath.Join(o.out, sweep.TableFile))
+		return nil
+	}
+	if resumed > 0 {
+		fmt.Fprintf(stderr, "%d points replayed, %d found done (resumed)\n", ran, resumed)
+	}
+	t, err := sweep.Merge(o.out)
+	if err != nil {
+		return &exitError{1, err}
+	}
+	o.report, o.plotFile = filepath.Join(o.out, sweep.TableFile), filepath.Join(o.out, sweep.FigureFile)
+	return o.writeTable(cmd.OutOrStdout(), t)
+}
+
+// writeTable prints the table and writes its JSON and figure.
+func (o *sweepOptions) writeTable(w io.Writer, t *sweep.Table) error {
+	if o.plotFile != "" {
+		if err := plotFormat(o.plotFile); err != nil {
+			return &exitError{2, err}
+		}
+	}
+	data, err := json.MarshalIndent(t, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(o.report, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := sweep.WriteTable(w, t); err != nil {
+		return err
+	}
+	if o.plotFile != "" {
+		return saveSweepPlot(o.plotFile, t)
+	}
+	return nil
+}
+
+// checkPoints runs every point's flags through replay's own checks before
+// any point runs, so that a typo in the last block fails the sweep at once.
+func checkPoints(points []sweep.Point) error {
+	traces := map[string]bool{}
+	for i := range points {
+		p := &points[i]
+		cmd, o := replayCommand()
+		if err := cmd.ParseFlags(p.Args()); err != nil {
+			return fmt.Errorf("point %d (%s): %w", i+1, strings.Join(p.Varied, " "), err)
+		}
+		args := cmd.Flags().Args()
+		if err := replayArgs(cmd, args); err != nil {
+			return fmt.Errorf("point %d (%s): %w", i+1, strings.Join(p.Varied, " "), err)
+		}
+		if _, err := o.plan(cmd, args); err != nil {
+			return fmt.Errorf("point %d (%s): %w", i+1, strings.Join(p.Varied, " "), err)
+		}
+		if len(args) == 1 && !traces[args[0]] {
+			if _, err := os.Stat(args[0]); err != nil {
+				return fmt.Errorf("workload %s: %w", p.Workload, err)
+			}
+			traces[args[0]] = true
+		}
+	}
+	return nil
+}
+
+// runPoint replays one point in this process, as "offline-router replay
+// ARGS --report PATH --quiet" would.
+func runPoint(ctx context.Context, p *sweep.Point, report string) error {
+	cmd, _ := replayCommand()
+	var stderr strings.Builder
+	cmd.SetArgs(append(p.Args(), "--report", report, "--quiet"))
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(&stderr)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.ExecuteContext(ctx)
+	if err != nil {
+		return fmt.Errorf("replay %s: %w", strings.Join(p.Args(), " "), err)
+	}
+	return nil
+}
+
+// progress shows the shard's points as they end: a bar on a terminal, a
+// line a point otherwise (a job's log).
+func (o *sweepOptions) progress(total int) sweep.Progress {
+	if o.quiet {
+		return nil
+	}
+	if isatty.IsTerminal(os.Stderr.Fd()) {
+		bar := progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr),
+			progressbar.OptionSetDescription("sweep points"), progressbar.OptionShowCount(),
+			progressbar.OptionThrottle(100e6), progressbar.OptionClearOnFinish())
+		return func(done, _ int, _ *sweep.Point, _ time.Duration, _ bool) { bar.Set(done) }
+	}
+	return func(done, total int, p *sweep.Point, wall time.Duration, resumed bool) {
+		how := fmt.Sprintf("in %.1f s", wall.Seconds())
+		if resumed {
+			how = "found done"
+		}
+		fmt.Fprintf(os.Stderr, "sweep: %d/%d %s (%s on %s) %s\n", done, total, p.ID, strings.Join(p.Varied, " "), p.Workload, how)
+	}
+}
+
+// emitJob prints the Slurm script or the Kubernetes manifest.
+func (o *sweepOptions) emitJob(w io.Writer, specPath string, points int) error {
+	if o.shard != "1/1" {
+		return &exitError{2, errors.New("--emit writes a job for every shard: drop --shard")}
+	}
+	shards := o.shards
+	if shards == 0 {
+		shards = min(points, 64)
+	}
+	if shards < 1 || shards > points {
+		return &exitError{2, fmt.Errorf("--shards %d: expected 1 to %d (the points)", shards, points)}
+	}
+	if o.cpus < 1 {
+		return &exitError{2, fmt.Errorf("--cpus-per-task %d: expected at least 1", o.cpus)}
+	}
+	switch o.emit {
+	case "slurm":
+		bin, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		spec, err1 := filepath.Abs(specPath)
+		out, err2 := filepath.Abs(o.out)
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		if err := sweep.WriteSlurm(w, sweep.SlurmJob{Binary: bin, Spec: spec, Out: out, Shards: shards, CPUs: o.cpus}); err != nil {
+			return &exitError{2, err}
+		}
+		return nil
+	case "kubernetes":
+		if filepath.IsAbs(o.out) || slices.Contains(strings.Split(filepath.ToSlash(o.out), "/"), "..") {
+			return &exitError{2, fmt.Errorf("--out %s: with --emit kubernetes, a folder inside the volume, relative to its root (e.g. out)", o.out)}
+		}
+		return sweep.WriteKubernetes(w, sweep.KubernetesJob{Name: o.jobName, Image: o.image, Claim: o.claim,
+			Spec: filepath.Base(specPath), Out: filepath.ToSlash(o.out), Shards: shards, CPUs: o.cpus, WorkDir: "/sweep"})
+	}
+	return &exitError{2, fmt.Errorf("--emit %q: slurm or kubernetes", o.emit)}
+}

@@ -1,0 +1,263 @@
+// Package sweep runs a grid of replays and says which point to deploy: a
+// spec names workloads, replay flags every point takes, and a grid of flag
+// values; each point is one replay (its own report), and the points'
+// reports merge into one table with the Pareto front of prefix hit rate
+// against TTFT p99 and the point an objective recommends. A point is a
+// replay command line, so any replay flag can be swept and any point can be
+// rerun by hand. Running a point is the caller's (the CLI's replay); this
+// package expands, shards, pools, resumes and merges.
+package sweep
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/offline-router/offline-router/internal/replay"
+)
+
+// Builtin names the built-in workload in a spec's workloads.
+const Builtin = "builtin"
+
+// MaxPoints bounds a spec's grid: a sweep past it is a typo's product.
+const MaxPoints = 100000
+
+// Spec is a sweep as its file gives it.
+type Spec struct {
+	// Description says what the sweep asks; it heads the table and figure.
+	Description string `json:"description"`
+	// Workloads are trace files (relative to the spec's folder) or
+	// "builtin"; every grid point runs on each.
+	Workloads []string `json:"workloads"`
+	// Flags are replay flags every point takes, name (without "--") to value.
+	Flags Object `json:"flags"`
+	// Grid is a list of blocks; each maps flag names to lists of values, and
+	// gives the points of every combination of them (the last flag varying
+	// fastest), with Flags beneath.
+	Grid []Object `json:"grid"`
+	// Objective picks the recommended point.
+	Objective Objective `json:"objective"`
+
+	dir string // the spec file's folder, which workloads are relative to
+}
+
+// Objective is what the recommended point is best at, and the bounds it
+// must keep: the lowest (or highest) metric among the points within every
+// bound, the first in spec order on a tie.
+type Objective struct {
+	Minimize  string           `json:"minimize,omitempty"`
+	Maximize  string           `json:"maximize,omitempty"`
+	SubjectTo map[string]Bound `json:"subject_to,omitempty"`
+}
+
+// Bound limits a metric: min and max are inclusive, either may be absent.
+type Bound struct {
+	Min *float64 `json:"min,omitempty"`
+	Max *float64 `json:"max,omitempty"`
+}
+
+// Point is one replay of a sweep.
+type Point struct {
+	// ID names the point's report (points/ID.json): a digest of its
+	// workload and flags, so a report is found again only by the same
+	// point, whatever else the spec gained or lost.
+	ID string `json:"id"`
+	// Workload is the trace's path as the spec gives it, or "builtin".
+	Workload string `json:"workload"`
+	// Flags are the replay flags, --name=value, the spec's flags then the
+	// grid's.
+	Flags []string `json:"flags"`
+	// Varied are the grid's flags alone, for tables and labels.
+	Varied []string `json:"varied"`
+
+	trace string // the trace's path as this machine opens it; "" for builtin
+}
+
+// Args is the point's replay command line after "replay".
+func (p *Point) Args() []string {
+	if p.trace == "" {
+		return slices.Clone(p.Flags)
+	}
+	return append([]string{p.trace}, p.Flags...)
+}
+
+// Load reads a spec file. Unknown keys are refused, naming them.
+func Load(path string) (*Spec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	spec.dir = filepath.Dir(path)
+	return spec, nil
+}
+
+// Parse reads a spec from its JSON.
+func Parse(data []byte) (*Spec, error) {
+	var s Spec
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&s); err != nil {
+		return nil, err
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return nil, errors.New("something follows the spec's object")
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// reserved are the replay flags a sweep sets itself, or that would make a
+// point more than one replay.
+var reserved = map[string]string{
+	"report": "the sweep writes each point's report", "plot": "the sweep draws its own figure",
+	"emit-commands": "a sweep emits no streams", "emit-responses": "a sweep emits no streams",
+	"quiet": "the sweep shows its own progress", "q": "the sweep shows its own progress",
+	"compare": "a point is one policy: put the policies in a grid block", "policies": "a point is one policy: put the policies in a grid block",
+	"cpuprofile": "a sweep profiles nothing", "config": "give the config's keys as flags",
+}
+
+func (s *Spec) check() error {
+	if len(s.Workloads) == 0 {
+		return errors.New(`"workloads": name at least one trace file, or "builtin"`)
+	}
+	for i, w := range s.Workloads {
+		if w == "" {
+			return fmt.Errorf(`"workloads"[%d]: empty; a trace file's path, or "builtin"`, i)
+		}
+	}
+	for _, o := range append([]Object{s.Flags}, s.Grid...) {
+		for _, kv := range o {
+			if why, ok := reserved[kv.Name]; ok {
+				return fmt.Errorf("flag %q: %s", kv.Name, why)
+			}
+			if strings.HasPrefix(kv.Name, "-") || kv.Name == "" {
+				return fmt.Errorf("flag %q: name flags without their dashes", kv.Name)
+			}
+		}
+	}
+	for _, kv := range s.Flags {
+		if len(kv.Values) != 1 {
+			return fmt.Errorf(`"flags".%s: one value (a list of values belongs in "grid")`, kv.Name)
+		}
+	}
+	for i, block := range s.Grid {
+		for _, kv := range block {
+			if len(kv.Values) == 0 {
+				return fmt.Errorf(`"grid"[%d].%s: no values`, i, kv.Name)
+			}
+			if s.Flags.has(kv.Name) {
+				return fmt.Errorf(`"grid"[%d].%s: also in "flags"; give it in one place`, i, kv.Name)
+			}
+		}
+	}
+	return s.Objective.check()
+}
+
+func (o *Objective) check() error {
+	if (o.Minimize == "") == (o.Maximize == "") {
+		return errors.New(`"objective": give one of "minimize" and "maximize", naming a metric`)
+	}
+	names := []string{o.Minimize + o.Maximize}
+	for name, b := range o.SubjectTo {
+		names = append(names, name)
+		if b.Min == nil && b.Max == nil {
+			return fmt.Errorf(`"objective"."subject_to".%s: give "min", "max" or both`, name)
+		}
+	}
+	for _, name := range names {
+		if !slices.Contains(MetricNames, name) {
+			return fmt.Errorf("objective: %q is not a metric of the report; one of %s", name, strings.Join(MetricNames, ", "))
+		}
+	}
+	return nil
+}
+
+// Points expands the spec: each workload, then each grid block in order,
+// each block's combinations with its last flag varying fastest. A spec
+// without a grid is one point per workload.
+func (s *Spec) Points() ([]Point, error) {
+	base := s.Flags.flags()
+	blocks := s.Grid
+	if len(blocks) == 0 {
+		blocks = []Object{nil}
+	}
+	var combos [][]string
+	for _, b := range blocks {
+		n := 1
+		for _, kv := range b {
+			n *= len(kv.Values)
+			if n > MaxPoints {
+				return nil, fmt.Errorf("the grid makes more than %d points", MaxPoints)
+			}
+		}
+		for i := range n {
+			var varied []string
+			for j, rest := len(b)-1, i; j >= 0; j-- {
+				kv := b[j]
+				varied = append(varied, "--"+kv.Name+"="+kv.Values[rest%len(kv.Values)])
+				rest /= len(kv.Values)
+			}
+			slices.Reverse(varied)
+			combos = append(combos, varied)
+		}
+	}
+	if len(combos)*len(s.Workloads) > MaxPoints {
+		return nil, fmt.Errorf("the sweep makes more than %d points", MaxPoints)
+	}
+	var points []Point
+	seen := map[string]int{}
+	for _, w := range s.Workloads {
+		trace := ""
+		if w != Builtin {
+			trace = w
+			if !filepath.IsAbs(w) {
+				trace = filepath.Join(s.dir, w)
+			}
+		}
+		for _, varied := range combos {
+			flags := append(slices.Clone(base), varied...)
+			p := Point{ID: pointID(w, flags), Workload: w, Flags: flags, Varied: varied, trace: trace}
+			if j, ok := seen[p.ID]; ok {
+				return nil, fmt.Errorf("grid blocks repeat a point: %s on %s (point %d and %d)", strings.Join(varied, " "), w, j+1, len(points)+1)
+			}
+			seen[p.ID] = len(points)
+			points = append(points, p)
+		}
+	}
+	return points, nil
+}
+
+func pointID(workload string, flags []string) string {
+	sum := sha256.Sum256([]byte(workload + "\x00" + strings.Join(flags, "\x00")))
+	return hex.EncodeToString(sum[:6])
+}
+
+// MetricNames are the report's numeric metrics, by their JSON names, that
+// an objective may name.
+var MetricNames = func() []string {
+	var names []string
+	t := reflect.TypeFor[replay.Metrics]()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		switch f.Type.Kind() {
+		case reflect.Int, reflect.Uint64, reflect.Float64:
+			names = append(names, strings.Split(f.Tag.Get("json"), ",")[0])
+		}
+	}
+	return names
+}()
