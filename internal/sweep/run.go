@@ -46,10 +46,10 @@ func (s Shard) Of(points []Point) []Point {
 
 // Layout of a sweep's folder.
 const (
-	PlanFile   = "plan.json"   // the points, in spec order, with the description and objective
-	PointsDir  = "points"      // one replay report per point, ID.json
-	TableFile  = "sweep.json"  // the merged table
-	FigureFile = "sweep.png"   // its figure
+	PlanFile   = "plan.json"  // the points, in spec order, with the description and objective
+	PointsDir  = "points"     // one replay report per point, ID.json
+	TableFile  = "sweep.json" // the merged table
+	FigureFile = "sweep.png"  // its figure
 )
 
 // Plan is what a sweep's folder says it runs: enough to merge its reports
