@@ -1,0 +1,139 @@
+package sweep
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func mustParse(t *testing.T, spec string) *Spec {
+	t.Helper()
+	s, err := Parse([]byte(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+const objective = `"objective":{"minimize":"p99_ttft_ms"}`
+
+// TestPointsExpansion: the spec's flags come first, each block's
+// combinations in order with its last flag fastest, values as written, a
+// comment key ignored; IDs are stable digests of workload and flags.
+func TestPointsExpansion(t *testing.T) {
+	s := mustParse(t, `{"workloads":["builtin","t.jsonl"],"flags":{"comment":"x","workers":8},
+		"grid":[{"policy":"kv","prefill-load-scale":[1,0.50],"temperature":[0,"0.5"]},{"policy":["round_robin","llmd"]}],`+objective+`}`)
+	s.dir = "/specs"
+	points, err := s.Points()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range points {
+		got = append(got, p.Workload+": "+strings.Join(p.Flags, " "))
+	}
+	var want []string
+	for _, w := range []string{"builtin", "t.jsonl"} {
+		for _, v := range []string{
+			"--policy=kv --prefill-load-scale=1 --temperature=0", "--policy=kv --prefill-load-scale=1 --temperature=0.5",
+			"--policy=kv --prefill-load-scale=0.50 --temperature=0", "--policy=kv --prefill-load-scale=0.50 --temperature=0.5",
+			"--policy=round_robin", "--policy=llmd"} {
+			want = append(want, w+": --workers=8 "+v)
+		}
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("points (-want +got):\n%s", d)
+	}
+	if args := points[6].Args(); args[0] != "/specs/t.jsonl" || slices.Contains(points[0].Args(), "builtin") {
+		t.Errorf("a trace is opened beside the spec, builtin is no argument: %q, %q", args, points[0].Args())
+	}
+	ids := map[string]bool{}
+	for _, p := range points {
+		ids[p.ID] = true
+	}
+	again, _ := s.Points()
+	if len(ids) != len(points) || again[3].ID != points[3].ID || points[3].ID != pointID("builtin", points[3].Flags) {
+		t.Errorf("IDs are not unique digests of the point: %d distinct of %d", len(ids), len(points))
+	}
+	// A point keeps its ID whatever else the spec holds: a report is found
+	// again after the grid grew.
+	grown := mustParse(t, `{"workloads":["builtin"],"flags":{"workers":8},"grid":[{"policy":["least_loaded","round_robin"]}],`+objective+`}`)
+	gp, _ := grown.Points()
+	if gp[1].ID != points[4].ID {
+		t.Errorf("the same point got another ID in another spec: %s, %s", gp[1].ID, points[4].ID)
+	}
+	if p, _ := mustParse(t, `{"workloads":["builtin"],`+objective+`}`).Points(); len(p) != 1 || len(p[0].Flags) != 0 {
+		t.Errorf("a spec without grid or flags is one plain point: %+v", p)
+	}
+}
+
+// TestSpecRefusals: what a spec may not say is refused, naming it.
+func TestSpecRefusals(t *testing.T) {
+	for spec, want := range map[string]string{
+		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttft_ms"},"grids":[]}`:                   `unknown field "grids"`,
+		`{"workloads":[],` + objective + `}`:                                                            `"workloads"`,
+		`{"workloads":[""],` + objective + `}`:                                                          `"workloads"[0]`,
+		`{"workloads":["builtin"],"flags":{"report":"x.json"},` + objective + `}`:                        `flag "report": the sweep writes`,
+		`{"workloads":["builtin"],"grid":[{"compare":true}],` + objective + `}`:                          `flag "compare": a point is one policy`,
+		`{"workloads":["builtin"],"grid":[{"--workers":[1]}],` + objective + `}`:                         `without their dashes`,
+		`{"workloads":["builtin"],"flags":{"workers":[1,2]},` + objective + `}`:                          `"flags".workers: one value`,
+		`{"workloads":["builtin"],"flags":{"workers":8},"grid":[{"workers":[1,2]}],` + objective + `}`:   `"grid"[0].workers: also in "flags"`,
+		`{"workloads":["builtin"],"grid":[{"workers":[]}],` + objective + `}`:                            `"grid"[0].workers: no values`,
+		`{"workloads":["builtin"],"grid":[{"workers":[1],"workers":[2]}],` + objective + `}`:             `flag "workers" appears twice`,
+		`{"workloads":["builtin"],"grid":[{"workers":[{}]}],` + objective + `}`:                          `not a number, string or boolean`,
+		`{"workloads":["builtin"],"objective":{}}`:                                                       `give one of "minimize" and "maximize"`,
+		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttf_ms"}}`:                                `"p99_ttf_ms" is not a metric`,
+		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttft_ms","subject_to":{"worker_share_cv":{}}}}`: `give "min", "max" or both`,
+		`{"workloads":["builtin"],` + objective + `} {}`:                                                 `follows the spec`,
+		`{"workloads":["builtin"],"grid":[{"policy":"kv"},{"policy":["kv"]}],` + objective + `}`:          `grid blocks repeat a point`,
+	} {
+		s, err := Parse([]byte(spec))
+		if err == nil {
+			_, err = s.Points()
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want %q", spec, err, want)
+		}
+	}
+}
+
+// TestShardsCoverEveryPointOnce: shards 1..N of any number of points hold
+// each point exactly once, in sizes that differ by one at most.
+func TestShardsCoverEveryPointOnce(t *testing.T) {
+	for n := 0; n <= 23; n++ {
+		points := make([]Point, n)
+		for i := range points {
+			points[i].ID = fmt.Sprint(i)
+		}
+		for shards := 1; shards <= 9; shards++ {
+			seen := map[string]int{}
+			lo, hi := n, 0
+			for i := 1; i <= shards; i++ {
+				mine := Shard{i, shards}.Of(points)
+				lo, hi = min(lo, len(mine)), max(hi, len(mine))
+				for _, p := range mine {
+					seen[p.ID]++
+				}
+			}
+			for _, p := range points {
+				if seen[p.ID] != 1 {
+					t.Fatalf("%d points in %d shards: point %s is in %d", n, shards, p.ID, seen[p.ID])
+				}
+			}
+			if hi-lo > 1 {
+				t.Fatalf("%d points in %d shards: sizes from %d to %d", n, shards, lo, hi)
+			}
+		}
+	}
+	for _, bad := range []string{"0/3", "4/3", "1", "a/b", "1/0", "-1/2"} {
+		if _, err := ParseShard(bad); err == nil {
+			t.Errorf("--shard %s accepted", bad)
+		}
+	}
+	if s, err := ParseShard("2/8"); err != nil || s != (Shard{2, 8}) {
+		t.Errorf("2/8: %v %v", s, err)
+	}
+}
