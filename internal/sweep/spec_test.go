@@ -73,22 +73,22 @@ func TestPointsExpansion(t *testing.T) {
 // TestSpecRefusals: what a spec may not say is refused, naming it.
 func TestSpecRefusals(t *testing.T) {
 	for spec, want := range map[string]string{
-		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttft_ms"},"grids":[]}`:                   `unknown field "grids"`,
-		`{"workloads":[],` + objective + `}`:                                                            `"workloads"`,
-		`{"workloads":[""],` + objective + `}`:                                                          `"workloads"[0]`,
-		`{"workloads":["builtin"],"flags":{"report":"x.json"},` + objective + `}`:                        `flag "report": the sweep writes`,
-		`{"workloads":["builtin"],"grid":[{"compare":true}],` + objective + `}`:                          `flag "compare": a point is one policy`,
-		`{"workloads":["builtin"],"grid":[{"--workers":[1]}],` + objective + `}`:                         `without their dashes`,
-		`{"workloads":["builtin"],"flags":{"workers":[1,2]},` + objective + `}`:                          `"flags".workers: one value`,
-		`{"workloads":["builtin"],"flags":{"workers":8},"grid":[{"workers":[1,2]}],` + objective + `}`:   `"grid"[0].workers: also in "flags"`,
-		`{"workloads":["builtin"],"grid":[{"workers":[]}],` + objective + `}`:                            `"grid"[0].workers: no values`,
-		`{"workloads":["builtin"],"grid":[{"workers":[1],"workers":[2]}],` + objective + `}`:             `flag "workers" appears twice`,
-		`{"workloads":["builtin"],"grid":[{"workers":[{}]}],` + objective + `}`:                          `not a number, string or boolean`,
-		`{"workloads":["builtin"],"objective":{}}`:                                                       `give one of "minimize" and "maximize"`,
-		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttf_ms"}}`:                                `"p99_ttf_ms" is not a metric`,
+		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttft_ms"},"grids":[]}`:                          `unknown field "grids"`,
+		`{"workloads":[],` + objective + `}`:                                                                   `"workloads"`,
+		`{"workloads":[""],` + objective + `}`:                                                                 `"workloads"[0]`,
+		`{"workloads":["builtin"],"flags":{"report":"x.json"},` + objective + `}`:                              `flag "report": the sweep writes`,
+		`{"workloads":["builtin"],"grid":[{"compare":true}],` + objective + `}`:                                `flag "compare": a point is one policy`,
+		`{"workloads":["builtin"],"grid":[{"--workers":[1]}],` + objective + `}`:                               `without their dashes`,
+		`{"workloads":["builtin"],"flags":{"workers":[1,2]},` + objective + `}`:                                `"flags".workers: one value`,
+		`{"workloads":["builtin"],"flags":{"workers":8},"grid":[{"workers":[1,2]}],` + objective + `}`:         `"grid"[0].workers: also in "flags"`,
+		`{"workloads":["builtin"],"grid":[{"workers":[]}],` + objective + `}`:                                  `"grid"[0].workers: no values`,
+		`{"workloads":["builtin"],"grid":[{"workers":[1],"workers":[2]}],` + objective + `}`:                   `flag "workers" appears twice`,
+		`{"workloads":["builtin"],"grid":[{"workers":[{}]}],` + objective + `}`:                                `not a number, string or boolean`,
+		`{"workloads":["builtin"],"objective":{}}`:                                                             `give one of "minimize" and "maximize"`,
+		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttf_ms"}}`:                                      `"p99_ttf_ms" is not a metric`,
 		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttft_ms","subject_to":{"worker_share_cv":{}}}}`: `give "min", "max" or both`,
-		`{"workloads":["builtin"],` + objective + `} {}`:                                                 `follows the spec`,
-		`{"workloads":["builtin"],"grid":[{"policy":"kv"},{"policy":["kv"]}],` + objective + `}`:          `grid blocks repeat a point`,
+		`{"workloads":["builtin"],` + objective + `} {}`:                                                       `follows the spec`,
+		`{"workloads":["builtin"],"grid":[{"policy":"kv"},{"policy":["kv"]}],` + objective + `}`:               `grid blocks repeat a point`,
 	} {
 		s, err := Parse([]byte(spec))
 		if err == nil {
