@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -131,7 +132,7 @@ func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
 	}
 	plan := &sweep.Plan{Description: spec.Description, Objective: spec.Objective, Points: points}
 	if o.emit != "" {
-		return o.emitJob(cmd.OutOrStdout(), specPath, len(points))
+		return o.emitJob(cmd.OutOrStdout(), specPath, plan)
 	}
 	ctx, stop := context.WithCancel(cmd.Context())
 	defer stop()
@@ -244,7 +245,8 @@ func (o *sweepOptions) progress(total int) sweep.Progress {
 }
 
 // emitJob prints the Slurm script or the Kubernetes manifest.
-func (o *sweepOptions) emitJob(w io.Writer, specPath string, points int) error {
+func (o *sweepOptions) emitJob(w io.Writer, specPath string, plan *sweep.Plan) error {
+	points := len(plan.Points)
 	if o.shard != "1/1" {
 		return &exitError{2, errors.New("--emit writes a job for every shard: drop --shard")}
 	}
@@ -269,10 +271,16 @@ func (o *sweepOptions) emitJob(w io.Writer, specPath string, points int) error {
 		if err := errors.Join(err1, err2); err != nil {
 			return err
 		}
-		if err := sweep.WriteSlurm(w, sweep.SlurmJob{Binary: bin, Spec: spec, Out: out, Shards: shards, CPUs: o.cpus}); err != nil {
+		var script bytes.Buffer
+		if err := sweep.WriteSlurm(&script, sweep.SlurmJob{Binary: bin, Spec: spec, Out: out, Shards: shards, CPUs: o.cpus}); err != nil {
 			return &exitError{2, err}
 		}
-		return nil
+		// The tasks' logs go to the folder, which must exist when they start.
+		if err := sweep.Prepare(out, plan); err != nil {
+			return &exitError{2, err}
+		}
+		_, err = w.Write(script.Bytes())
+		return err
 	case "kubernetes":
 		if filepath.IsAbs(o.out) || slices.Contains(strings.Split(filepath.ToSlash(o.out), "/"), "..") {
 			return &exitError{2, fmt.Errorf("--out %s: with --emit kubernetes, a folder inside the volume, relative to its root (e.g. out)", o.out)}

@@ -80,13 +80,10 @@ type Options struct {
 // renamed), so an interrupted sweep resumes where it stopped. The first
 // point that fails stops the others from starting; its error names it.
 func Run(ctx context.Context, plan *Plan, opt Options, run RunPoint) (ran, resumed int, err error) {
+	if err := Prepare(opt.Out, plan); err != nil {
+		return 0, 0, err
+	}
 	dir := filepath.Join(opt.Out, PointsDir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, 0, err
-	}
-	if err := writePlan(opt.Out, plan); err != nil {
-		return 0, 0, err
-	}
 	mine := opt.Shard.Of(plan.Points)
 	var mu sync.Mutex
 	done := 0
@@ -147,9 +144,13 @@ func (e *PointError) Error() string {
 
 func (e *PointError) Unwrap() error { return e.Err }
 
-// writePlan records the plan, or checks that the folder's is the same: two
-// sweeps sharing a folder would mix their reports in one table.
-func writePlan(out string, plan *Plan) error {
+// Prepare makes the sweep's folder and records the plan there, or checks
+// that the folder's is the same: two sweeps sharing a folder would mix
+// their reports in one table.
+func Prepare(out string, plan *Plan) error {
+	if err := os.MkdirAll(filepath.Join(out, PointsDir), 0o755); err != nil {
+		return err
+	}
 	data, err := json.MarshalIndent(plan, "", "  ")
 	if err != nil {
 		return err
