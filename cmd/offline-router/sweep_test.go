@@ -157,12 +157,12 @@ func TestSweepShardsResumeAndMerge(t *testing.T) {
 func TestSweepRefusals(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	for spec, want := range map[string]string{
-		`{"workloads":["builtin"],"grid":[{"workers":[2,"many"]}],"objective":{"minimize":"p99_ttft_ms"}}`:    `point 2 (--workers=many)`,
-		`{"workloads":["builtin"],"grid":[{"policy":["kv","best"]}],"objective":{"minimize":"p99_ttft_ms"}}`:  `point 2 (--policy=best): config policy: "best" is not one of`,
-		`{"workloads":["no-such.jsonl"],"objective":{"minimize":"p99_ttft_ms"}}`:                              `workload no-such.jsonl`,
-		`{"workloads":["builtin"],"grid":[{"no-such-flag":[1]}],"objective":{"minimize":"p99_ttft_ms"}}`:      `unknown flag: --no-such-flag`,
-		`{"workloads":["builtin"],"objective":{"minimize":"ttft"}}`:                                           `"ttft" is not a metric`,
-		`{"workloads":["builtin"],"flags":{"sessions":0},"objective":{"minimize":"p99_ttft_ms"}}`:              `--sessions 0`,
+		`{"workloads":["builtin"],"grid":[{"workers":[2,"many"]}],"objective":{"minimize":"p99_ttft_ms"}}`:   `point 2 (--workers=many)`,
+		`{"workloads":["builtin"],"grid":[{"policy":["kv","best"]}],"objective":{"minimize":"p99_ttft_ms"}}`: `point 2 (--policy=best): config policy: "best" is not one of`,
+		`{"workloads":["no-such.jsonl"],"objective":{"minimize":"p99_ttft_ms"}}`:                             `workload no-such.jsonl`,
+		`{"workloads":["builtin"],"grid":[{"no-such-flag":[1]}],"objective":{"minimize":"p99_ttft_ms"}}`:     `unknown flag: --no-such-flag`,
+		`{"workloads":["builtin"],"objective":{"minimize":"ttft"}}`:                                          `"ttft" is not a metric`,
+		`{"workloads":["builtin"],"flags":{"sessions":0},"objective":{"minimize":"p99_ttft_ms"}}`:            `--sessions 0`,
 	} {
 		if _, stderr, code := run(t, "", "sweep", writeSpec(t, spec), "--out", out); code != 2 || !strings.Contains(stderr, want) {
 			t.Errorf("%s: exit %d: %s", spec, code, stderr)
