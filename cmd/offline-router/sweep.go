@@ -102,7 +102,7 @@ table is printed; --plot draws the figure (.png or .svg).`,
 			if err != nil {
 				return &exitError{1, err}
 			}
-			return o.writeTable(cmd.OutOrStdout(), t)
+			return o.writeTable(cmd.OutOrStdout(), t, "")
 		},
 	}
 	cmd.Flags().StringVar(&o.report, "report", "", "write the merged table (JSON) here (required)")
@@ -154,11 +154,11 @@ func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
 		return &exitError{1, err}
 	}
 	o.report, o.plotFile = filepath.Join(o.out, sweep.TableFile), filepath.Join(o.out, sweep.FigureFile)
-	return o.writeTable(cmd.OutOrStdout(), t)
+	return o.writeTable(cmd.OutOrStdout(), t, filepath.Dir(specPath))
 }
 
 // writeTable prints the table and writes its JSON and figure.
-func (o *sweepOptions) writeTable(w io.Writer, t *sweep.Table) error {
+func (o *sweepOptions) writeTable(w io.Writer, t *sweep.Table, specDir string) error {
 	if o.plotFile != "" {
 		if err := plotFormat(o.plotFile); err != nil {
 			return &exitError{2, err}
@@ -171,7 +171,7 @@ func (o *sweepOptions) writeTable(w io.Writer, t *sweep.Table) error {
 	if err := os.WriteFile(o.report, append(data, '\n'), 0o644); err != nil {
 		return err
 	}
-	if err := sweep.WriteTable(w, t); err != nil {
+	if err := sweep.WriteTable(w, t, specDir); err != nil {
 		return err
 	}
 	if o.plotFile != "" {

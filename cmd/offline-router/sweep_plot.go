@@ -20,7 +20,8 @@ import (
 
 const (
 	sweepFigW = 12 * vg.Inch
-	sweepFigH = 8.5 * vg.Inch
+	sweepFigH = 8.5 * vg.Inch // and a line below for each point of the front
+	maxKey    = 16           // front points listed under the panel at most
 )
 
 // saveSweepPlot draws a sweep's points: prefix hit rate (x, higher is
@@ -68,7 +69,10 @@ func saveSweepPlot(path string, t *sweep.Table) error {
 			if err != nil {
 				return err
 			}
-			s.GlyphStyle = draw.GlyphStyle{Color: seriesColor(i), Radius: 4, Shape: set.shape}
+			// Later policies draw smaller, so that two that came out alike
+			// show as a dot in a disc rather than one hiding the other.
+			radius := 3 + 0.7*vg.Length(len(policies)-1-i)
+			s.GlyphStyle = draw.GlyphStyle{Color: seriesColor(i), Radius: radius, Shape: set.shape}
 			p.Add(s)
 		}
 	}
@@ -81,22 +85,31 @@ func saveSweepPlot(path string, t *sweep.Table) error {
 	slices.SortFunc(front, func(a, b *sweep.PointResult) int {
 		return cmp.Or(cmp.Compare(xy(a).X, xy(b).X), cmp.Compare(xy(a).Y, xy(b).Y))
 	})
-	// One label per place: points that came out alike (a knob that did not
-	// matter here) share theirs.
+	// The front's points are numbered beside their rings, and their
+	// settings listed under the panel: settings written beside the points
+	// print over each other where the front is dense. Points that came out
+	// alike (a knob that did not matter here) share a number.
 	var frontXY plotter.XYs
-	var frontLabels []string
+	var frontLabels, key []string
 	for i := 0; i < len(front); {
 		j := i + 1
 		for j < len(front) && xy(front[j]) == xy(front[i]) {
 			j++
 		}
-		label := "  " + shortSettings(front[i])
+		n := len(frontXY) + 1
+		entry := fmt.Sprintf("%d: %s", n, shortSettings(front[i]))
 		if j-i > 1 {
-			label += fmt.Sprintf(" (and %d alike)", j-i-1)
+			entry += fmt.Sprintf(" (and %d alike)", j-i-1)
 		}
+		m := &front[i].Report.Policies[0]
+		entry += fmt.Sprintf(": hit rate %.3f, TTFT p99 %s ms", m.PrefixHitRate, formatMS(m.P99TTFTMS))
 		frontXY = append(frontXY, xy(front[i]))
-		frontLabels = append(frontLabels, label)
+		frontLabels = append(frontLabels, fmt.Sprintf(" %d", n))
+		key = append(key, entry)
 		i = j
+	}
+	if len(key) > maxKey {
+		key = append(key[:maxKey-1], fmt.Sprintf("... and %d more on the front (the table lists them)", len(key)-maxKey+1))
 	}
 	if len(frontXY) > 0 {
 		line, err := plotter.NewLine(frontXY)
@@ -116,7 +129,7 @@ func saveSweepPlot(path string, t *sweep.Table) error {
 		// Neighbours on the front alternate above and below their points,
 		// so that close ones do not print over each other.
 		for i := range labels.TextStyle {
-			labels.TextStyle[i] = textStyle(9)
+			labels.TextStyle[i] = textStyle(11)
 			labels.TextStyle[i].YAlign = draw.YBottom
 			if i%2 == 1 {
 				labels.TextStyle[i].YAlign = draw.YTop
@@ -139,18 +152,22 @@ func saveSweepPlot(path string, t *sweep.Table) error {
 	} else {
 		subtitle = append(subtitle, "No point meets "+r.Objective.String())
 	}
-	// Room on the right for the labels of the front's last points.
-	p.X.Max += (p.X.Max - p.X.Min) * 0.25
+	// Room around the points, for the glyphs and the front's numbers.
+	dx, dy := (p.X.Max-p.X.Min)*0.04, (p.Y.Max-p.Y.Min)*0.04
+	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = p.X.Min-dx, p.X.Max+dx, p.Y.Min-dy, p.Y.Max+dy
 
 	title := r.Description
 	if title == "" {
 		title = "sweep"
 	}
+	keyStyle := textStyle(11)
+	keyLineH := keyStyle.Height("Xg") * 1.35
+	height := sweepFigH + vg.Length(len(key))*keyLineH + 0.3*vg.Inch
 	var canvas vg.CanvasSizer
 	if strings.ToLower(filepath.Ext(path)) == ".svg" {
-		canvas = vgsvg.New(sweepFigW, sweepFigH)
+		canvas = vgsvg.New(sweepFigW, height)
 	} else {
-		canvas = vgimg.New(sweepFigW, sweepFigH)
+		canvas = vgimg.New(sweepFigW, height)
 	}
 	dc := draw.New(canvas)
 	body := draw.Crop(dc, margin, -margin, margin, -margin)
@@ -171,7 +188,14 @@ func saveSweepPlot(path string, t *sweep.Table) error {
 		top -= lineH
 	}
 	top -= legendGap
-	p.Draw(band(body, top, top-body.Min.Y))
+	keyH := vg.Length(len(key))*keyLineH + 0.3*vg.Inch
+	p.Draw(band(body, top, top-body.Min.Y-keyH))
+	y := body.Min.Y + keyH - 0.3*vg.Inch
+	keyStyle.YAlign = draw.YTop
+	for _, line := range key {
+		body.FillText(keyStyle, vg.Point{X: body.Min.X + 0.6*vg.Inch, Y: y}, line)
+		y -= keyLineH
+	}
 	return saveCanvas(path, canvas, strings.ToLower(filepath.Ext(path)))
 }
 

@@ -54,6 +54,7 @@ type Spec struct {
 // must keep: the lowest (or highest) metric among the points within every
 // bound, the first in spec order on a tie.
 type Objective struct {
+	Comment   string           `json:"comment,omitempty"` // why this objective, for the reader
 	Minimize  string           `json:"minimize,omitempty"`
 	Maximize  string           `json:"maximize,omitempty"`
 	SubjectTo map[string]Bound `json:"subject_to,omitempty"`

@@ -243,8 +243,10 @@ func Metric(m *replay.Metrics, name string) float64 {
 }
 
 // WriteTable prints the table: a row per point in spec order, the front
-// marked, then the recommendation and how to rerun it.
-func WriteTable(w io.Writer, t *Table) error {
+// marked, then the recommendation and how to rerun it. specDir is the spec's
+// folder, which trace paths in the spec are relative to; "" when not known
+// (a merge), and the rerun line then says so.
+func WriteTable(w io.Writer, t *Table, specDir string) error {
 	r := &t.Deterministic
 	workloads := map[string]bool{}
 	for _, p := range r.Points {
@@ -285,15 +287,19 @@ func WriteTable(w io.Writer, t *Table) error {
 	}
 	i := slices.IndexFunc(r.Points, func(p PointResult) bool { return p.ID == *r.Recommended })
 	p := &r.Points[i]
-	_, err := fmt.Fprintf(w, "recommended for %s: %s, %s = %.4g\nrerun it: offline-router replay %s\n",
-		r.Objective.String(), p.ID, r.Objective.metric(), Metric(p.metrics(), r.Objective.metric()), strings.Join(p.rerun(), " "))
-	return err
-}
-
-// rerun is the point's replay command line as the plan gives it.
-func (p *Point) rerun() []string {
-	if p.Workload == Builtin {
-		return p.Flags
+	args := p.Flags
+	note := ""
+	if p.Workload != Builtin {
+		trace := p.Workload
+		switch {
+		case specDir != "" && !filepath.IsAbs(trace):
+			trace = filepath.Join(specDir, trace)
+		case !filepath.IsAbs(trace):
+			note = " (the trace's path is relative to the spec's folder)"
+		}
+		args = append([]string{trace}, args...)
 	}
-	return append([]string{p.Workload}, p.Flags...)
+	_, err := fmt.Fprintf(w, "recommended for %s: %s, %s = %.4g\nrerun it%s: offline-router replay %s\n",
+		r.Objective.String(), p.ID, r.Objective.metric(), Metric(p.metrics(), r.Objective.metric()), note, strings.Join(args, " "))
+	return err
 }

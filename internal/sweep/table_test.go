@@ -49,7 +49,7 @@ func TestParetoAndRecommendation(t *testing.T) {
 	}
 	none := results(obj, [3]float64{0.3, 1, 0.5})
 	var b bytes.Buffer
-	WriteTable(&b, &Table{Deterministic: *none})
+	WriteTable(&b, &Table{Deterministic: *none}, "")
 	if none.Recommended != nil || !strings.Contains(b.String(), "no point meets the objective's bounds (minimize p99_ttft_ms with worker_share_cv <= 0.1)") {
 		t.Errorf("no feasible point: %v\n%s", none.Recommended, b.String())
 	}
