@@ -21,7 +21,7 @@ import (
 const (
 	sweepFigW = 12 * vg.Inch
 	sweepFigH = 8.5 * vg.Inch // and a line below for each point of the front
-	maxKey    = 16           // front points listed under the panel at most
+	maxKey    = 16            // front points listed under the panel at most
 )
 
 // saveSweepPlot draws a sweep's points: prefix hit rate (x, higher is
