@@ -17,8 +17,6 @@ import (
 	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/offline-router/offline-router/internal/replay"
 )
@@ -98,12 +96,7 @@ func savePlot(path, title string, results []*replay.Result) error {
 	heatH := max(vg.Length(heatRows)*heatRowH, 2.8*vg.Inch)
 	height := margin + headH + 2*panelRowH + heatH + margin
 
-	var canvas vg.CanvasSizer
-	if strings.ToLower(filepath.Ext(path)) == ".svg" {
-		canvas = vgsvg.New(figWidth, height)
-	} else {
-		canvas = vgimg.New(figWidth, height)
-	}
+	canvas := newCanvas(path, figWidth, height)
 	dc := draw.New(canvas)
 	body := draw.Crop(dc, margin, -margin, margin, -margin)
 	top := body.Max.Y

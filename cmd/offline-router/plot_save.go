@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // svgFixes patch what gonum's SVG writer gets wrong for viewers: it labels
@@ -20,6 +23,14 @@ var svgFixes = []struct{ from, to string }{
 	{"data:image/jpg;base64,", "data:image/png;base64,"},
 	{"<image ", `<image preserveAspectRatio="none" `},
 	{"font-family:Liberation Serif;", "font-family:'Liberation Serif','Times New Roman',Times,serif;"},
+}
+
+// newCanvas is a canvas for path's format, .svg or else PNG.
+func newCanvas(path string, w, h vg.Length) vg.CanvasSizer {
+	if strings.ToLower(filepath.Ext(path)) == ".svg" {
+		return vgsvg.New(w, h)
+	}
+	return vgimg.New(w, h)
 }
 
 func saveCanvas(path string, canvas vg.CanvasSizer, ext string) error {

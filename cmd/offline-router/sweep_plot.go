@@ -12,8 +12,6 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/offline-router/offline-router/internal/sweep"
 )
@@ -163,12 +161,7 @@ func saveSweepPlot(path string, t *sweep.Table) error {
 	keyStyle := textStyle(11)
 	keyLineH := keyStyle.Height("Xg") * 1.35
 	height := sweepFigH + vg.Length(len(key))*keyLineH + 0.3*vg.Inch
-	var canvas vg.CanvasSizer
-	if strings.ToLower(filepath.Ext(path)) == ".svg" {
-		canvas = vgsvg.New(sweepFigW, height)
-	} else {
-		canvas = vgimg.New(sweepFigW, height)
-	}
+	canvas := newCanvas(path, sweepFigW, height)
 	dc := draw.New(canvas)
 	body := draw.Crop(dc, margin, -margin, margin, -margin)
 	top := body.Max.Y

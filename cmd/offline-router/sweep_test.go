@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,16 +50,7 @@ func sweepInProcess(t *testing.T, args ...string) (*sweep.Table, string) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatalf("sweep %q: %v\n%s", args, err, errs.String())
 	}
-	return readTable(t, filepath.Join(args[slicesIndex(args, "--out")+1], sweep.TableFile)), out.String()
-}
-
-func slicesIndex(s []string, v string) int {
-	for i, x := range s {
-		if x == v {
-			return i
-		}
-	}
-	return -1
+	return readTable(t, filepath.Join(args[slices.Index(args, "--out")+1], sweep.TableFile)), out.String()
 }
 
 func readTable(t *testing.T, path string) *sweep.Table {
@@ -101,22 +93,13 @@ func TestSweepAnyPoolSize(t *testing.T) {
 			t.Errorf("point %s: report of %s on %s", p.ID, p.Report.Policies[0].Policy, p.Report.Trace.Source)
 		}
 	}
-	rec := r.Points[slicesIndexFunc(r.Points, *r.Recommended)].Report.Policies[0]
+	rec := r.Points[slices.IndexFunc(r.Points, func(p sweep.PointResult) bool { return p.ID == *r.Recommended })].Report.Policies[0]
 	if rec.P99TTFTMS != best || rec.WorkerShareCV > 0.5 {
 		t.Errorf("recommended p99 %v (cv %v), best within the bound %v", rec.P99TTFTMS, rec.WorkerShareCV, best)
 	}
 	if png, err := os.ReadFile(filepath.Join(outB, sweep.FigureFile)); err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
 		t.Errorf("no figure: %v", err)
 	}
-}
-
-func slicesIndexFunc(points []sweep.PointResult, id string) int {
-	for i, p := range points {
-		if p.ID == id {
-			return i
-		}
-	}
-	return -1
 }
 
 // TestSweepShardsResumeAndMerge, through the binary: shards into their own
