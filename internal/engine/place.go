@@ -26,7 +26,7 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 			DecodeBlocks: r.activeDecodeBlocks() + newBlocks, ActiveRequests: r.activeRequests,
 			Key: r.w.id*0x9e3779b97f4a7c15 ^ uint64(r.dp), Waiting: uint64(r.prefill.live), KVUsage: r.kvUsage()}
 		if routed != nil {
-			cands[i].Routed = uint64(routed[r.slot])
+			cands[i].Routed, cands[i].TreeBlocks = uint64(routed[r.slot]), uint64(len(r.routed))
 		}
 	}
 	sel := selector.Select(e.params, selector.Request{ISL: d.isl, Blocks: d.islBlocks, Session: d.session}, cands, preferred, e.draws, e.scores)

@@ -12,36 +12,59 @@ import "github.com/offline-router/offline-router/internal/protocol"
 // policies/cache_aware.rs). The load is the router's own count of requests
 // in flight on each rank. When it is imbalanced (max - min above
 // balance_abs_threshold and max above min × balance_rel_threshold) the least
-// loaded rank wins. Otherwise the rank whose routed tree matches the most
+// loaded rank wins (SGLang: the first least-loaded worker in its list; here,
+// in candidate order). Otherwise the rank whose routed tree matches the most
 // leading blocks of the prompt wins if that match covers more than
-// cache_threshold of them, and else the least loaded does. SGLang takes the
-// first least-loaded worker in its list, as here (candidate order); among
-// ranks sharing the deepest match it takes whichever its map yields first,
-// here the least loaded of them, then the first.
+// cache_threshold of them, and else the rank whose routed tree is smallest
+// (SGLang's get_smallest_tenant: the most room). Among ranks sharing the
+// deepest match, or the smallest tree, SGLang takes whichever its map yields
+// first; here the least loaded of them, then the first.
 func pickSGLang(c *protocol.SGLangConfig, req Request, scores []Score, cands []Candidate) int {
 	lo, hi := cands[0].ActiveRequests, cands[0].ActiveRequests
 	for _, x := range cands {
 		lo, hi = min(lo, x.ActiveRequests), max(hi, x.ActiveRequests)
 	}
 	imbalanced := hi-lo > c.BalanceAbsThreshold && float64(hi) > float64(float64(lo)*c.BalanceRelThreshold)
-	pick := leastLoaded(cands)
-	if !imbalanced && req.Blocks > 0 {
-		best := 0
-		for i, x := range cands {
-			b := cands[best]
-			if x.Routed > b.Routed || x.Routed == b.Routed && x.ActiveRequests < b.ActiveRequests {
-				best = i
-			}
-		}
-		if float64(cands[best].Routed)/float64(req.Blocks) > c.CacheThreshold {
-			pick = best
-		}
+	var pick int
+	switch {
+	case imbalanced:
+		pick = leastLoaded(cands)
+	case req.Blocks > 0 && float64(cands[deepest(cands)].Routed)/float64(req.Blocks) > c.CacheThreshold:
+		pick = deepest(cands)
+	default:
+		pick = smallestTree(cands)
 	}
 	for i := range scores {
 		scores[i].Prob = 0
 	}
 	scores[pick].Prob = 1
 	return pick
+}
+
+// deepest is the candidate whose routed tree matches the most blocks, the
+// least loaded of those, then the first.
+func deepest(cands []Candidate) int {
+	best := 0
+	for i, x := range cands {
+		b := cands[best]
+		if x.Routed > b.Routed || x.Routed == b.Routed && x.ActiveRequests < b.ActiveRequests {
+			best = i
+		}
+	}
+	return best
+}
+
+// smallestTree is the candidate whose routed tree holds the fewest blocks,
+// the least loaded of those, then the first.
+func smallestTree(cands []Candidate) int {
+	best := 0
+	for i, x := range cands {
+		b := cands[best]
+		if x.TreeBlocks < b.TreeBlocks || x.TreeBlocks == b.TreeBlocks && x.ActiveRequests < b.ActiveRequests {
+			best = i
+		}
+	}
+	return best
 }
 
 // leastLoaded is the first candidate with the fewest requests in flight.

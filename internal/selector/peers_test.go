@@ -16,14 +16,16 @@ func TestSGLangBoundaries(t *testing.T) {
 		cands  []Candidate
 		want   int
 	}{
-		{"half is not above half: least loaded", 4, []Candidate{{ActiveRequests: 1}, {Routed: 2, ActiveRequests: 2}}, 0},
+		{"half is not above half: the smallest tree", 4, []Candidate{{ActiveRequests: 1, TreeBlocks: 9}, {Routed: 2, ActiveRequests: 2, TreeBlocks: 8}}, 1},
+		{"a miss: the smallest tree, not the least loaded", 4, []Candidate{{ActiveRequests: 2, TreeBlocks: 5}, {ActiveRequests: 3, TreeBlocks: 2}}, 1},
+		{"equal trees: the less loaded", 4, []Candidate{{ActiveRequests: 2, TreeBlocks: 5}, {ActiveRequests: 1, TreeBlocks: 5}}, 1},
 		{"above half: the match", 4, []Candidate{{ActiveRequests: 1}, {Routed: 3, ActiveRequests: 2}}, 1},
 		{"spread 3 > 2 but 6 is not above 3 × 2: balanced", 4, []Candidate{{ActiveRequests: 3}, {Routed: 4, ActiveRequests: 6}}, 1},
-		{"spread 3 > 2 and 4 > 1 × 2: imbalanced", 4, []Candidate{{ActiveRequests: 1}, {Routed: 4, ActiveRequests: 4}}, 0},
+		{"spread 3 > 2 and 4 > 1 × 2: imbalanced, the least loaded", 4, []Candidate{{ActiveRequests: 1, TreeBlocks: 9}, {Routed: 4, ActiveRequests: 4}}, 0},
 		{"spread 2 is not above 2: balanced", 4, []Candidate{{ActiveRequests: 0}, {Routed: 4, ActiveRequests: 2}}, 1},
 		{"equal matches: the less loaded", 4, []Candidate{{Routed: 3, ActiveRequests: 2}, {Routed: 3, ActiveRequests: 1}}, 1},
 		{"equal loads: the first", 4, []Candidate{{ActiveRequests: 1}, {ActiveRequests: 1}}, 0},
-		{"no blocks: least loaded", 0, []Candidate{{ActiveRequests: 1}, {ActiveRequests: 0}}, 1},
+		{"no blocks: the smallest tree", 0, []Candidate{{ActiveRequests: 1, TreeBlocks: 1}, {ActiveRequests: 0, TreeBlocks: 2}}, 0},
 	}
 	for _, tc := range cases {
 		scores := make([]Score, len(tc.cands))

@@ -43,6 +43,7 @@ type Candidate struct {
 	ActiveRequests uint64  // requests booked on the rank (least_loaded)
 	Key            uint64  // the rank's identity, stable while it lives: worker id and DP rank (session_hash)
 	Routed         uint64  // leading blocks of the prompt routed to the rank before (sglang_cache_aware's tree)
+	TreeBlocks     uint64  // blocks in the rank's routed tree (sglang_cache_aware)
 	Waiting        uint64  // requests booked on the rank whose prefill has not completed (llmd's queue)
 	KVUsage        float64 // active blocks over total_kv_blocks, 0 when that is not known (llmd's KV-cache utilisation)
 }
