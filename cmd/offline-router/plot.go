@@ -6,6 +6,7 @@ import (
 	"image/color"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,6 +19,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/replay"
 )
 
@@ -43,7 +45,11 @@ var seriesColors = []color.RGBA{
 	{0xc5, 0x1b, 0x7d, 255}, {0xb6, 0x99, 0x2d, 255}, {0xa6, 0xd8, 0x54, 255}, {0x00, 0xa6, 0xd6, 255},
 }
 
-func seriesColor(i int) color.RGBA { return seriesColors[i%len(seriesColors)] }
+// policyColor gives a policy the same colour in every figure: its place
+// among the router's policies.
+func policyColor(name string) color.RGBA {
+	return seriesColors[max(slices.Index(protocol.Policies, protocol.Policy(name)), 0)%len(seriesColors)]
+}
 
 // savePlot draws the replay's figure to path (.png or .svg by extension).
 // From the top: the title and one legend of the policies' colours, which
@@ -184,8 +190,8 @@ func legendLines(names []string, sty text.Style, width vg.Length) [][]legendEntr
 	var lines [][]legendEntry
 	var line []legendEntry
 	used := vg.Length(0)
-	for i, name := range names {
-		e := legendEntry{name, seriesColor(i), swatchW + 6 + sty.Width(name)}
+	for _, name := range names {
+		e := legendEntry{name, policyColor(name), swatchW + 6 + sty.Width(name)}
 		if len(line) > 0 && used+entryGap+e.width > width {
 			lines, line, used = append(lines, line), nil, 0
 		}
@@ -239,7 +245,7 @@ func barPlots(results []*replay.Result) (hit, ttft *plot.Plot, err error) {
 		m := r.Metrics
 		y := float64(n - 1 - i)
 		names[n-1-i] = m.Policy
-		c := seriesColor(i)
+		c := policyColor(m.Policy)
 		pale := color.RGBA{c.R/2 + 128, c.G/2 + 128, c.B/2 + 128, 255}
 		for _, b := range []struct {
 			p      *plot.Plot
@@ -369,7 +375,7 @@ func cdfPlot(results []*replay.Result) (*plot.Plot, error) {
 		if err != nil {
 			return nil, err
 		}
-		line.Color, line.Width = seriesColor(i), 2
+		line.Color, line.Width = policyColor(results[i].Metrics.Policy), 2
 		p.Add(line)
 	}
 	p.Y.Min, p.Y.Max = 0, 1
@@ -386,7 +392,7 @@ func hitRatePlot(results []*replay.Result, width float64, n int, tu timeUnit) (*
 	p.Title.Text = fmt.Sprintf("Prefix hit rate per %s window", formatWindow(width))
 	p.X.Label.Text = "simulated time (" + tu.name + ")"
 	p.Y.Label.Text = "prefix hit rate"
-	for i, r := range results {
+	for _, r := range results {
 		var run plotter.XYs
 		flush := func() error {
 			if len(run) == 0 {
@@ -396,8 +402,8 @@ func hitRatePlot(results []*replay.Result, width float64, n int, tu timeUnit) (*
 			if err != nil {
 				return err
 			}
-			lp.Color, lp.Width = seriesColor(i), 1.5
-			sc.Color, sc.GlyphStyle.Radius, sc.Shape = seriesColor(i), 1.5, draw.CircleGlyph{}
+			lp.Color, lp.Width = policyColor(r.Metrics.Policy), 1.5
+			sc.Color, sc.GlyphStyle.Radius, sc.Shape = policyColor(r.Metrics.Policy), 1.5, draw.CircleGlyph{}
 			p.Add(lp, sc)
 			run = nil
 			return nil

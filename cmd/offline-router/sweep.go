@@ -8,10 +8,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mattn/go-isatty"
@@ -132,21 +136,26 @@ func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
 	}
 	plan := &sweep.Plan{Description: spec.Description, Objective: spec.Objective, Points: points}
 	if o.emit != "" {
-		return o.emitJob(cmd.OutOrStdout(), specPath, plan)
+		return o.emitJob(cmd.OutOrStdout(), specPath, spec, plan)
 	}
-	ctx, stop := context.WithCancel(cmd.Context())
-	defer stop()
+	if err := sweep.Prepare(o.out, plan); err != nil {
+		return &exitError{2, fmt.Errorf("--out %s: %w", o.out, err)}
+	}
+	ctx, caught := stopOnSignal(cmd.Context())
 	ran, resumed, err := sweep.Run(ctx, plan, sweep.Options{Out: o.out, Jobs: o.jobs, Shard: shard, Progress: o.progress(len(shard.Of(points)))}, runPoint)
+	stderr := cmd.ErrOrStderr()
+	if sig := caught(); sig != 0 {
+		return &exitError{128 + int(sig), fmt.Errorf("sweep stopped by %v: %d points replayed, %d found done; the same command resumes it", sig, ran, resumed)}
+	}
 	if err != nil {
 		return &exitError{1, err}
 	}
-	stderr := cmd.ErrOrStderr()
 	if shard != sweep.All {
 		fmt.Fprintf(stderr, "shard %d/%d: %d points replayed, %d found done; when every shard has run:\n  offline-router sweep merge %s --report %s\n",
 			shard.I, shard.N, ran, resumed, o.out, filepath.Join(o.out, sweep.TableFile))
 		return nil
 	}
-	if resumed > 0 {
+	if resumed > 0 && !o.quiet {
 		fmt.Fprintf(stderr, "%d points replayed, %d found done (resumed)\n", ran, resumed)
 	}
 	t, err := sweep.Merge(o.out)
@@ -157,7 +166,34 @@ func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
 	return o.writeTable(cmd.OutOrStdout(), t, filepath.Dir(specPath))
 }
 
-// writeTable prints the table and writes its JSON and figure.
+// stopOnSignal is ctx, ended by SIGINT or SIGTERM, and a function that
+// says which signal ended it (0: none).
+func stopOnSignal(parent context.Context) (context.Context, func() syscall.Signal) {
+	ctx, cancel := context.WithCancel(parent)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	var mu sync.Mutex
+	var got syscall.Signal
+	go func() {
+		select {
+		case s := <-sigs:
+			mu.Lock()
+			got = s.(syscall.Signal)
+			mu.Unlock()
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() syscall.Signal {
+		signal.Stop(sigs)
+		mu.Lock()
+		defer mu.Unlock()
+		return got
+	}
+}
+
+// writeTable prints the table and writes its JSON and figure; a file it
+// cannot write is a failure of the run (exit 1), not of the flags.
 func (o *sweepOptions) writeTable(w io.Writer, t *sweep.Table, specDir string) error {
 	if o.plotFile != "" {
 		if err := plotFormat(o.plotFile); err != nil {
@@ -166,42 +202,53 @@ func (o *sweepOptions) writeTable(w io.Writer, t *sweep.Table, specDir string) e
 	}
 	data, err := json.MarshalIndent(t, "", "  ")
 	if err != nil {
-		return err
+		return &exitError{1, err}
 	}
 	if err := os.WriteFile(o.report, append(data, '\n'), 0o644); err != nil {
-		return err
+		return &exitError{1, err}
 	}
 	if err := sweep.WriteTable(w, t, specDir); err != nil {
-		return err
+		return &exitError{1, err}
 	}
 	if o.plotFile != "" {
-		return saveSweepPlot(o.plotFile, t)
+		if err := saveSweepPlot(o.plotFile, t); err != nil {
+			return &exitError{1, err}
+		}
 	}
 	return nil
 }
 
 // checkPoints runs every point's flags through replay's own checks before
-// any point runs, so that a typo in the last block fails the sweep at once.
+// any point runs, so that a typo in the last block fails the sweep at once,
+// and reads each trace at each block size the points give it.
 func checkPoints(points []sweep.Point) error {
-	traces := map[string]bool{}
+	type read struct {
+		trace     string
+		blockSize uint64
+	}
+	traces := map[read]bool{}
 	for i := range points {
 		p := &points[i]
 		cmd, o := replayCommand()
-		if err := cmd.ParseFlags(p.Args()); err != nil {
+		fail := func(err error) error {
 			return fmt.Errorf("point %d (%s): %w", i+1, strings.Join(p.Varied, " "), err)
+		}
+		if err := cmd.ParseFlags(p.Args()); err != nil {
+			return fail(err)
 		}
 		args := cmd.Flags().Args()
 		if err := replayArgs(cmd, args); err != nil {
-			return fmt.Errorf("point %d (%s): %w", i+1, strings.Join(p.Varied, " "), err)
+			return fail(err)
 		}
-		if _, err := o.plan(cmd, args); err != nil {
-			return fmt.Errorf("point %d (%s): %w", i+1, strings.Join(p.Varied, " "), err)
+		pl, err := o.plan(cmd, args)
+		if err != nil {
+			return fail(err)
 		}
-		if len(args) == 1 && !traces[args[0]] {
-			if _, err := os.Stat(args[0]); err != nil {
-				return fmt.Errorf("workload %s: %w", p.Workload, err)
+		if key := (read{p.Workload, pl.cfg.BlockSize}); len(pl.args) == 1 && !traces[key] {
+			if _, _, err := o.load(pl.args, pl.cfg); err != nil {
+				return fmt.Errorf("workload %s at block size %d: %w", p.Workload, pl.cfg.BlockSize, err)
 			}
-			traces[args[0]] = true
+			traces[key] = true
 		}
 	}
 	return nil
@@ -244,8 +291,11 @@ func (o *sweepOptions) progress(total int) sweep.Progress {
 	}
 }
 
+// dnsLabel is a Kubernetes object name (RFC 1123 label).
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
 // emitJob prints the Slurm script or the Kubernetes manifest.
-func (o *sweepOptions) emitJob(w io.Writer, specPath string, plan *sweep.Plan) error {
+func (o *sweepOptions) emitJob(w io.Writer, specPath string, spec *sweep.Spec, plan *sweep.Plan) error {
 	points := len(plan.Points)
 	if o.shard != "1/1" {
 		return &exitError{2, errors.New("--emit writes a job for every shard: drop --shard")}
@@ -282,8 +332,22 @@ func (o *sweepOptions) emitJob(w io.Writer, specPath string, plan *sweep.Plan) e
 		_, err = w.Write(script.Bytes())
 		return err
 	case "kubernetes":
-		if filepath.IsAbs(o.out) || slices.Contains(strings.Split(filepath.ToSlash(o.out), "/"), "..") {
+		inside := func(p string) bool {
+			return !filepath.IsAbs(p) && !slices.Contains(strings.Split(filepath.ToSlash(p), "/"), "..")
+		}
+		if !inside(o.out) {
 			return &exitError{2, fmt.Errorf("--out %s: with --emit kubernetes, a folder inside the volume, relative to its root (e.g. out)", o.out)}
+		}
+		for _, w := range spec.Workloads {
+			if w != sweep.Builtin && !inside(w) {
+				return &exitError{2, fmt.Errorf("workload %s: the pod reads the spec's folder from the volume, so a trace must lie under it (a relative path without ..)", w)}
+			}
+		}
+		if !dnsLabel.MatchString(o.jobName) {
+			return &exitError{2, fmt.Errorf("--job-name %q: a Kubernetes name: up to 63 lowercase letters, digits and '-', starting and ending with a letter or digit", o.jobName)}
+		}
+		if strings.TrimSpace(o.image) == "" || strings.ContainsAny(o.image, " \t\n") {
+			return &exitError{2, fmt.Errorf("--image %q: a container image reference, e.g. registry.example.com/offline-router:v1", o.image)}
 		}
 		return sweep.WriteKubernetes(w, sweep.KubernetesJob{Name: o.jobName, Image: o.image, Claim: o.claim,
 			Spec: filepath.Base(specPath), Out: filepath.ToSlash(o.out), Shards: shards, CPUs: o.cpus, WorkDir: "/sweep"})

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"image/color"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,20 +14,26 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/sweep"
 )
 
 const (
-	sweepFigW = 12 * vg.Inch
-	sweepFigH = 8.5 * vg.Inch // and a line below for each point of the front
-	maxKey    = 16            // front points listed under the panel at most
+	sweepFigW  = 13 * vg.Inch
+	sweepRowH  = 6 * vg.Inch // one row of two panels per workload
+	sweepHeadH = 1.5 * vg.Inch
+	maxKey     = 16 // front points listed under a row at most
 )
 
-// saveSweepPlot draws a sweep's points: prefix hit rate (x, higher is
-// better) against TTFT p99 (y, lower is better), one colour per policy as
-// the legend above says, hollow when outside the objective's bounds; the
-// Pareto front ringed, joined and labelled with its settings; the
-// recommended point crossed and named in the subtitle.
+var recommendedColor = color.RGBA{0xc0, 0, 0, 255}
+
+// saveSweepPlot draws a sweep: per workload, a row of two panels of prefix
+// hit rate (x, higher is better) against TTFT p99 (y, lower is better), all
+// the points on the left and, on the right, the region of the Pareto front
+// and the recommended point, where they crowd. One colour per policy as the
+// legend says, a hollow circle for a point outside the objective's bounds,
+// a black square around each point of the front (joined and numbered, the
+// settings listed under the row), a red cross on the recommended point.
 func saveSweepPlot(path string, t *sweep.Table) error {
 	r := &t.Deterministic
 	var policies []string
@@ -35,60 +42,107 @@ func saveSweepPlot(path string, t *sweep.Table) error {
 			policies = append(policies, pt.Policy)
 		}
 	}
-	p := plot.New()
-	p.X.Label.Text = "prefix hit rate (cached input tokens / input tokens; higher is better)"
-	p.Y.Label.Text = "TTFT p99 (ms; lower is better)"
-	p.Add(plotter.NewGrid())
+	slices.SortStableFunc(policies, func(a, b string) int {
+		ia, ib := slices.Index(protocol.Policies, protocol.Policy(a)), slices.Index(protocol.Policies, protocol.Policy(b))
+		return cmp.Compare(uint(ia), uint(ib)) // the router's policies first, in their order
+	})
+	keyStyle := textStyle(11)
+	keyLineH := keyStyle.Height("Xg") * 1.35
+	type row struct {
+		all, zoom *plot.Plot
+		title     string
+		key       []string
+	}
+	var rows []row
+	height := sweepHeadH
+	for _, w := range r.Workloads {
+		var pts []*sweep.PointResult
+		for i := range r.Points {
+			if r.Points[i].Workload == w.Workload {
+				pts = append(pts, &r.Points[i])
+			}
+		}
+		all, zoom, key, err := sweepPanels(pts, w, policies)
+		if err != nil {
+			return err
+		}
+		title := "Workload " + w.Workload + ": "
+		if w.Recommended != nil {
+			i := slices.IndexFunc(pts, func(p *sweep.PointResult) bool { return p.ID == *w.Recommended })
+			title += "recommended (red cross): " + shortSettings(pts[i])
+		} else {
+			title += "no point meets the objective"
+		}
+		rows = append(rows, row{all, zoom, title, key})
+		height += sweepRowH + vg.Length(len(key))*keyLineH + 0.3*vg.Inch
+	}
+
+	canvas := newCanvas(path, sweepFigW, height)
+	dc := draw.New(canvas)
+	body := draw.Crop(dc, margin, -margin, margin, -margin)
+	top := body.Max.Y
+	center := (body.Min.X + body.Max.X) / 2
+	title := r.Description
+	if title == "" {
+		title = "sweep"
+	}
+	titleStyle, subStyle, legendStyle := textStyle(titleSize), textStyle(11), textStyle(legendSize)
+	titleStyle.XAlign, titleStyle.YAlign = draw.XCenter, draw.YTop
+	subStyle.XAlign, subStyle.YAlign = draw.XCenter, draw.YTop
+	body.FillText(titleStyle, vg.Point{X: center, Y: top}, title)
+	top -= titleStyle.Height(title) * 1.4
+	for _, line := range []string{
+		fmt.Sprintf("%d points. Objective: %s.", len(r.Points), r.Objective.String()),
+		"Hollow: outside the objective's bounds. Black squares, joined and numbered: the Pareto front. Red cross: the recommended point.",
+	} {
+		body.FillText(subStyle, vg.Point{X: center, Y: top}, line)
+		top -= subStyle.Height(line) * 1.4
+	}
+	lineH := legendStyle.Height("Xg") * 1.5
+	for _, line := range legendLines(policies, legendStyle, body.Max.X-body.Min.X) {
+		drawLegendLine(body, legendStyle, line, top-lineH/2)
+		top -= lineH
+	}
+	top -= legendGap
+	rowTitle := textStyle(13)
+	rowTitle.XAlign, rowTitle.YAlign = draw.XCenter, draw.YTop
+	keyStyle.YAlign = draw.YTop
+	for _, rw := range rows {
+		body.FillText(rowTitle, vg.Point{X: center, Y: top}, rw.title)
+		top -= rowTitle.Height(rw.title) * 1.5
+		panels := band(body, top, sweepRowH-rowTitle.Height(rw.title)*1.5)
+		tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: 0.6 * vg.Inch}
+		grid := [][]*plot.Plot{{rw.all, rw.zoom}}
+		for j, c := range plot.Align(grid, tiles, panels)[0] {
+			grid[0][j].Draw(c)
+		}
+		top -= sweepRowH - rowTitle.Height(rw.title)*1.5
+		for _, line := range rw.key {
+			body.FillText(keyStyle, vg.Point{X: body.Min.X + 0.6*vg.Inch, Y: top}, line)
+			top -= keyLineH
+		}
+		top -= 0.3 * vg.Inch
+	}
+	return saveCanvas(path, canvas, strings.ToLower(filepath.Ext(path)))
+}
+
+// sweepPanels draws one workload's points twice, whole and near the front,
+// and lists the front's points for the key under them.
+func sweepPanels(pts []*sweep.PointResult, w sweep.WorkloadResult, policies []string) (all, zoom *plot.Plot, key []string, err error) {
 	xy := func(pt *sweep.PointResult) plotter.XY {
 		m := &pt.Report.Policies[0]
 		return plotter.XY{X: m.PrefixHitRate, Y: m.P99TTFTMS}
 	}
-	outside := 0
-	for i, name := range policies {
-		var within, without plotter.XYs
-		for j := range r.Points {
-			switch pt := &r.Points[j]; {
-			case pt.Policy != name:
-			case pt.MeetsBounds:
-				within = append(within, xy(pt))
-			default:
-				without = append(without, xy(pt))
-			}
-		}
-		outside += len(without)
-		for _, set := range []struct {
-			pts   plotter.XYs
-			shape draw.GlyphDrawer
-		}{{within, draw.CircleGlyph{}}, {without, draw.RingGlyph{}}} {
-			if len(set.pts) == 0 {
-				continue
-			}
-			s, err := plotter.NewScatter(set.pts)
-			if err != nil {
-				return err
-			}
-			// Later policies draw smaller, so that two that came out alike
-			// show as a dot in a disc rather than one hiding the other.
-			radius := 3 + 0.7*vg.Length(len(policies)-1-i)
-			s.GlyphStyle = draw.GlyphStyle{Color: seriesColor(i), Radius: radius, Shape: set.shape}
-			p.Add(s)
-		}
-	}
 	var front []*sweep.PointResult
-	for j := range r.Points {
-		if r.Points[j].OnFront {
-			front = append(front, &r.Points[j])
-		}
+	for _, id := range w.Pareto { // by rising hit rate
+		front = append(front, pts[slices.IndexFunc(pts, func(p *sweep.PointResult) bool { return p.ID == id })])
 	}
-	slices.SortFunc(front, func(a, b *sweep.PointResult) int {
-		return cmp.Or(cmp.Compare(xy(a).X, xy(b).X), cmp.Compare(xy(a).Y, xy(b).Y))
-	})
-	// The front's points are numbered beside their rings, and their
-	// settings listed under the panel: settings written beside the points
+	// The front's points are numbered beside their squares, and their
+	// settings listed under the panels: settings written beside the points
 	// print over each other where the front is dense. Points that came out
 	// alike (a knob that did not matter here) share a number.
 	var frontXY plotter.XYs
-	var frontLabels, key []string
+	var numbers []string
 	for i := 0; i < len(front); {
 		j := i + 1
 		for j < len(front) && xy(front[j]) == xy(front[i]) {
@@ -102,94 +156,129 @@ func saveSweepPlot(path string, t *sweep.Table) error {
 		m := &front[i].Report.Policies[0]
 		entry += fmt.Sprintf(": hit rate %.3f, TTFT p99 %s ms", m.PrefixHitRate, formatMS(m.P99TTFTMS))
 		frontXY = append(frontXY, xy(front[i]))
-		frontLabels = append(frontLabels, fmt.Sprintf(" %d", n))
+		numbers = append(numbers, fmt.Sprintf(" %d", n))
 		key = append(key, entry)
 		i = j
 	}
 	if len(key) > maxKey {
 		key = append(key[:maxKey-1], fmt.Sprintf("... and %d more on the front (the table lists them)", len(key)-maxKey+1))
 	}
-	if len(frontXY) > 0 {
-		line, err := plotter.NewLine(frontXY)
-		if err != nil {
-			return err
-		}
-		line.Color, line.Dashes, line.Width = color.Gray{90}, []vg.Length{4, 3}, 1
-		rings, err := plotter.NewScatter(frontXY)
-		if err != nil {
-			return err
-		}
-		rings.GlyphStyle = draw.GlyphStyle{Color: color.Black, Radius: 7, Shape: draw.RingGlyph{}}
-		labels, err := plotter.NewLabels(plotter.XYLabels{XYs: frontXY, Labels: frontLabels})
-		if err != nil {
-			return err
-		}
-		// Neighbours on the front alternate above and below their points,
-		// so that close ones do not print over each other.
-		for i := range labels.TextStyle {
-			labels.TextStyle[i] = textStyle(11)
-			labels.TextStyle[i].YAlign = draw.YBottom
-			if i%2 == 1 {
-				labels.TextStyle[i].YAlign = draw.YTop
+	var rec *sweep.PointResult
+	if w.Recommended != nil {
+		rec = pts[slices.IndexFunc(pts, func(p *sweep.PointResult) bool { return p.ID == *w.Recommended })]
+	}
+	draw1 := func(title string) (*plot.Plot, error) {
+		p := plot.New()
+		p.Title.Text = title
+		p.X.Label.Text = "prefix hit rate (higher is better)"
+		p.Y.Label.Text = "TTFT p99 (ms; lower is better)"
+		p.Add(plotter.NewGrid())
+		for i, name := range policies {
+			var within, without plotter.XYs
+			for _, pt := range pts {
+				switch {
+				case pt.Policy != name:
+				case pt.MeetsBounds:
+					within = append(within, xy(pt))
+				default:
+					without = append(without, xy(pt))
+				}
+			}
+			for _, set := range []struct {
+				pts   plotter.XYs
+				shape draw.GlyphDrawer
+			}{{within, draw.CircleGlyph{}}, {without, draw.RingGlyph{}}} {
+				if len(set.pts) == 0 {
+					continue
+				}
+				s, err := plotter.NewScatter(set.pts)
+				if err != nil {
+					return nil, err
+				}
+				// Later policies draw smaller, so that two that came out
+				// alike show as a dot in a disc rather than one hiding the
+				// other.
+				s.GlyphStyle = draw.GlyphStyle{Color: policyColor(name), Radius: 4 + 0.6*vg.Length(len(policies)-1-i), Shape: set.shape}
+				p.Add(s)
 			}
 		}
-		p.Add(line, rings, labels)
-	}
-	subtitle := []string{fmt.Sprintf("%d points, %d of them hollow: outside the objective's bounds. Ringed and joined: the Pareto front (%d points).",
-		len(r.Points), outside, len(r.Pareto))}
-	if r.Recommended != nil {
-		i := slices.IndexFunc(r.Points, func(pt sweep.PointResult) bool { return pt.ID == *r.Recommended })
-		rec := &r.Points[i]
-		mark, err := plotter.NewScatter(plotter.XYs{xy(rec)})
-		if err != nil {
-			return err
+		if len(frontXY) > 0 {
+			line, err := plotter.NewLine(frontXY)
+			if err != nil {
+				return nil, err
+			}
+			line.Color, line.Dashes, line.Width = color.Gray{90}, []vg.Length{4, 3}, 1
+			squares, err := plotter.NewScatter(frontXY)
+			if err != nil {
+				return nil, err
+			}
+			squares.GlyphStyle = draw.GlyphStyle{Color: color.Black, Radius: 8, Shape: draw.SquareGlyph{}}
+			labels, err := plotter.NewLabels(plotter.XYLabels{XYs: frontXY, Labels: numbers})
+			if err != nil {
+				return nil, err
+			}
+			// Neighbours on the front alternate above and below their
+			// points, so that close ones do not print over each other.
+			for i := range labels.TextStyle {
+				labels.TextStyle[i] = textStyle(11)
+				labels.TextStyle[i].YAlign = draw.YBottom
+				if i%2 == 1 {
+					labels.TextStyle[i].YAlign = draw.YTop
+				}
+				labels.Offset = vg.Point{X: 6}
+			}
+			p.Add(line, squares, labels)
 		}
-		mark.GlyphStyle = draw.GlyphStyle{Color: color.RGBA{0xc0, 0, 0, 255}, Radius: 11, Shape: draw.CrossGlyph{}}
-		p.Add(mark)
-		subtitle = append(subtitle, fmt.Sprintf("Red cross: recommended for %s: %s", r.Objective.String(), shortSettings(rec)))
-	} else {
-		subtitle = append(subtitle, "No point meets "+r.Objective.String())
+		if rec != nil {
+			mark, err := plotter.NewScatter(plotter.XYs{xy(rec)})
+			if err != nil {
+				return nil, err
+			}
+			mark.GlyphStyle = draw.GlyphStyle{Color: recommendedColor, Radius: 11, Shape: draw.CrossGlyph{}}
+			p.Add(mark)
+		}
+		return p, nil
 	}
-	// Room around the points, for the glyphs and the front's numbers.
-	dx, dy := (p.X.Max-p.X.Min)*0.04, (p.Y.Max-p.Y.Min)*0.04
-	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = p.X.Min-dx, p.X.Max+dx, p.Y.Min-dy, p.Y.Max+dy
+	if all, err = draw1("All points"); err != nil {
+		return nil, nil, nil, err
+	}
+	pad(all, 0.04)
+	if zoom, err = draw1("Near the front"); err != nil {
+		return nil, nil, nil, err
+	}
+	// The zoom frames the front and the recommended point, and shows
+	// whatever else falls there.
+	box := slices.Clone(frontXY)
+	if rec != nil {
+		box = append(box, xy(rec))
+	}
+	if len(box) > 0 {
+		zoom.X.Min, zoom.X.Max, zoom.Y.Min, zoom.Y.Max = math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+		for _, b := range box {
+			zoom.X.Min, zoom.X.Max = min(zoom.X.Min, b.X), max(zoom.X.Max, b.X)
+			zoom.Y.Min, zoom.Y.Max = min(zoom.Y.Min, b.Y), max(zoom.Y.Max, b.Y)
+		}
+		// At least a span of 0.01 in hit rate and 1% of the p99, so that a
+		// front of one point still has a scale.
+		widen(&zoom.X.Min, &zoom.X.Max, 0.01)
+		widen(&zoom.Y.Min, &zoom.Y.Max, math.Max(zoom.Y.Max*0.01, 1))
+		pad(zoom, 0.15)
+	}
+	return all, zoom, key, nil
+}
 
-	title := r.Description
-	if title == "" {
-		title = "sweep"
+// pad leaves room around the data, for the glyphs and the front's numbers.
+func pad(p *plot.Plot, f float64) {
+	dx, dy := (p.X.Max-p.X.Min)*f, (p.Y.Max-p.Y.Min)*f
+	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = p.X.Min-dx, p.X.Max+dx, p.Y.Min-dy, p.Y.Max+dy
+}
+
+// widen makes [lo, hi] at least span wide, about its middle.
+func widen(lo, hi *float64, span float64) {
+	if *hi-*lo < span {
+		mid := (*lo + *hi) / 2
+		*lo, *hi = mid-span/2, mid+span/2
 	}
-	keyStyle := textStyle(11)
-	keyLineH := keyStyle.Height("Xg") * 1.35
-	height := sweepFigH + vg.Length(len(key))*keyLineH + 0.3*vg.Inch
-	canvas := newCanvas(path, sweepFigW, height)
-	dc := draw.New(canvas)
-	body := draw.Crop(dc, margin, -margin, margin, -margin)
-	top := body.Max.Y
-	titleStyle, subStyle, legendStyle := textStyle(titleSize), textStyle(11), textStyle(legendSize)
-	titleStyle.XAlign, titleStyle.YAlign = draw.XCenter, draw.YTop
-	subStyle.XAlign, subStyle.YAlign = draw.XCenter, draw.YTop
-	body.FillText(titleStyle, vg.Point{X: (body.Min.X + body.Max.X) / 2, Y: top}, title)
-	top -= titleStyle.Height(title) * 1.4
-	for _, line := range subtitle {
-		body.FillText(subStyle, vg.Point{X: (body.Min.X + body.Max.X) / 2, Y: top}, line)
-		top -= subStyle.Height(line) * 1.4
-	}
-	top -= subStyle.Height("X") * 0.3
-	lineH := legendStyle.Height("Xg") * 1.5
-	for _, line := range legendLines(policies, legendStyle, body.Max.X-body.Min.X) {
-		drawLegendLine(body, legendStyle, line, top-lineH/2)
-		top -= lineH
-	}
-	top -= legendGap
-	keyH := vg.Length(len(key))*keyLineH + 0.3*vg.Inch
-	p.Draw(band(body, top, top-body.Min.Y-keyH))
-	y := body.Min.Y + keyH - 0.3*vg.Inch
-	keyStyle.YAlign = draw.YTop
-	for _, line := range key {
-		body.FillText(keyStyle, vg.Point{X: body.Min.X + 0.6*vg.Inch, Y: y}, line)
-		y -= keyLineH
-	}
-	return saveCanvas(path, canvas, strings.ToLower(filepath.Ext(path)))
 }
 
 // shortSettings names a point by its grid flags, without their dashes (and

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -80,8 +81,8 @@ func TestSweepAnyPoolSize(t *testing.T) {
 		t.Fatalf("--jobs 1 and 4 differ:\n%s", d)
 	}
 	r := one.Deterministic
-	if len(r.Points) != 6 || r.Recommended == nil || !strings.Contains(table, "<- recommended") || !strings.Contains(table, "rerun it: offline-router replay --sessions=12") {
-		t.Fatalf("%d points, recommended %v:\n%s", len(r.Points), r.Recommended, table)
+	if len(r.Points) != 6 || len(r.Workloads) != 1 || r.Workloads[0].Recommended == nil || !strings.Contains(table, "<- recommended") || !strings.Contains(table, "rerun it: offline-router replay --sessions=12") {
+		t.Fatalf("%d points, workloads %+v:\n%s", len(r.Points), r.Workloads, table)
 	}
 	best := -1.0
 	for _, p := range r.Points {
@@ -93,7 +94,7 @@ func TestSweepAnyPoolSize(t *testing.T) {
 			t.Errorf("point %s: report of %s on %s", p.ID, p.Report.Policies[0].Policy, p.Report.Trace.Source)
 		}
 	}
-	rec := r.Points[slices.IndexFunc(r.Points, func(p sweep.PointResult) bool { return p.ID == *r.Recommended })].Report.Policies[0]
+	rec := r.Points[slices.IndexFunc(r.Points, func(p sweep.PointResult) bool { return p.ID == *r.Workloads[0].Recommended })].Report.Policies[0]
 	if rec.P99TTFTMS != best || rec.WorkerShareCV > 0.5 {
 		t.Errorf("recommended p99 %v (cv %v), best within the bound %v", rec.P99TTFTMS, rec.WorkerShareCV, best)
 	}
@@ -146,8 +147,11 @@ func TestSweepRefusals(t *testing.T) {
 		`{"workloads":["builtin"],"grid":[{"no-such-flag":[1]}],"objective":{"minimize":"p99_ttft_ms"}}`:     `unknown flag: --no-such-flag`,
 		`{"workloads":["builtin"],"objective":{"minimize":"ttft"}}`:                                          `"ttft" is not a metric`,
 		`{"workloads":["builtin"],"flags":{"sessions":0},"objective":{"minimize":"p99_ttft_ms"}}`:            `--sessions 0`,
+		`{"workloads":["bad.jsonl"],"objective":{"minimize":"p99_ttft_ms"}}`:                                 `workload bad.jsonl at block size 512:`,
 	} {
-		if _, stderr, code := run(t, "", "sweep", writeSpec(t, spec), "--out", out); code != 2 || !strings.Contains(stderr, want) {
+		path := writeSpec(t, spec)
+		os.WriteFile(filepath.Join(filepath.Dir(path), "bad.jsonl"), []byte("garbage\n"), 0o644)
+		if _, stderr, code := run(t, "", "sweep", path, "--out", out); code != 2 || !strings.Contains(stderr, want) {
 			t.Errorf("%s: exit %d: %s", spec, code, stderr)
 		}
 	}
@@ -155,12 +159,27 @@ func TestSweepRefusals(t *testing.T) {
 		t.Error("a refused sweep wrote its folder")
 	}
 	spec := writeSpec(t, smallSpec)
+	// An --out that cannot hold a sweep is bad input too.
+	file := filepath.Join(t.TempDir(), "a-file")
+	os.WriteFile(file, nil, 0o644)
+	if _, stderr, code := run(t, "", "sweep", spec, "--out", file); code != 2 || !strings.Contains(stderr, "--out") {
+		t.Errorf("--out a file: exit %d: %s", code, stderr)
+	}
+	taken := filepath.Join(t.TempDir(), "taken")
+	if _, _, code := run(t, "", "sweep", writeSpec(t, `{"workloads":["builtin"],"flags":{"sessions":3},"objective":{"minimize":"p99_ttft_ms"}}`), "--out", taken, "-q"); code != 0 {
+		t.Fatal("a one-point sweep failed")
+	}
+	if _, stderr, code := run(t, "", "sweep", spec, "--out", taken); code != 2 || !strings.Contains(stderr, "holds another sweep") {
+		t.Errorf("--out another sweep's folder: exit %d: %s", code, stderr)
+	}
 	for args, want := range map[string]string{
-		"--shard 0/2":                       "--shard",
-		"--jobs 0":                          "--jobs 0",
-		"--emit slurm --shards 7":           "--shards 7: expected 1 to 6",
-		"--emit kubernetes --out /abs/path": "inside the volume",
-		"--emit pbs":                        `--emit "pbs"`,
+		"--shard 0/2":                           "--shard",
+		"--jobs 0":                              "--jobs 0",
+		"--emit slurm --shards 7":               "--shards 7: expected 1 to 6",
+		"--emit kubernetes --out /abs/path":     "inside the volume",
+		"--emit pbs":                            `--emit "pbs"`,
+		"--emit kubernetes --job-name Bad_Name": "--job-name",
+		"--emit kubernetes --image=":            "--image",
 	} {
 		a := append([]string{"sweep", spec, "--out", "rel"}, strings.Fields(args)...)
 		if _, stderr, code := run(t, "", a...); code != 2 || !strings.Contains(stderr, want) {
@@ -185,12 +204,12 @@ func TestSweepFindsTheBetterKnob(t *testing.T) {
 		if strings.Join(p.Varied, " ") == "--policy=kv --prefill-load-scale=1 --temperature=0" {
 			base = p
 		}
-		if r.Recommended != nil && p.ID == *r.Recommended {
+		if r.Workloads[0].Recommended != nil && p.ID == *r.Workloads[0].Recommended {
 			rec = p
 		}
 	}
 	if base == nil || rec == nil {
-		t.Fatalf("default kv point %v, recommended %v", base, r.Recommended)
+		t.Fatalf("default kv point %v, recommended %v", base, r.Workloads[0].Recommended)
 	}
 	b, m := base.Report.Policies[0], rec.Report.Policies[0]
 	if rec.Policy != "kv" || rec.ID == base.ID || m.P99TTFTMS >= b.P99TTFTMS || m.PrefixHitRate <= b.PrefixHitRate || m.WorkerShareCV > 0.1 {
@@ -259,5 +278,49 @@ func TestSweepOnSlurm(t *testing.T) {
 	logs, _ := filepath.Glob(filepath.Join(out, "slurm-*.out"))
 	if len(logs) != 3 {
 		t.Errorf("%d task logs, want 3", len(logs))
+	}
+}
+
+// TestSweepStoppedBySignal: SIGINT stops a sweep at once with status 130,
+// leaves only whole reports, and the same command resumes it to the table
+// of a sweep never stopped.
+func TestSweepStoppedBySignal(t *testing.T) {
+	spec := writeSpec(t, strings.Replace(smallSpec, `"sessions": 12`, `"sessions": 400`, 1))
+	out := filepath.Join(t.TempDir(), "out")
+	cmd := exec.Command(binary, "sweep", spec, "--out", out, "--jobs", "1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if strings.Contains(stderr.String(), "sweep: 1/6") { // one point done, the next under way
+			break
+		}
+	}
+	cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 || !strings.Contains(stderr.String(), "the same command resumes it") {
+		t.Fatalf("stopped: %v: %s", err, stderr.String())
+	}
+	files, _ := filepath.Glob(filepath.Join(out, sweep.PointsDir, "*"))
+	for _, f := range files {
+		if strings.Contains(f, "partial") {
+			t.Errorf("a stopped sweep left %s", f)
+		}
+	}
+	if len(files) == 0 || len(files) == 6 {
+		t.Fatalf("%d reports after the stop: not stopped midway", len(files))
+	}
+	if _, stderr, code := run(t, "", "sweep", spec, "--out", out); code != 0 || !strings.Contains(stderr, "found done") {
+		t.Fatalf("resumed: exit %d: %s", code, stderr)
+	}
+	whole := filepath.Join(t.TempDir(), "whole")
+	if _, stderr, code := run(t, "", "sweep", spec, "--out", whole, "-q"); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	a, b := readTable(t, filepath.Join(out, sweep.TableFile)), readTable(t, filepath.Join(whole, sweep.TableFile))
+	if d := cmp.Diff(a.Deterministic, b.Deterministic, samePoints); d != "" {
+		t.Fatalf("resumed differs from whole:\n%s", d)
 	}
 }

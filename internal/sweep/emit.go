@@ -149,3 +149,12 @@ func WriteKubernetes(w io.Writer, j KubernetesJob) error {
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
+
+// shellWord is s as one word for sh: as it is when it holds nothing sh
+// would read, else single-quoted.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,:/+@%") == "" {
+		return s
+	}
+	return shellQuote(s)
+}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 )
 
 // Object is a JSON object of flag names to values, in the order written,
@@ -19,8 +21,8 @@ type Field struct {
 	Values []string
 }
 
-// UnmarshalJSON reads the object, refusing a key given twice. encoding/json
-// does the lexing; this only keeps the order.
+// UnmarshalJSON reads the object. encoding/json does the lexing; this only
+// keeps the order.
 func (o *Object) UnmarshalJSON(data []byte) error {
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
@@ -33,10 +35,7 @@ func (o *Object) UnmarshalJSON(data []byte) error {
 		if err != nil {
 			return err
 		}
-		name := t.(string)
-		if o.has(name) {
-			return fmt.Errorf("flag %q appears twice", name)
-		}
+		name := t.(string) // given once: Parse refused repeated keys
 		var raw json.RawMessage
 		if err := d.Decode(&raw); err != nil {
 			return fmt.Errorf("flag %q: %w", name, err)
@@ -118,4 +117,56 @@ func scalars(raw json.RawMessage) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// noRepeatedKeys refuses a JSON document in which an object gives a key
+// twice, naming the key and where it is.
+func noRepeatedKeys(data []byte) error {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	var walk func(path string) error
+	walk = func(path string) error {
+		t, err := d.Token()
+		if err != nil {
+			return err
+		}
+		switch t {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for d.More() {
+				k, err := d.Token()
+				if err != nil {
+					return err
+				}
+				key := k.(string)
+				if seen[key] {
+					return fmt.Errorf("%s%q appears twice", where(path), key)
+				}
+				seen[key] = true
+				if err := walk(path + "." + key); err != nil {
+					return err
+				}
+			}
+			_, err = d.Token()
+		case json.Delim('['):
+			for i := 0; d.More(); i++ {
+				if err := walk(fmt.Sprintf("%s[%d]", path, i)); err != nil {
+					return err
+				}
+			}
+			_, err = d.Token()
+		}
+		return err
+	}
+	if err := walk(""); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+func where(path string) string {
+	if path == "" {
+		return "key "
+	}
+	return "in " + strings.TrimPrefix(path, ".") + ", key "
 }

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,17 +81,20 @@ type Options struct {
 // A point's report appears only once complete (written beside, then
 // renamed), so an interrupted sweep resumes where it stopped. The first
 // point that fails stops the others from starting; its error names it.
+// When ctx ends (the process is told to stop), Run returns at once with
+// ctx's error: the replays under way cannot be stopped midway, so their
+// partial reports are removed, and none of them will be renamed.
 func Run(ctx context.Context, plan *Plan, opt Options, run RunPoint) (ran, resumed int, err error) {
 	if err := Prepare(opt.Out, plan); err != nil {
 		return 0, 0, err
 	}
 	dir := filepath.Join(opt.Out, PointsDir)
 	mine := opt.Shard.Of(plan.Points)
-	var mu sync.Mutex
+	var mu sync.Mutex // guards the counts, inflight and stopped
 	done := 0
+	inflight := map[string]bool{} // partial reports being written
+	stopped := false
 	report := func(p *Point, wall time.Duration, found bool) {
-		mu.Lock()
-		defer mu.Unlock()
 		done++
 		if found {
 			resumed++
@@ -100,35 +105,65 @@ func Run(ctx context.Context, plan *Plan, opt Options, run RunPoint) (ran, resum
 			opt.Progress(done, len(mine), p, wall, found)
 		}
 	}
-	g, ctx := errgroup.WithContext(ctx)
+	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(opt.Jobs, 1))
-	for i := range mine {
-		p := &mine[i]
-		path := filepath.Join(dir, p.ID+".json")
-		if _, err := os.Stat(path); err == nil {
-			report(p, 0, true)
-			continue
+	point := func(p *Point, path string) error {
+		if gctx.Err() != nil {
+			return nil // another point failed, or the sweep was stopped: start no more
 		}
-		g.Go(func() error {
-			if ctx.Err() != nil {
-				return nil // another point failed: start no more
-			}
-			start := time.Now()
-			// A replay's report must end in .json; a partial one never
-			// takes the name a resumed sweep looks for.
-			tmp := filepath.Join(dir, fmt.Sprintf("%s.partial-%d.json", p.ID, os.Getpid()))
-			if err := run(ctx, p, tmp); err != nil {
-				os.Remove(tmp)
-				return &PointError{Point: *p, Err: err}
-			}
-			if err := os.Rename(tmp, path); err != nil {
-				return err
-			}
-			report(p, time.Since(start), false)
+		start := time.Now()
+		// A replay's report must end in .json; a partial one never takes
+		// the name a resumed sweep looks for.
+		tmp := filepath.Join(dir, fmt.Sprintf("%s.partial-%d.json", p.ID, os.Getpid()))
+		mu.Lock()
+		inflight[tmp] = true
+		mu.Unlock()
+		err := run(gctx, p, tmp)
+		mu.Lock()
+		defer mu.Unlock()
+		delete(inflight, tmp)
+		switch {
+		case stopped:
+			os.Remove(tmp)
 			return nil
-		})
+		case err != nil:
+			os.Remove(tmp)
+			return &PointError{Point: *p, Err: err}
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return err
+		}
+		report(p, time.Since(start), false)
+		return nil
 	}
-	err = g.Wait()
+	finished := make(chan error, 1)
+	go func() {
+		for i := range mine {
+			p := &mine[i]
+			path := filepath.Join(dir, p.ID+".json")
+			if _, err := os.Stat(path); err == nil {
+				mu.Lock()
+				report(p, 0, true)
+				mu.Unlock()
+				continue
+			}
+			g.Go(func() error { return point(p, path) })
+		}
+		finished <- g.Wait()
+	}()
+	select {
+	case err = <-finished:
+	case <-ctx.Done():
+		mu.Lock()
+		stopped = true
+		for tmp := range inflight {
+			os.Remove(tmp)
+		}
+		mu.Unlock()
+		err = ctx.Err()
+	}
+	mu.Lock()
+	defer mu.Unlock()
 	return ran, resumed, err
 }
 
@@ -144,31 +179,53 @@ func (e *PointError) Error() string {
 
 func (e *PointError) Unwrap() error { return e.Err }
 
-// Prepare makes the sweep's folder and records the plan there, or checks
-// that the folder's is the same: two sweeps sharing a folder would mix
-// their reports in one table.
+// Prepare makes the sweep's folder and records the plan there. A folder
+// holds one sweep: its points may not change (two sweeps sharing a folder
+// would mix their reports in one table), but its description and objective
+// may, and the plan is then rewritten.
 func Prepare(out string, plan *Plan) error {
 	if err := os.MkdirAll(filepath.Join(out, PointsDir), 0o755); err != nil {
 		return err
+	}
+	old, err := readPlan(out)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return err
+	case !samePoints(old.Points, plan.Points):
+		return fmt.Errorf("%s holds another sweep (its %s lists other points, or a trace changed since): give another --out, or remove it",
+			out, PlanFile)
+	case samePoints(old.Points, plan.Points) && old.Description == plan.Description && reflect.DeepEqual(old.Objective, plan.Objective):
+		return nil
 	}
 	data, err := json.MarshalIndent(plan, "", "  ")
 	if err != nil {
 		return err
 	}
-	data = append(data, '\n')
 	path := filepath.Join(out, PlanFile)
-	old, err := os.ReadFile(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
-		if err := os.WriteFile(tmp, data, 0o644); err != nil {
-			return err
-		}
-		return os.Rename(tmp, path)
-	case err != nil:
+	tmp := fmt.Sprintf("%s.partial-%d", path, os.Getpid())
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
 		return err
-	case string(old) != string(data):
-		return fmt.Errorf("%s holds another sweep's plan (%s): give another --out, or remove it", out, path)
 	}
-	return nil
+	return os.Rename(tmp, path)
+}
+
+// readPlan reads a sweep folder's plan.
+func readPlan(dir string) (*Plan, error) {
+	data, err := os.ReadFile(filepath.Join(dir, PlanFile))
+	if err != nil {
+		return nil, err
+	}
+	var p Plan
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, PlanFile), err)
+	}
+	return &p, nil
+}
+
+// samePoints compares points as a plan records them.
+func samePoints(a, b []Point) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -146,5 +147,62 @@ func TestShardsMerge(t *testing.T) {
 	}
 	if d := cmp.Diff(a.Deterministic, b.Deterministic, cmp.AllowUnexported(Point{})); d != "" {
 		t.Fatalf("shards merged differ from the whole:\n%s", d)
+	}
+}
+
+// TestStopRemovesPartials: a sweep told to stop returns at once, removes
+// the reports being written, and renames none of them later.
+func TestStopRemovesPartials(t *testing.T) {
+	plan := testPlan(t, 4)
+	dir := t.TempDir()
+	ctx, stop := context.WithCancel(context.Background())
+	started, release := make(chan struct{}, 4), make(chan struct{})
+	slow := func(_ context.Context, p *Point, path string) error {
+		os.WriteFile(path, []byte("{half"), 0o644)
+		started <- struct{}{}
+		<-release // a replay runs on, whatever the context says
+		return os.WriteFile(path, []byte("{}"), 0o644)
+	}
+	result := make(chan error)
+	go func() {
+		_, _, err := Run(ctx, plan, Options{Out: dir, Jobs: 2, Shard: All}, slow)
+		result <- err
+	}()
+	<-started
+	<-started
+	stop()
+	if err := <-result; !errors.Is(err, context.Canceled) {
+		t.Fatalf("stopped: %v", err)
+	}
+	if files, _ := os.ReadDir(filepath.Join(dir, PointsDir)); len(files) != 0 {
+		t.Errorf("a stopped sweep left %d files", len(files))
+	}
+	close(release)
+	time.Sleep(50 * time.Millisecond) // the replays under way end now
+	files, _ := os.ReadDir(filepath.Join(dir, PointsDir))
+	for _, f := range files {
+		if !strings.Contains(f.Name(), "partial") {
+			t.Errorf("a replay that ended after the stop left %s", f.Name())
+		}
+	}
+}
+
+// TestObjectiveMayChange: a folder keeps its points, not its objective.
+func TestObjectiveMayChange(t *testing.T) {
+	plan := testPlan(t, 3)
+	dir := t.TempDir()
+	if _, _, err := Run(context.Background(), plan, Options{Out: dir, Jobs: 1, Shard: All}, (&fakeRun{}).run); err != nil {
+		t.Fatal(err)
+	}
+	other := *plan
+	other.Objective = Objective{Maximize: "prefix_hit_rate"}
+	other.Description = "again"
+	ran, resumed, err := Run(context.Background(), &other, Options{Out: dir, Jobs: 1, Shard: All}, (&fakeRun{}).run)
+	if err != nil || ran != 0 || resumed != 3 {
+		t.Fatalf("a new objective on the same points: ran %d, found %d: %v", ran, resumed, err)
+	}
+	tab, err := Merge(dir)
+	if err != nil || tab.Deterministic.Description != "again" || tab.Deterministic.Objective.Maximize != "prefix_hit_rate" {
+		t.Fatalf("the plan kept its old objective: %+v %v", tab.Deterministic.Objective, err)
 	}
 }

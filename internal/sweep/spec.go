@@ -74,6 +74,9 @@ type Point struct {
 	ID string `json:"id"`
 	// Workload is the trace's path as the spec gives it, or "builtin".
 	Workload string `json:"workload"`
+	// TraceSHA256 is the trace file's digest when the plan was made; ""
+	// for builtin.
+	TraceSHA256 string `json:"trace_sha256,omitempty"`
 	// Flags are the replay flags, --name=value, the spec's flags then the
 	// grid's.
 	Flags []string `json:"flags"`
@@ -105,8 +108,15 @@ func Load(path string) (*Spec, error) {
 	return spec, nil
 }
 
-// Parse reads a spec from its JSON.
+// Parse reads a spec from its JSON. A key given twice, at any depth, is
+// refused: encoding/json would keep the last silently.
 func Parse(data []byte) (*Spec, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, errors.New("the spec is empty: an object with workloads, flags, grid and objective (docs/sweep.md)")
+	}
+	if err := noRepeatedKeys(data); err != nil {
+		return nil, err
+	}
 	var s Spec
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.DisallowUnknownFields()
@@ -130,6 +140,8 @@ var reserved = map[string]string{
 	"quiet": "the sweep shows its own progress", "q": "the sweep shows its own progress",
 	"compare": "a point is one policy: put the policies in a grid block", "policies": "a point is one policy: put the policies in a grid block",
 	"cpuprofile": "a sweep profiles nothing", "config": "give the config's keys as flags",
+	"help": "a point runs, it does not explain itself", "h": "a point runs, it does not explain itself",
+	"version": "a point runs, it does not print a version",
 }
 
 func (s *Spec) check() error {
@@ -139,6 +151,9 @@ func (s *Spec) check() error {
 	for i, w := range s.Workloads {
 		if w == "" {
 			return fmt.Errorf(`"workloads"[%d]: empty; a trace file's path, or "builtin"`, i)
+		}
+		if slices.Index(s.Workloads, w) < i {
+			return fmt.Errorf(`"workloads"[%d]: %q is given twice`, i, w)
 		}
 	}
 	for _, o := range append([]Object{s.Flags}, s.Grid...) {
@@ -179,6 +194,9 @@ func (o *Objective) check() error {
 		if b.Min == nil && b.Max == nil {
 			return fmt.Errorf(`"objective"."subject_to".%s: give "min", "max" or both`, name)
 		}
+		if b.Min != nil && b.Max != nil && *b.Min > *b.Max {
+			return fmt.Errorf(`"objective"."subject_to".%s: min %v is above max %v: no point could keep it`, name, *b.Min, *b.Max)
+		}
 	}
 	for _, name := range names {
 		if !slices.Contains(MetricNames, name) {
@@ -197,7 +215,8 @@ func (s *Spec) Points() ([]Point, error) {
 	if len(blocks) == 0 {
 		blocks = []Object{nil}
 	}
-	var combos [][]string
+	// Counted before any is made: a typo's grid is refused, not built.
+	total := 0
 	for _, b := range blocks {
 		n := 1
 		for _, kv := range b {
@@ -205,6 +224,16 @@ func (s *Spec) Points() ([]Point, error) {
 			if n > MaxPoints {
 				return nil, fmt.Errorf("the grid makes more than %d points", MaxPoints)
 			}
+		}
+		if total += n * len(s.Workloads); total > MaxPoints {
+			return nil, fmt.Errorf("the sweep makes more than %d points", MaxPoints)
+		}
+	}
+	var combos [][]string
+	for _, b := range blocks {
+		n := 1
+		for _, kv := range b {
+			n *= len(kv.Values)
 		}
 		for i := range n {
 			var varied []string
@@ -217,22 +246,23 @@ func (s *Spec) Points() ([]Point, error) {
 			combos = append(combos, varied)
 		}
 	}
-	if len(combos)*len(s.Workloads) > MaxPoints {
-		return nil, fmt.Errorf("the sweep makes more than %d points", MaxPoints)
-	}
 	var points []Point
 	seen := map[string]int{}
 	for _, w := range s.Workloads {
-		trace := ""
+		trace, sum := "", ""
 		if w != Builtin {
 			trace = w
 			if !filepath.IsAbs(w) {
 				trace = filepath.Join(s.dir, w)
 			}
+			var err error
+			if sum, err = fileSHA256(trace); err != nil {
+				return nil, fmt.Errorf("workload %s: %w", w, err)
+			}
 		}
 		for _, varied := range combos {
 			flags := append(slices.Clone(base), varied...)
-			p := Point{ID: pointID(w, flags), Workload: w, Flags: flags, Varied: varied, trace: trace}
+			p := Point{ID: pointID(w, sum, flags), Workload: w, TraceSHA256: sum, Flags: flags, Varied: varied, trace: trace}
 			if j, ok := seen[p.ID]; ok {
 				return nil, fmt.Errorf("grid blocks repeat a point: %s on %s (point %d and %d)", strings.Join(varied, " "), w, j+1, len(points)+1)
 			}
@@ -243,20 +273,38 @@ func (s *Spec) Points() ([]Point, error) {
 	return points, nil
 }
 
-func pointID(workload string, flags []string) string {
-	sum := sha256.Sum256([]byte(workload + "\x00" + strings.Join(flags, "\x00")))
+// pointID digests what a point replays: the workload's name and content
+// (a trace edited in place gives new points, not the old reports) and the
+// flags.
+func pointID(workload, traceSHA string, flags []string) string {
+	sum := sha256.Sum256([]byte(workload + "\x00" + traceSHA + "\x00" + strings.Join(flags, "\x00")))
 	return hex.EncodeToString(sum[:6])
 }
 
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
 // MetricNames are the report's numeric metrics, by their JSON names, that
-// an objective may name.
+// an objective may name (request_goodput among them: present only when the
+// points run with --goodput).
 var MetricNames = func() []string {
 	var names []string
 	t := reflect.TypeFor[replay.Metrics]()
 	for i := range t.NumField() {
 		f := t.Field(i)
-		switch f.Type.Kind() {
-		case reflect.Int, reflect.Uint64, reflect.Float64:
+		switch k := f.Type.Kind(); {
+		case k == reflect.Int, k == reflect.Uint64, k == reflect.Float64,
+			k == reflect.Pointer && f.Type.Elem().Kind() == reflect.Float64:
 			names = append(names, strings.Split(f.Tag.Get("json"), ",")[0])
 		}
 	}

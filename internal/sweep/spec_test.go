@@ -2,6 +2,8 @@ package sweep
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -24,9 +26,11 @@ const objective = `"objective":{"minimize":"p99_ttft_ms"}`
 // combinations in order with its last flag fastest, values as written, a
 // comment key ignored; IDs are stable digests of workload and flags.
 func TestPointsExpansion(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "t.jsonl"), []byte("{}\n"), 0o644)
 	s := mustParse(t, `{"workloads":["builtin","t.jsonl"],"flags":{"comment":"x","workers":8},
 		"grid":[{"policy":"kv","prefill-load-scale":[1,0.50],"temperature":[0,"0.5"]},{"policy":["round_robin","llmd"]}],`+objective+`}`)
-	s.dir = "/specs"
+	s.dir = dir
 	points, err := s.Points()
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +51,7 @@ func TestPointsExpansion(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("points (-want +got):\n%s", d)
 	}
-	if args := points[6].Args(); args[0] != "/specs/t.jsonl" || slices.Contains(points[0].Args(), "builtin") {
+	if args := points[6].Args(); args[0] != filepath.Join(dir, "t.jsonl") || slices.Contains(points[0].Args(), "builtin") {
 		t.Errorf("a trace is opened beside the spec, builtin is no argument: %q, %q", args, points[0].Args())
 	}
 	ids := map[string]bool{}
@@ -55,7 +59,7 @@ func TestPointsExpansion(t *testing.T) {
 		ids[p.ID] = true
 	}
 	again, _ := s.Points()
-	if len(ids) != len(points) || again[3].ID != points[3].ID || points[3].ID != pointID("builtin", points[3].Flags) {
+	if len(ids) != len(points) || again[3].ID != points[3].ID || points[3].ID != pointID("builtin", "", points[3].Flags) {
 		t.Errorf("IDs are not unique digests of the point: %d distinct of %d", len(ids), len(points))
 	}
 	// A point keeps its ID whatever else the spec holds: a report is found
@@ -67,6 +71,13 @@ func TestPointsExpansion(t *testing.T) {
 	}
 	if p, _ := mustParse(t, `{"workloads":["builtin"],`+objective+`}`).Points(); len(p) != 1 || len(p[0].Flags) != 0 {
 		t.Errorf("a spec without grid or flags is one plain point: %+v", p)
+	}
+	// A trace edited in place gives new points: its old reports are not
+	// taken for the new trace's.
+	os.WriteFile(filepath.Join(dir, "t.jsonl"), []byte("{}\n{}\n"), 0o644)
+	edited, _ := s.Points()
+	if edited[6].ID == points[6].ID || edited[0].ID != points[0].ID || edited[6].TraceSHA256 == points[6].TraceSHA256 {
+		t.Errorf("an edited trace kept its points' IDs: %s", edited[6].ID)
 	}
 }
 
@@ -82,7 +93,7 @@ func TestSpecRefusals(t *testing.T) {
 		`{"workloads":["builtin"],"flags":{"workers":[1,2]},` + objective + `}`:                                `"flags".workers: one value`,
 		`{"workloads":["builtin"],"flags":{"workers":8},"grid":[{"workers":[1,2]}],` + objective + `}`:         `"grid"[0].workers: also in "flags"`,
 		`{"workloads":["builtin"],"grid":[{"workers":[]}],` + objective + `}`:                                  `"grid"[0].workers: no values`,
-		`{"workloads":["builtin"],"grid":[{"workers":[1],"workers":[2]}],` + objective + `}`:                   `flag "workers" appears twice`,
+		`{"workloads":["builtin"],"grid":[{"workers":[1],"workers":[2]}],` + objective + `}`:                   `in grid[0], key "workers" appears twice`,
 		`{"workloads":["builtin"],"grid":[{"workers":[{}]}],` + objective + `}`:                                `not a number, string or boolean`,
 		`{"workloads":["builtin"],"objective":{}}`:                                                             `give one of "minimize" and "maximize"`,
 		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttf_ms"}}`:                                      `"p99_ttf_ms" is not a metric`,

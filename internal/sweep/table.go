@@ -31,25 +31,37 @@ type Table struct {
 	Run           []PointRun  `json:"run"`
 }
 
-// TableResult is every point's outcome, the Pareto front of prefix hit rate
-// (higher is better) against TTFT p99 (lower is better), and the point the
-// objective recommends.
+// TableResult is every point's outcome and, per workload (points on other
+// traffic do not compare), the Pareto front and the recommended point.
 type TableResult struct {
-	Description string    `json:"description"`
-	Objective   Objective `json:"objective"`
+	Description string           `json:"description"`
+	Objective   Objective        `json:"objective"`
+	Workloads   []WorkloadResult `json:"workloads"`
+	Points      []PointResult    `json:"points"`
+}
+
+// WorkloadResult judges the points of one workload. Only points that
+// served every request (or keep the objective's own bound on "rejected")
+// take part: a point that turned requests away shows the latency of those
+// it kept.
+type WorkloadResult struct {
+	Workload    string `json:"workload"`
+	TraceSHA256 string `json:"trace_sha256,omitempty"`
 	// Recommended is the ID of the point the objective picks; null when no
 	// point keeps the objective's bounds.
 	Recommended *string `json:"recommended"`
-	// Pareto lists the IDs of the points no other beats on both hit rate
-	// and TTFT p99, by rising hit rate.
-	Pareto []string      `json:"pareto"`
-	Points []PointResult `json:"points"`
+	// Pareto lists the IDs of the points no other beats on both prefix hit
+	// rate (higher) and TTFT p99 (lower), by rising hit rate.
+	Pareto []string `json:"pareto"`
 }
 
 // PointResult is one point and its replay's deterministic report.
 type PointResult struct {
 	Point
-	Policy      string               `json:"policy"`
+	Policy string `json:"policy"`
+	// OnFront: on its workload's Pareto front. MeetsBounds: within every
+	// bound of the objective, and serving every request unless the
+	// objective bounds "rejected" itself.
 	OnFront     bool                 `json:"pareto"`
 	MeetsBounds bool                 `json:"meets_bounds"`
 	Report      replay.Deterministic `json:"report"`
@@ -70,27 +82,26 @@ func (r *PointResult) metrics() *replay.Metrics { return &r.Report.Policies[0] }
 func Merge(dirs ...string) (*Table, error) {
 	var plan *Plan
 	for _, dir := range dirs {
-		var p Plan
-		data, err := os.ReadFile(filepath.Join(dir, PlanFile))
+		p, err := readPlan(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s: not a sweep's folder (no %s)", dir, PlanFile)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: not a sweep's folder: %w", dir, err)
+			return nil, err
 		}
-		if err := json.Unmarshal(data, &p); err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, PlanFile), err)
-		}
-		if plan != nil && !reflect.DeepEqual(*plan, p) {
+		if plan != nil && !reflect.DeepEqual(*plan, *p) {
 			return nil, fmt.Errorf("%s holds another sweep than %s (their %s differ)", dir, dirs[0], PlanFile)
 		}
-		plan = &p
+		plan = p
 	}
 	if plan == nil {
 		return nil, errors.New("merge: name at least one sweep folder")
 	}
 	t := &Table{SchemaVersion: TableSchemaVersion,
-		Deterministic: TableResult{Description: plan.Description, Objective: plan.Objective, Pareto: []string{}}}
+		Deterministic: TableResult{Description: plan.Description, Objective: plan.Objective}}
 	var missing []string
 	for _, p := range plan.Points {
-		rep, err := findReport(dirs, p.ID)
+		rep, path, err := findReport(dirs, p.ID)
 		if errors.Is(err, fs.ErrNotExist) {
 			missing = append(missing, p.ID)
 			continue
@@ -99,7 +110,12 @@ func Merge(dirs ...string) (*Table, error) {
 			return nil, err
 		}
 		if rep.SchemaVersion != protocol.ReportSchemaVersion || len(rep.Deterministic.Policies) != 1 {
-			return nil, fmt.Errorf("point %s: its report is not one policy's, schema %d", p.ID, protocol.ReportSchemaVersion)
+			return nil, fmt.Errorf("%s: a report of schema %d with %d policies, where a point's is of schema %d with one: remove it and run the sweep again",
+				path, rep.SchemaVersion, len(rep.Deterministic.Policies), protocol.ReportSchemaVersion)
+		}
+		if p.TraceSHA256 != "" && rep.Deterministic.Trace.SHA256 != p.TraceSHA256 {
+			return nil, fmt.Errorf("%s: replayed a trace (SHA-256 %.12s...) other than the plan's %s (%.12s...): remove it and run the sweep again",
+				path, rep.Deterministic.Trace.SHA256, p.Workload, p.TraceSHA256)
 		}
 		t.Deterministic.Points = append(t.Deterministic.Points,
 			PointResult{Point: p, Policy: rep.Deterministic.Policies[0].Policy, Report: rep.Deterministic})
@@ -113,7 +129,7 @@ func Merge(dirs ...string) (*Table, error) {
 	return t, nil
 }
 
-func findReport(dirs []string, id string) (*replay.Report, error) {
+func findReport(dirs []string, id string) (*replay.Report, string, error) {
 	for _, dir := range dirs {
 		path := filepath.Join(dir, PointsDir, id+".json")
 		data, err := os.ReadFile(path)
@@ -121,52 +137,71 @@ func findReport(dirs []string, id string) (*replay.Report, error) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, path, err
 		}
 		var rep replay.Report
 		if err := json.Unmarshal(data, &rep); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, path, fmt.Errorf("%s: %w (not a whole report: remove it and run the sweep again)", path, err)
 		}
-		return &rep, nil
+		return &rep, path, nil
 	}
-	return nil, fs.ErrNotExist
+	return nil, "", fs.ErrNotExist
 }
 
-// judge marks the Pareto front and the recommended point.
+// judge marks, workload by workload, the Pareto front and the recommended
+// point.
 func (t *TableResult) judge() {
-	pts := t.Points
-	order := make([]int, len(pts))
-	for i := range order {
-		order[i] = i
+	t.Workloads = nil
+	byWorkload := map[string][]int{}
+	for i := range t.Points {
+		p := &t.Points[i]
+		if _, ok := byWorkload[p.Workload]; !ok {
+			t.Workloads = append(t.Workloads, WorkloadResult{Workload: p.Workload, TraceSHA256: p.TraceSHA256, Pareto: []string{}})
+		}
+		byWorkload[p.Workload] = append(byWorkload[p.Workload], i)
 	}
+	for w := range t.Workloads {
+		t.judgeWorkload(&t.Workloads[w], byWorkload[t.Workloads[w].Workload])
+	}
+}
+
+func (t *TableResult) judgeWorkload(w *WorkloadResult, idx []int) {
+	pts, o := t.Points, &t.Objective
 	hit := func(i int) float64 { return pts[i].metrics().PrefixHitRate }
 	p99 := func(i int) float64 { return pts[i].metrics().P99TTFTMS }
+	var serving []int
+	for _, i := range idx {
+		if o.servesEnough(pts[i].metrics()) {
+			serving = append(serving, i)
+		}
+	}
 	// By rising TTFT p99, then falling hit rate: a point is on the front
 	// when no point before it has as high a hit rate, or it equals the one
 	// that set the best (then neither beats the other).
+	order := slices.Clone(serving)
 	slices.SortStableFunc(order, func(a, b int) int {
 		return cmp.Or(cmp.Compare(p99(a), p99(b)), cmp.Compare(hit(b), hit(a)))
 	})
 	best := -1
+	var front []int
 	for _, i := range order {
 		if best < 0 || hit(i) > hit(best) || hit(i) == hit(best) && p99(i) == p99(best) {
 			if best < 0 || hit(i) > hit(best) {
 				best = i
 			}
 			pts[i].OnFront = true
+			front = append(front, i)
 		}
 	}
-	front := slices.DeleteFunc(order, func(i int) bool { return !pts[i].OnFront })
 	slices.SortStableFunc(front, func(a, b int) int { return cmp.Or(cmp.Compare(hit(a), hit(b)), cmp.Compare(a, b)) })
 	for _, i := range front {
-		t.Pareto = append(t.Pareto, pts[i].ID)
+		w.Pareto = append(w.Pareto, pts[i].ID)
 	}
-	o := &t.Objective
 	var pick *PointResult
-	for i := range pts {
+	for _, i := range idx {
 		p := &pts[i]
-		p.MeetsBounds = o.keeps(p.metrics())
-		if !p.MeetsBounds {
+		p.MeetsBounds = o.servesEnough(p.metrics()) && o.keeps(p.metrics())
+		if _, ok := Metric(p.metrics(), o.metric()); !ok || !p.MeetsBounds {
 			continue
 		}
 		if pick == nil || o.better(p.metrics(), pick.metrics()) {
@@ -174,7 +209,7 @@ func (t *TableResult) judge() {
 		}
 	}
 	if pick != nil {
-		t.Recommended = &pick.ID
+		w.Recommended = &pick.ID
 	}
 }
 
@@ -182,22 +217,31 @@ func (o *Objective) metric() string { return o.Minimize + o.Maximize }
 
 // better reports whether a beats b on the objective (a tie is not).
 func (o *Objective) better(a, b *replay.Metrics) bool {
-	x, y := Metric(a, o.metric()), Metric(b, o.metric())
+	x, _ := Metric(a, o.metric())
+	y, _ := Metric(b, o.metric())
 	if o.Minimize != "" {
 		return x < y
 	}
 	return x > y
 }
 
-// keeps reports whether m is within every bound.
+// keeps reports whether m is within every bound; a metric the point does
+// not have (request_goodput without --goodput) keeps none.
 func (o *Objective) keeps(m *replay.Metrics) bool {
 	for name, b := range o.SubjectTo {
-		v := Metric(m, name)
-		if b.Min != nil && v < *b.Min || b.Max != nil && v > *b.Max {
+		v, ok := Metric(m, name)
+		if !ok || b.Min != nil && v < *b.Min || b.Max != nil && v > *b.Max {
 			return false
 		}
 	}
 	return true
+}
+
+// servesEnough: a point rejects no request, unless the objective bounds
+// rejections itself.
+func (o *Objective) servesEnough(m *replay.Metrics) bool {
+	_, bounded := o.SubjectTo["rejected"]
+	return bounded || m.Rejected == 0
 }
 
 // String says the objective in words: "minimize p99_ttft_ms with
@@ -217,44 +261,53 @@ func (o *Objective) String() string {
 			bounds = append(bounds, fmt.Sprintf("%s <= %g", name, *b.Max))
 		}
 	}
-	if len(bounds) > 0 {
-		s += " with " + strings.Join(bounds, " and ")
+	if _, ok := o.SubjectTo["rejected"]; !ok {
+		bounds = append(bounds, "no request rejected")
 	}
-	return s
+	return s + " with " + strings.Join(bounds, " and ")
 }
 
-// Metric is the metric of m named by its JSON key (one of MetricNames).
-func Metric(m *replay.Metrics, name string) float64 {
+// Metric is the metric of m named by its JSON key (one of MetricNames),
+// and whether m has it (request_goodput is null without --goodput).
+func Metric(m *replay.Metrics, name string) (float64, bool) {
 	v := reflect.ValueOf(m).Elem()
 	t := v.Type()
 	for i := range t.NumField() {
-		if strings.Split(t.Field(i).Tag.Get("json"), ",")[0] == name {
-			switch f := v.Field(i); f.Kind() {
-			case reflect.Int:
-				return float64(f.Int())
-			case reflect.Uint64:
-				return float64(f.Uint())
-			case reflect.Float64:
-				return f.Float()
+		if strings.Split(t.Field(i).Tag.Get("json"), ",")[0] != name {
+			continue
+		}
+		switch f := v.Field(i); f.Kind() {
+		case reflect.Int:
+			return float64(f.Int()), true
+		case reflect.Uint64:
+			return float64(f.Uint()), true
+		case reflect.Float64:
+			return f.Float(), true
+		case reflect.Pointer:
+			if f.IsNil() {
+				return 0, false
 			}
+			return f.Elem().Float(), true
 		}
 	}
 	panic("no metric " + name) // the spec's check names only MetricNames
 }
 
 // WriteTable prints the table: a row per point in spec order, the front
-// marked, then the recommendation and how to rerun it. specDir is the spec's
-// folder, which trace paths in the spec are relative to; "" when not known
-// (a merge), and the rerun line then says so.
+// marked, then per workload the recommendation and how to rerun it.
+// specDir is the spec's folder, which trace paths in the spec are relative
+// to; "" when not known (a merge), and the rerun line then says so.
 func WriteTable(w io.Writer, t *Table, specDir string) error {
 	r := &t.Deterministic
-	workloads := map[string]bool{}
-	for _, p := range r.Points {
-		workloads[p.Workload] = true
+	recommended := map[string]bool{}
+	for _, wl := range r.Workloads {
+		if wl.Recommended != nil {
+			recommended[*wl.Recommended] = true
+		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := "point\t"
-	if len(workloads) > 1 {
+	if len(r.Workloads) > 1 {
 		head += "workload\t"
 	}
 	fmt.Fprintln(tw, head+"settings\thit rate\tTTFT p50 (ms)\tTTFT p99 (ms)\tshare CV\trejected\t")
@@ -264,11 +317,11 @@ func WriteTable(w io.Writer, t *Table, specDir string) error {
 		if p.OnFront {
 			mark = " *"
 		}
-		if r.Recommended != nil && *r.Recommended == p.ID {
+		if recommended[p.ID] {
 			mark += " <- recommended"
 		}
 		row := p.ID + "\t"
-		if len(workloads) > 1 {
+		if len(r.Workloads) > 1 {
 			row += p.Workload + "\t"
 		}
 		settings := strings.Join(p.Varied, " ")
@@ -280,26 +333,36 @@ func WriteTable(w io.Writer, t *Table, specDir string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\n* on the Pareto front of hit rate (higher) against TTFT p99 (lower): %d of %d points\n", len(r.Pareto), len(r.Points))
-	if r.Recommended == nil {
-		_, err := fmt.Fprintf(w, "no point meets the objective's bounds (%s)\n", r.Objective.String())
-		return err
-	}
-	i := slices.IndexFunc(r.Points, func(p PointResult) bool { return p.ID == *r.Recommended })
-	p := &r.Points[i]
-	args := p.Flags
-	note := ""
-	if p.Workload != Builtin {
-		trace := p.Workload
-		switch {
-		case specDir != "" && !filepath.IsAbs(trace):
-			trace = filepath.Join(specDir, trace)
-		case !filepath.IsAbs(trace):
-			note = " (the trace's path is relative to the spec's folder)"
+	fmt.Fprintln(w, "\n* on the Pareto front of hit rate (higher) against TTFT p99 (lower), among points that rejected nothing")
+	for _, wl := range r.Workloads {
+		on := ""
+		if len(r.Workloads) > 1 {
+			on = " on " + wl.Workload
 		}
-		args = append([]string{trace}, args...)
+		if wl.Recommended == nil {
+			fmt.Fprintf(w, "no point%s meets the objective: %s\n", on, r.Objective.String())
+			continue
+		}
+		p := &r.Points[slices.IndexFunc(r.Points, func(p PointResult) bool { return p.ID == *wl.Recommended })]
+		v, _ := Metric(p.metrics(), r.Objective.metric())
+		fmt.Fprintf(w, "recommended%s for %s: %s, %s = %.4g\n", on, r.Objective.String(), p.ID, r.Objective.metric(), v)
+		args := p.Flags
+		note := ""
+		if p.Workload != Builtin {
+			trace := p.Workload
+			switch {
+			case specDir != "" && !filepath.IsAbs(trace):
+				trace = filepath.Join(specDir, trace)
+			case !filepath.IsAbs(trace):
+				note = " (the trace's path is relative to the spec's folder)"
+			}
+			args = append([]string{trace}, args...)
+		}
+		quoted := make([]string, len(args))
+		for i, a := range args {
+			quoted[i] = shellWord(a)
+		}
+		fmt.Fprintf(w, "rerun it%s: offline-router replay %s\n", note, strings.Join(quoted, " "))
 	}
-	_, err := fmt.Fprintf(w, "recommended for %s: %s, %s = %.4g\nrerun it%s: offline-router replay %s\n",
-		r.Objective.String(), p.ID, r.Objective.metric(), Metric(p.metrics(), r.Objective.metric()), note, strings.Join(args, " "))
-	return err
+	return nil
 }
