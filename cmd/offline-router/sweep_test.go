@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -288,8 +289,8 @@ func TestSweepStoppedBySignal(t *testing.T) {
 	spec := writeSpec(t, strings.Replace(smallSpec, `"sessions": 12`, `"sessions": 400`, 1))
 	out := filepath.Join(t.TempDir(), "out")
 	cmd := exec.Command(binary, "sweep", spec, "--out", out, "--jobs", "1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -323,4 +324,23 @@ func TestSweepStoppedBySignal(t *testing.T) {
 	if d := cmp.Diff(a.Deterministic, b.Deterministic, samePoints); d != "" {
 		t.Fatalf("resumed differs from whole:\n%s", d)
 	}
+}
+
+// lockedBuffer is a buffer a child's output goroutine writes while the
+// test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
