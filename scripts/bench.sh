@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end throughput of offline-router against its framing floor, on one
+# End-to-end throughput of offline-router against its floors (the fixed
+# typed floor, scripts/typedfloor, and the framing floor), on one
 # generated stream, in one run. Usage: scripts/bench.sh [COMMANDS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/offline-router" ./cmd/offline-router
 go build -o "$tmp/framingfloor" ./scripts/framingfloor
+go build -o "$tmp/typedfloor" ./scripts/typedfloor
 go run ./scripts/benchstream -commands "$commands" > "$tmp/stream.jsonl"
 lines=$(wc -l < "$tmp/stream.jsonl")
 bytes=$(wc -c < "$tmp/stream.jsonl")
@@ -26,10 +28,13 @@ best() {
 }
 router=$(best "$tmp/offline-router" --evidence summary)
 floor=$(best "$tmp/framingfloor")
-awk -v n="$lines" -v b="$bytes" -v r="$router" -v f="$floor" 'BEGIN {
+typed=$(best "$tmp/typedfloor")
+awk -v n="$lines" -v b="$bytes" -v r="$router" -v f="$floor" -v t="$typed" 'BEGIN {
   printf "stream: %d commands, %.1f MB (64 workers, prompts of 25-100 blocks)\n\n", n, b/1e6
   printf "%-16s %10s %14s %10s\n", "", "seconds", "commands/s", "MB/s"
+  printf "%-16s %10.3f %14.0f %10.1f\n", "typed floor", t, n/t, b/1e6/t
   printf "%-16s %10.3f %14.0f %10.1f\n", "framing floor", f, n/f, b/1e6/f
   printf "%-16s %10.3f %14.0f %10.1f\n", "offline-router", r, n/r, b/1e6/r
-  printf "\nratio (offline-router / floor throughput): %.2f\n", f/r
+  printf "\nratio (offline-router / typed floor throughput): %.2f\n", t/r
+  printf "ratio (offline-router / framing floor throughput): %.2f\n", f/r
 }'

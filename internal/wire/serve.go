@@ -56,22 +56,14 @@ func (s *Stopper) beforeRead() (stop bool) {
 	return s.stop.Load() || s.wake.wait() || s.stop.Load()
 }
 
-// flushingReader is Serve's input: before each read from the OS, which may
-// block, it writes out every response so far, so a host that writes and
-// waits is always answered (even with part of its next line sent), and it
-// asks the Stopper.
-type flushingReader struct {
-	in       io.Reader
-	out      *bufio.Writer
-	stopper  *Stopper
-	writeErr error
+// stoppableReader is Serve's input: before each read from the OS, which may
+// block, it asks the Stopper.
+type stoppableReader struct {
+	in      io.Reader
+	stopper *Stopper
 }
 
-func (f *flushingReader) Read(p []byte) (int, error) {
-	if err := f.out.Flush(); err != nil {
-		f.writeErr = err
-		return 0, err
-	}
+func (f *stoppableReader) Read(p []byte) (int, error) {
 	if f.stopper.beforeRead() {
 		return 0, ErrStopped
 	}
@@ -94,48 +86,192 @@ type Stats struct {
 }
 
 // Serve reads command lines from in until EOF and writes one response line
-// per command to out. It flushes whenever it goes to the OS for more input,
-// so a host that writes one line and waits is always answered.
+// per command to out, in order.
+//
+// It runs as a pipeline of three goroutines: one reads and decodes lines,
+// the caller's applies them to the stepper strictly one after another, one
+// encodes and writes the responses. They hand over batches of lines, a few
+// at a time (batchesInFlight), so memory stays bounded and a slow host
+// slows the reader. A batch is handed on as soon as the next line is not
+// yet in the input buffer, and the writer flushes whenever it has no batch
+// waiting: a host that writes one line and waits is always answered.
 func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, error) {
 	if opt.MaxLineBytes <= 0 {
 		opt.MaxLineBytes = DefaultMaxLineBytes
 	}
-	w := bufio.NewWriterSize(out, 64<<10)
-	input := &flushingReader{in: in, out: w, stopper: opt.Stopper}
-	lr := newLineReader(input, opt.MaxLineBytes)
-	var st Stats
-	var d Decoded
-	var buf []byte
+	p := &pipeline{
+		free:    make(chan *batch, batchesInFlight),
+		decoded: make(chan *batch, batchesInFlight),
+		applied: make(chan *batch, batchesInFlight),
+		quit:    make(chan struct{}),
+		failed:  make(chan struct{}),
+		wrote:   make(chan error, 1),
+	}
+	for range batchesInFlight {
+		p.free <- &batch{}
+	}
+	lr := newLineReader(&stoppableReader{in: in, stopper: opt.Stopper}, opt.MaxLineBytes)
+	go p.read(lr, opt.MaxLineBytes)
+	go p.write(bufio.NewWriterSize(out, 64<<10))
+	st, err := p.apply(eng, opt)
+	close(p.applied)
+	close(p.quit) // the reader stops at its next hand-over, if still going
+	if werr := <-p.wrote; werr != nil {
+		return st, werr // the first thing that went wrong: what came after went unanswered
+	}
+	return st, err
+}
+
+// batchesInFlight bounds the batches between the stages; maxBatchLines
+// and maxBatchBytes bound a batch, so that the stages overlap on a long
+// input that is all buffered.
+const (
+	batchesInFlight = 4
+	maxBatchLines   = 256
+	maxBatchBytes   = 256 << 10
+)
+
+// batch is lines going down the pipeline: each decoded (or too long), then
+// answered. Its ids holds the ids of the lines (a Decoded's ID points into
+// the line, which the reader's buffer reuses).
+type batch struct {
+	items []item
+	ids   []byte
+	bytes int
+	end   error // after the last item: io.EOF, ErrStopped or a read error
+}
+
+type item struct {
+	d         Decoded
+	tooLong   bool
+	discarded int
+	resp      protocol.Response
+	buf       []byte // the encoded response
+}
+
+func (b *batch) reset() {
+	for i := range b.items {
+		b.items[i] = item{buf: b.items[i].buf[:0]} // keep the encode buffers
+	}
+	b.items, b.ids, b.bytes, b.end = b.items[:0], b.ids[:0], 0, nil
+}
+
+// add takes a slot for the next line.
+func (b *batch) add() *item {
+	if len(b.items) < cap(b.items) {
+		b.items = b.items[:len(b.items)+1]
+	} else {
+		b.items = append(b.items, item{})
+	}
+	return &b.items[len(b.items)-1]
+}
+
+type pipeline struct {
+	free, decoded, applied chan *batch
+	quit                   chan struct{} // closed when the apply stage is done
+	failed                 chan struct{} // closed when the writer gave up
+	wrote                  chan error    // the writer's outcome
+}
+
+// read decodes lines into batches and hands each on when it is full or
+// the next line would have to come from the OS.
+func (p *pipeline) read(lr *lineReader, maxLine int) {
+	var b *batch
+	take := func() bool {
+		select {
+		case b = <-p.free:
+			return true
+		case <-p.quit:
+			return false
+		}
+	}
+	send := func() bool {
+		select {
+		case p.decoded <- b:
+			b = nil
+			return true
+		case <-p.quit:
+			return false
+		}
+	}
+	defer close(p.decoded)
+	if !take() {
+		return
+	}
 	for {
 		line, tooLong, err := lr.next()
 		switch {
-		case errors.Is(err, ErrStopped):
-			return st, errors.Join(ErrStopped, w.Flush())
-		case input.writeErr != nil:
-			return st, fmt.Errorf("writing responses: %w", input.writeErr)
+		case errors.Is(err, ErrStopped) || (err != nil && err != io.EOF):
+			b.end = err
+			send()
+			return
 		case err == io.EOF && line == nil && !tooLong:
-			return st, w.Flush()
-		case err != nil && err != io.EOF:
-			return st, fmt.Errorf("reading commands: %w", err)
+			b.end = io.EOF
+			send()
+			return
 		}
 		if (!tooLong && IsComment(line)) || (tooLong && lr.lead.comment()) {
+			if err == io.EOF {
+				b.end = io.EOF
+				send()
+				return
+			}
 			continue
 		}
-		st.Commands++
-		resp := protocol.Response{Seq: uint64(st.Commands)}
-		if tooLong {
-			resp.Error = protocol.Errorf(protocol.CodeLineTooLong, "line is %d bytes, over --max-line-bytes %d; it was discarded", lr.discarded, opt.MaxLineBytes)
-			eng.Status(&resp)
+		it := b.add()
+		if it.tooLong = tooLong; tooLong {
+			it.discarded = lr.discarded
 		} else {
-			Decode(line, &d)
-			resp.Op, resp.ID = d.Op, d.ID
-			switch {
+			Decode(line, &it.d)
+			if it.d.ID != nil {
+				start := len(b.ids)
+				b.ids = append(b.ids, it.d.ID...)
+				it.d.ID = b.ids[start:len(b.ids):len(b.ids)]
+			}
+			b.bytes += len(line)
+		}
+		if err == io.EOF {
+			b.end = io.EOF
+			send()
+			return
+		}
+		if len(b.items) >= maxBatchLines || b.bytes >= maxBatchBytes || !lr.lineBuffered() {
+			if !send() || !take() {
+				return
+			}
+		}
+	}
+}
+
+// apply answers each command in order, on the caller's goroutine.
+func (p *pipeline) apply(eng Stepper, opt ServeOptions) (Stats, error) {
+	var st Stats
+	for {
+		var b *batch
+		select {
+		case b = <-p.decoded:
+		case <-p.failed: // nothing more can be written: stop applying
+			return st, nil
+		}
+		if b == nil { // the reader is done
+			return st, nil
+		}
+		for i := range b.items {
+			it := &b.items[i]
+			st.Commands++
+			resp := &it.resp
+			*resp = protocol.Response{Seq: uint64(st.Commands)}
+			switch d := &it.d; {
+			case it.tooLong:
+				resp.Error = protocol.Errorf(protocol.CodeLineTooLong, "line is %d bytes, over --max-line-bytes %d; it was discarded", it.discarded, opt.MaxLineBytes)
+				eng.Status(resp)
 			case d.Err != nil:
-				resp.Error = d.Err
-				eng.Status(&resp)
+				resp.Op, resp.ID, resp.Error = d.Op, d.ID, d.Err
+				eng.Status(resp)
 			case d.Cmd.Op == protocol.OpConfig && st.Commands == 1 && opt.Configure != nil:
 				// The stream's first command sets the config: serving goes
 				// on with an engine built on it. Later, the engine refuses.
+				resp.Op, resp.ID = d.Op, d.ID
 				next, cfg, err := opt.Configure(d.Cmd.Config)
 				if err != nil {
 					resp.Error = err
@@ -143,28 +279,79 @@ func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, e
 					eng = next
 					resp.Configured(cfg)
 				}
-				eng.Status(&resp)
+				eng.Status(resp)
 			default:
-				eng.Apply(&d.Cmd, &resp)
+				resp.Op, resp.ID = d.Op, d.ID
+				eng.Apply(&d.Cmd, resp)
+			}
+			if !resp.OK {
+				st.Errors++
+				if opt.FailFast {
+					b.items = b.items[:i+1]
+					select {
+					case <-p.failed:
+					default:
+						p.applied <- b
+					}
+					return st, ErrFailFast
+				}
 			}
 		}
-		if buf, err = Encode(buf[:0], &resp); err != nil {
-			// Every response before it is whole: write them out.
-			return st, errors.Join(fmt.Errorf("encoding response %d: %w", resp.Seq, err), w.Flush())
+		end := b.end
+		select {
+		case <-p.failed: // nothing more can be written: stop applying
+			return st, nil
+		default:
+			p.applied <- b
 		}
-		if _, err := w.Write(buf); err != nil {
-			return st, fmt.Errorf("writing responses: %w", err)
+		switch {
+		case errors.Is(end, ErrStopped):
+			return st, ErrStopped
+		case end != nil && end != io.EOF:
+			return st, fmt.Errorf("reading commands: %w", end)
 		}
-		if !resp.OK {
-			st.Errors++
-			if opt.FailFast {
-				if err := w.Flush(); err != nil {
-					return st, fmt.Errorf("writing responses: %w", err)
-				}
-				return st, ErrFailFast
+	}
+}
+
+// write encodes and writes the responses, flushing when no batch waits.
+// After a failure it reports it and takes no more.
+func (p *pipeline) write(w *bufio.Writer) {
+	fail := func(err error) {
+		close(p.failed)
+		for b := range p.applied { // take what the apply stage hands over still
+			b.reset()
+			p.free <- b
+		}
+		p.wrote <- err
+	}
+	for b := range p.applied {
+		for i := range b.items {
+			it := &b.items[i]
+			var err error
+			if it.buf, err = Encode(it.buf[:0], &it.resp); err != nil {
+				// Every response before it is whole: write them out.
+				fail(errors.Join(fmt.Errorf("encoding response %d: %w", it.resp.Seq, err), w.Flush()))
+				return
+			}
+			if _, err := w.Write(it.buf); err != nil {
+				fail(fmt.Errorf("writing responses: %w", err))
+				return
+			}
+		}
+		b.reset()
+		p.free <- b
+		if len(p.applied) == 0 {
+			if err := w.Flush(); err != nil {
+				fail(fmt.Errorf("writing responses: %w", err))
+				return
 			}
 		}
 	}
+	if err := w.Flush(); err != nil {
+		p.wrote <- fmt.Errorf("writing responses: %w", err)
+		return
+	}
+	p.wrote <- nil
 }
 
 // IsComment reports whether a line is blank or a # comment: no response.
@@ -202,6 +389,13 @@ type lineReader struct {
 
 func newLineReader(in io.Reader, max int) *lineReader {
 	return &lineReader{r: bufio.NewReaderSize(in, 64<<10), max: max}
+}
+
+// lineBuffered reports whether a whole next line is already in the buffer,
+// so that reading it will not wait on the input.
+func (l *lineReader) lineBuffered() bool {
+	buf, _ := l.r.Peek(l.r.Buffered())
+	return bytes.IndexByte(buf, '\n') >= 0
 }
 
 // next returns the next line; at EOF after a final line without a newline,
