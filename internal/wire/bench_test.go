@@ -74,3 +74,42 @@ func BenchmarkRefusedLineWithManyKeys(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecodeObserve: a stored event of 64 blocks, two hashes each.
+func BenchmarkDecodeObserve(b *testing.B) {
+	var s strings.Builder
+	s.WriteString(`{"op":"observe","now_ms":12,"events":[{"worker_id":29,"event":{"event_id":7,"data":{"stored":{"parent_hash":null,"blocks":[`)
+	for i := range 64 {
+		if i > 0 {
+			s.WriteByte(',')
+		}
+		fmt.Fprintf(&s, `{"block_hash":%d,"tokens_hash":%d}`, uint64(i)*0x9e3779b97f4a7c15, uint64(i+7)*0xbf58476d1ce4e5b9)
+	}
+	s.WriteString("]}}}}]}")
+	line := []byte(s.String())
+	var d Decoded
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		Decode(line, &d)
+		if d.Err != nil {
+			b.Fatal(d.Err)
+		}
+	}
+}
+
+// BenchmarkDecodeRefused100: the place line of BenchmarkDecodePlace100
+// with a wrong value at its end, so the decoder reads it all and then
+// recovers op and id for the error: it should cost no more than the good
+// line.
+func BenchmarkDecodeRefused100(b *testing.B) {
+	line := placeLine(100)
+	line = append(line[:len(line)-1], `,"priority":"high"}`...)
+	var d Decoded
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		Decode(line, &d)
+		if d.Err == nil || *d.Op != "place" {
+			b.Fatal("the line was not refused as a place")
+		}
+	}
+}

@@ -28,39 +28,38 @@ func Decode(line []byte, out *Decoded) {
 	c := &out.Cmd
 	var opSeen bool
 	var opText string
+	// Where the value being read starts, and whether the read failed there:
+	// header recovery then goes on from that value instead of reading the
+	// line again from its start.
+	valueAt, inValue := -1, false
+	var opKey, idKey bool // met before the failure, readable or not
 	if s.peek() != '{' {
 		out.Err = protocol.Errorf(protocol.CodeParse, "a command line must be a JSON object, got %s", s.describe())
 		return
 	}
 	err := s.object(func(key string) *fieldError {
-		if key == "op" {
-			v, err := s.str()
-			opText, opSeen = v, err == nil
-			if v == string(protocol.OpConfig) {
-				return errConfigOp
-			}
-			return err.orNil("op")
-		}
-		f, ok := fieldIndex[key]
-		if !ok {
-			return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a protocol field" + suggest(key)}
-		}
-		if s.null() {
-			return nil
-		}
-		if err := decodeField(&s, c, f); err != nil {
-			return err.within(key)
-		}
-		if msg := protocol.CheckValue(c, f); msg != "" {
-			return &fieldError{code: protocol.CodeInvalidField, path: key, msg: msg}
-		}
-		return nil
+		valueAt = s.i
+		opKey, idKey = opKey || key == "op", idKey || key == "id"
+		err := decodeMember(&s, c, key, &opText, &opSeen)
+		inValue = err != nil
+		return err
 	})
 	if err == nil && !s.atEnd() {
 		err = s.syntax("unexpected data after the object")
+		inValue = false
 	}
 	if err != nil {
-		readable, breaksAt := recoverHeader(line, out)
+		var readable bool
+		var breaksAt int
+		if inValue && err != errConfigOp {
+			h := header{opSeen: opKey, idSeen: idKey, id: c.ID}
+			if opSeen {
+				h.op = &opText
+			}
+			readable, breaksAt = h.recoverFrom(line, valueAt, out)
+		} else {
+			readable, breaksAt = recoverHeader(line, out)
+		}
 		notJSON := func(err *fieldError, at int) *protocol.Error {
 			switch {
 			case readable:
@@ -104,6 +103,33 @@ func Decode(line []byte, out *Decoded) {
 	out.Err = c.Validate()
 }
 
+// decodeMember reads the value of one top-level key into c (op into
+// opText, and opSeen when it is a string).
+func decodeMember(s *scanner, c *protocol.Command, key string, opText *string, opSeen *bool) *fieldError {
+	if key == "op" {
+		v, err := s.str()
+		*opText, *opSeen = v, err == nil
+		if v == string(protocol.OpConfig) {
+			return errConfigOp
+		}
+		return err.orNil("op")
+	}
+	f, ok := fieldOf(key)
+	if !ok {
+		return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a protocol field" + suggest(key)}
+	}
+	if s.null() {
+		return nil
+	}
+	if err := decodeField(s, c, f); err != nil {
+		return err.within(key)
+	}
+	if msg := protocol.CheckValue(c, f); msg != "" {
+		return &fieldError{code: protocol.CodeInvalidField, path: key, msg: msg}
+	}
+	return nil
+}
+
 // notTakenFirst turns a bad value of a field the op does not take into
 // that field's unknown_field: what the field holds does not matter.
 func notTakenFirst(op protocol.Op, err *fieldError) *fieldError {
@@ -111,7 +137,7 @@ func notTakenFirst(op protocol.Op, err *fieldError) *fieldError {
 	if i := strings.IndexAny(top, ".["); i >= 0 {
 		top = top[:i]
 	}
-	f, ok := fieldIndex[top]
+	f, ok := fieldOf(top)
 	if !ok || protocol.Takes(op, f) {
 		return err
 	}
@@ -124,24 +150,6 @@ func (e *fieldError) orNil(key string) *fieldError {
 	}
 	return e.within(key)
 }
-
-// protocolKeys are every key a command line may hold: the command's fields,
-// and those of its KV events (events.go).
-var protocolKeys = func() map[string]string {
-	m := map[string]string{"op": "op"}
-	for _, k := range append(protocol.FieldNames[:], eventKeys...) {
-		m[k] = k
-	}
-	return m
-}()
-
-var fieldIndex = func() map[string]protocol.Field {
-	m := make(map[string]protocol.Field, protocol.NumFields)
-	for f, name := range protocol.FieldNames {
-		m[name] = protocol.Field(f)
-	}
-	return m
-}()
 
 // suggest names a protocol field that differs from key only in case or
 // separators, the usual slip of a hand-written host.
@@ -162,33 +170,57 @@ func suggest(key string) string {
 // names).
 func recoverHeader(line []byte, out *Decoded) (readable bool, breaksAt int) {
 	s := scanner{b: line, allowRepeats: true}
-	var op *string
-	var id []byte
-	var opSeen, idSeen bool
-	ok := s.object(func(key string) *fieldError {
+	var h header
+	ok := s.object(h.member(&s, line)) == nil && s.atEnd()
+	if ok {
+		out.Op, out.ID = h.op, h.id
+	}
+	return ok, s.i
+}
+
+// header is op and id as recovery finds them: the first of each, as the
+// decoder read it, and whether it was met at all.
+type header struct {
+	op             *string
+	id             []byte
+	opSeen, idSeen bool
+}
+
+// member reads a top-level member's value, taking op and id from it.
+func (h *header) member(s *scanner, line []byte) func(key string) *fieldError {
+	return func(key string) *fieldError {
 		start := s.i
 		if !s.skip() {
 			return &fieldError{code: protocol.CodeParse}
 		}
 		raw := line[start:s.i]
 		switch {
-		case key == "op" && !opSeen: // the first, as the decoder read it
-			opSeen = true
+		case key == "op" && !h.opSeen: // the first, as the decoder read it
+			h.opSeen = true
 			sub := scanner{b: raw}
 			if v, err := sub.str(); err == nil {
-				op = &v
+				h.op = &v
 			}
-		case key == "id" && !idSeen:
-			idSeen = true
+		case key == "id" && !h.idSeen:
+			h.idSeen = true
 			sub := scanner{b: raw}
 			if v, err := scanID(&sub); err == nil {
-				id = v
+				h.id = v
 			}
 		}
 		return nil
-	}) == nil && s.atEnd()
+	}
+}
+
+// recoverFrom is recoverHeader for a line that the decoder read well up
+// to the top-level value at the byte at, which it could not take: what
+// came before is JSON, and h holds its op and id, so recovery reads on
+// from that value only, and a refused line costs no more than a good one.
+func (h *header) recoverFrom(line []byte, at int, out *Decoded) (readable bool, breaksAt int) {
+	s := scanner{b: line, i: at, allowRepeats: true}
+	ok := s.skip() && s.afterMember(h.member(&s, line)) == nil && s.atEnd()
 	if ok {
-		out.Op, out.ID = op, id
+		out.Op, out.ID = h.op, h.id
 	}
 	return ok, s.i
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -38,6 +39,7 @@ func FuzzDecode(f *testing.F) {
 			if d.Err.Code == "" || d.Err.Message == "" {
 				t.Fatalf("an error without code or message: %+v", d.Err)
 			}
+			sameHeaderAsFullRecovery(t, line, &d)
 			return
 		}
 		again := AppendCommand(nil, &d.Cmd)
@@ -50,4 +52,58 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("%q changed through AppendCommand (-first +again):\n%s", line, diff)
 		}
 	})
+}
+
+// sameHeaderAsFullRecovery: a refused line echoes the op and id that
+// reading the whole line again finds (Decode reads on only from the value
+// it could not take).
+func sameHeaderAsFullRecovery(t *testing.T, line []byte, d *Decoded) {
+	var ref Decoded
+	readable, _ := recoverHeader(line, &ref)
+	if !readable {
+		ref.Op, ref.ID = nil, nil
+	}
+	if (d.Op == nil) != (ref.Op == nil) || (d.Op != nil && *d.Op != *ref.Op) || !bytes.Equal(d.ID, ref.ID) {
+		t.Fatalf("%q: refused with op %v id %q, where reading it whole finds op %v id %q", line, strOrNil(d.Op), d.ID, strOrNil(ref.Op), ref.ID)
+	}
+}
+
+func strOrNil(p *string) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// TestRefusedLinesEchoTheirHeader: every golden line cut short, and with a
+// wrong value put at each top-level member, echoes the op and id a full
+// reading finds.
+func TestRefusedLinesEchoTheirHeader(t *testing.T) {
+	files, err := scenario.Files(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, path := range files {
+		data, _ := os.ReadFile(path)
+		for _, line := range bytes.Split(data, []byte("\n")) {
+			if IsComment(line) {
+				continue
+			}
+			for cut := 1; cut < len(line); cut += 7 {
+				for _, bad := range [][]byte{line[:cut], append(slices.Clone(line[:cut]), `,"priority":"x"}`...),
+					bytes.Replace(line, []byte(`":`), []byte(`":{"bad":1},"x":`), 1)} {
+					var d Decoded
+					Decode(bad, &d)
+					if d.Err != nil {
+						sameHeaderAsFullRecovery(t, bad, &d)
+						n++
+					}
+				}
+			}
+		}
+	}
+	if n < 1000 {
+		t.Fatalf("only %d refused lines tried", n)
+	}
 }

@@ -1,8 +1,10 @@
 package wire
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"unicode/utf16"
@@ -123,6 +125,26 @@ func (s *scanner) object(field func(key string) *fieldError) *fieldError {
 	if empty, err := s.enter('{', '}', "an object"); empty || err != nil {
 		return err
 	}
+	return s.members(field)
+}
+
+// afterMember goes on reading an object whose member value the cursor has
+// just passed: the rest of its members, to its closing brace.
+func (s *scanner) afterMember(field func(key string) *fieldError) *fieldError {
+	switch s.peek() {
+	case ',':
+		s.i++
+		return s.members(field)
+	case '}':
+		s.i++
+		return nil
+	}
+	return s.syntax("expected ',' or '}' after a value")
+}
+
+// members reads an object's members from the cursor, at a key, to its
+// closing brace.
+func (s *scanner) members(field func(key string) *fieldError) *fieldError {
 	var room [16]string // on the stack: objects of the protocol have fewer keys
 	seen := room[:0]
 	for {
@@ -238,7 +260,7 @@ func (s *scanner) number(what string) (tok string, integer bool, err *fieldError
 	return tok, integer, nil
 }
 
-func validNumber(t string) bool {
+func validNumber[S string | []byte](t S) bool {
 	i := 0
 	if i < len(t) && t[i] == '-' {
 		i++
@@ -269,7 +291,7 @@ func validNumber(t string) bool {
 }
 
 // digits returns the index after the run of decimal digits at t[i:].
-func digits(t string, i int) int {
+func digits[S string | []byte](t S, i int) int {
 	for i < len(t) && t[i] >= '0' && t[i] <= '9' {
 		i++
 	}
@@ -298,8 +320,24 @@ func (s *scanner) uint(max uint64, what string) (uint64, *fieldError) {
 
 // plainUint parses a JSON integer of plain digits at the start of b (no
 // sign, fraction or exponent, no leading zero) that fits in a uint64, and
-// returns its value and length.
+// returns its value and length. Hashes are 19 or 20 digits: it takes eight
+// digits at a time where eight bytes are there to read.
 func plainUint(b []byte) (v uint64, n int, ok bool) {
+	for n+8 <= len(b) {
+		chunk := binary.LittleEndian.Uint64(b[n:])
+		k := leadingDigits(chunk)
+		if k == 0 {
+			break
+		}
+		if n+k > 19 { // a 20th digit may overflow: the careful loop below
+			break
+		}
+		v = v*pow10[k] + eightDigits(chunk<<(8*(8-k))|asciiZeros>>(8*k))
+		n += k
+		if k < 8 {
+			return finishUint(b, v, n)
+		}
+	}
 	for n < len(b) && b[n] >= '0' && b[n] <= '9' {
 		d := uint64(b[n] - '0')
 		if v > (math.MaxUint64-d)/10 {
@@ -308,6 +346,11 @@ func plainUint(b []byte) (v uint64, n int, ok bool) {
 		v = v*10 + d
 		n++
 	}
+	return finishUint(b, v, n)
+}
+
+// finishUint checks what ends the digits of plainUint.
+func finishUint(b []byte, v uint64, n int) (uint64, int, bool) {
 	if n == 0 || (n > 1 && b[0] == '0') {
 		return 0, 0, false
 	}
@@ -318,6 +361,30 @@ func plainUint(b []byte) (v uint64, n int, ok bool) {
 		}
 	}
 	return v, n, true
+}
+
+const asciiZeros = 0x3030303030303030 // eight '0's
+
+var pow10 = [9]uint64{1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000}
+
+// leadingDigits is how many of the eight bytes of chunk (the first in its
+// low byte) are ASCII digits before the first that is not.
+func leadingDigits(chunk uint64) int {
+	// A byte is a digit when its high nibble is 3 and adding 6 to it does
+	// not carry into the high nibble (0x30-0x39).
+	// A carry out of a byte comes only from a byte above 0xF9, itself no
+	// digit, and only into the bytes after it, which are not counted.
+	nonDigit := ((chunk & 0xF0F0F0F0F0F0F0F0) ^ asciiZeros) | (((chunk + 0x0606060606060606) & 0xF0F0F0F0F0F0F0F0) ^ asciiZeros)
+	return bits.TrailingZeros64(nonDigit) / 8
+}
+
+// eightDigits is the value of the eight ASCII digits of chunk, the first in
+// its low byte: pairs, then fours, then the eight, combined in place.
+func eightDigits(chunk uint64) uint64 {
+	chunk -= asciiZeros
+	chunk = (chunk*10 + chunk>>8) & 0x00FF00FF00FF00FF
+	chunk = (chunk*100 + chunk>>16) & 0x0000FFFF0000FFFF
+	return (chunk*10000 + chunk>>32) & 0xFFFFFFFF
 }
 
 func (s *scanner) u64() (uint64, *fieldError) {
@@ -369,21 +436,25 @@ func (s *scanner) str() (string, *fieldError) {
 func (s *scanner) key() (string, *fieldError) {
 	start := s.i + 1
 	for j := start; j < len(s.b); j++ {
+		if s.b[j] == '\\' {
+			break // an escape: rawString unescapes it
+		}
 		if s.b[j] == '"' {
-			// Neither the switch nor the map lookup allocates; no protocol
-			// key holds an escape, so a raw match is the key itself.
-			k, ok := "", true
-			switch raw := s.b[start:j]; string(raw) {
-			case "block_hash": // the two keys of every stored block: skip the map
-				k = "block_hash"
-			case "tokens_hash":
-				k = "tokens_hash"
-			default:
-				k, ok = protocolKeys[string(raw)]
-			}
-			if ok {
+			if s.allowRepeats { // header recovery looks for op and id only
 				s.i = j + 1
-				return k, nil
+				switch string(s.b[start:j]) {
+				case "op":
+					return "op", nil
+				case "id":
+					return "id", nil
+				}
+				return "", nil
+			}
+			// The lookup allocates nothing (keys.go); no protocol key holds
+			// an escape, so a raw match is the key itself.
+			if k, ok := lookupKey(s.b[start:j]); ok {
+				s.i = j + 1
+				return k.name, nil
 			}
 			break
 		}
@@ -542,14 +613,20 @@ func (s *scanner) skip() bool {
 	}
 }
 
+// skipScalar moves past a string, number or literal, making nothing of it:
+// header recovery reads every value of a refused line, which must cost no
+// more than reading a good one.
 func (s *scanner) skipScalar() bool {
 	switch c := s.peek(); {
 	case c == '"':
-		_, err := s.rawString()
-		return err == nil || err.code == protocol.CodeInvalidField
+		return s.skipString()
 	case c == '-' || (c >= '0' && c <= '9'):
-		_, _, err := s.number("a number")
-		return err == nil
+		end := s.numberEnd()
+		if !validNumber(s.b[s.i:end]) {
+			return false
+		}
+		s.i = end
+		return true
 	}
 	for _, lit := range []string{"true", "false", "null"} {
 		if s.literal(lit) {
@@ -561,12 +638,26 @@ func (s *scanner) skipScalar() bool {
 }
 
 func (s *scanner) skipKey() bool {
-	if s.peek() != '"' {
-		return false
-	}
-	if _, err := s.rawString(); (err != nil && err.code != protocol.CodeInvalidField) || s.peek() != ':' {
+	if s.peek() != '"' || !s.skipString() || s.peek() != ':' {
 		return false
 	}
 	s.i++
 	return true
+}
+
+// skipString moves past the string at the cursor and reports whether it
+// is one (not UTF-8 is still a string: a wrong value, not broken JSON).
+// Plain strings are passed over in place; anything else goes through
+// rawString, which says where it breaks.
+func (s *scanner) skipString() bool {
+	for j := s.i + 1; j < len(s.b); j++ {
+		if c := s.b[j]; c == '"' {
+			s.i = j + 1
+			return true
+		} else if c == '\\' || c < 0x20 {
+			break
+		}
+	}
+	_, err := s.rawString()
+	return err == nil || err.code == protocol.CodeInvalidField
 }
