@@ -105,3 +105,25 @@ func BenchmarkPlaceScaling(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPlaceRanks: place (and the request's end) at temperature 0 with
+// 100-block prompts, by rank count; issue 21's target is 1.5x and 3x of the
+// 64-rank cost at 256 and 1,024 ranks.
+func BenchmarkPlaceRanks(b *testing.B) {
+	for _, ranks := range []int{64, 256, 1024} {
+		b.Run(fmt.Sprint("ranks=", ranks), func(b *testing.B) {
+			e, prompts := placeBench(b, ranks, 100)
+			var resp protocol.Response
+			i := 0
+			for b.Loop() {
+				c := prompts[i%len(prompts)]
+				c.RequestID = fmt.Sprint("r", i)
+				resp = protocol.Response{}
+				e.Apply(c, &resp)
+				resp = protocol.Response{}
+				e.Apply(&protocol.Command{Op: protocol.OpRequestTerminal, RequestID: c.RequestID}, &resp)
+				i++
+			}
+		})
+	}
+}
