@@ -17,9 +17,10 @@ func main() {
 	workers := flag.Int("workers", 64, "workers")
 	minBlocks := flag.Int("min-blocks", 25, "shortest prompt, in blocks")
 	maxBlocks := flag.Int("max-blocks", 100, "longest prompt, in blocks")
+	steady := flag.Bool("steady", false, "evict each request's private tail when it ends, so that caches and the index stop growing")
 	flag.Parse()
 	m := workload.DefaultMixed(*commands, *seed)
-	m.Workers, m.MinBlocks, m.MaxBlocks = *workers, *minBlocks, *maxBlocks
+	m.Workers, m.MinBlocks, m.MaxBlocks, m.Steady = *workers, *minBlocks, *maxBlocks, *steady
 	if err := m.Write(os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "benchstream:", err)
 		os.Exit(1)
