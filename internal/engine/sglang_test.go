@@ -1,0 +1,41 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/offline-router/offline-router/internal/protocol"
+)
+
+// TestSGLangTrimAtAFarClock: sglang_cache_aware's trim finds the last
+// eviction boundary at once, not by counting boundaries (10^12 steps at a
+// clock of 2^53 ms with a 1 ms interval).
+func TestSGLangTrimAtAFarClock(t *testing.T) {
+	cfg := protocol.DefaultConfig()
+	cfg.Policy, cfg.SGLang.EvictionIntervalMS, cfg.SGLang.MaxTreeSize = protocol.PolicySGLang, 1, 1
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp protocol.Response
+	e.Apply(&protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(uint64(1))}, &resp)
+	e.Apply(&protocol.Command{Op: protocol.OpPlace, RequestID: "a", InputTokens: ptrTo(uint64(32)), BlockHashes: []protocol.LocalBlockHash{1, 2}}, &resp)
+	done := make(chan *protocol.Response)
+	go func() {
+		var r protocol.Response
+		e.Apply(&protocol.Command{Op: protocol.OpPlace, RequestID: "b", NowMS: ptrTo(float64(1 << 53)),
+			InputTokens: ptrTo(uint64(32)), BlockHashes: []protocol.LocalBlockHash{1, 2}}, &r)
+		done <- &r
+	}()
+	select {
+	case r := <-done:
+		if r.Error != nil {
+			t.Fatal(r.Error)
+		}
+		if got := len(e.fleet.slots[0].routed); got != 2 {
+			t.Errorf("after the trim to 1 block and the new placement: %d blocks routed, want 2", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a placement at a clock of 2^53 ms did not return")
+	}
+}
