@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -40,6 +41,11 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("an error without code or message: %+v", d.Err)
 			}
 			sameHeaderAsFullRecovery(t, line, &d)
+			// An oracle that shares no code with the decoder: a line that is
+			// not JSON echoes neither op nor id.
+			if !json.Valid(line) && (d.Op != nil || d.ID != nil) {
+				t.Fatalf("%q is not JSON, but its error echoes op %v id %q", line, strOrNil(d.Op), d.ID)
+			}
 			return
 		}
 		again := AppendCommand(nil, &d.Cmd)

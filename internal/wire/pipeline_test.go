@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,4 +184,66 @@ func TestServeAnswersEachLineOfAnInteractiveHost(t *testing.T) {
 		}
 	}
 	inW.Close()
+}
+
+// TestServeAnswersBeforeATrailingComment: a host that ends what it writes
+// with a blank or comment line, and waits, is answered.
+func TestServeAnswersBeforeATrailingComment(t *testing.T) {
+	for _, tail := range []string{"\n", "# done\n", "   \n", "\r\n", "#" + strings.Repeat("x", 100) + "\n"} {
+		inR, inW := io.Pipe()
+		outR, outW := io.Pipe()
+		eng, _ := engine.New(protocol.DefaultConfig())
+		go wire.Serve(inR, outW, eng, wire.ServeOptions{MaxLineBytes: 50})
+		go io.WriteString(inW, `{"op":"inspect"}`+"\n"+tail)
+		got := make(chan string, 1)
+		go func() { line, _ := bufio.NewReader(outR).ReadString('\n'); got <- line }()
+		select {
+		case line := <-got:
+			if !strings.Contains(line, `"seq":1,`) {
+				t.Fatalf("reply: %s", line)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no reply while the host waits after a %q line", tail)
+		}
+		inW.Close()
+	}
+}
+
+// bigAnswers answers every command with a response of 100 kB, past the
+// writer's buffer, and counts the commands applied.
+type bigAnswers struct{ applied atomic.Int64 }
+
+func (c *bigAnswers) Apply(_ *protocol.Command, r *protocol.Response) {
+	c.applied.Add(1)
+	r.Error = protocol.Errorf(protocol.CodeInvalidField, "%s", strings.Repeat("x", 100_000))
+}
+func (c *bigAnswers) Status(*protocol.Response) {}
+
+// stuckWriter blocks every write, as a host that stopped reading, until
+// released.
+type stuckWriter struct{ release chan struct{} }
+
+func (w *stuckWriter) Write(p []byte) (int, error) {
+	<-w.release
+	return len(p), nil
+}
+
+// TestServeBoundsInspectsInFlight: the responses waiting to be written are
+// bounded, and an inspect, whose response grows with the router's whole
+// state, ends its batch, so that few are ever held (64 lines to a batch
+// would hold a few hundred).
+func TestServeBoundsInspectsInFlight(t *testing.T) {
+	eng := &bigAnswers{}
+	w := &stuckWriter{release: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		wire.Serve(strings.NewReader(strings.Repeat(`{"op":"inspect"}`+"\n", 1000)), w, eng, wire.ServeOptions{})
+		close(done)
+	}()
+	time.Sleep(300 * time.Millisecond) // time for the stages to fill up
+	if n := eng.applied.Load(); n > 8 {
+		t.Errorf("%d inspects answered while the output is stuck: their responses are all held", n)
+	}
+	close(w.release)
+	<-done
 }

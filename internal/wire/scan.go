@@ -436,8 +436,8 @@ func (s *scanner) str() (string, *fieldError) {
 func (s *scanner) key() (string, *fieldError) {
 	start := s.i + 1
 	for j := start; j < len(s.b); j++ {
-		if s.b[j] == '\\' {
-			break // an escape: rawString unescapes it
+		if s.b[j] == '\\' || s.b[j] < 0x20 {
+			break // an escape, or a control character: rawString reads it, or says where the line breaks
 		}
 		if s.b[j] == '"' {
 			if s.allowRepeats { // header recovery looks for op and id only

@@ -79,7 +79,7 @@ var ErrFailFast = errors.New("stopped at the first error response (--fail-fast)"
 // ErrStopped is returned by Serve when its Stopper stopped it.
 var ErrStopped = errors.New("stopped by a signal")
 
-// Stats counts what Serve did.
+// Stats counts what Serve answered: the responses it wrote.
 type Stats struct {
 	Commands int
 	Errors   int
@@ -113,21 +113,23 @@ func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, e
 	lr := newLineReader(&stoppableReader{in: in, stopper: opt.Stopper}, opt.MaxLineBytes)
 	go p.read(lr, opt.MaxLineBytes)
 	go p.write(bufio.NewWriterSize(out, 64<<10))
-	st, err := p.apply(eng, opt)
+	err := p.apply(eng, opt)
 	close(p.applied)
 	close(p.quit) // the reader stops at its next hand-over, if still going
 	if werr := <-p.wrote; werr != nil {
-		return st, werr // the first thing that went wrong: what came after went unanswered
+		err = werr // the first thing that went wrong: what came after went unanswered
 	}
-	return st, err
+	return p.written, err
 }
 
 // batchesInFlight bounds the batches between the stages; maxBatchLines
 // and maxBatchBytes bound a batch, so that the stages overlap on a long
-// input that is all buffered.
+// input that is all buffered, and so do the responses waiting to be
+// written (an inspect, whose response grows with the router's whole state,
+// ends its batch).
 const (
 	batchesInFlight = 4
-	maxBatchLines   = 256
+	maxBatchLines   = 64
 	maxBatchBytes   = 256 << 10
 )
 
@@ -146,13 +148,10 @@ type item struct {
 	tooLong   bool
 	discarded int
 	resp      protocol.Response
-	buf       []byte // the encoded response
 }
 
 func (b *batch) reset() {
-	for i := range b.items {
-		b.items[i] = item{buf: b.items[i].buf[:0]} // keep the encode buffers
-	}
+	clear(b.items) // what the responses held goes with them
 	b.items, b.ids, b.bytes, b.end = b.items[:0], b.ids[:0], 0, nil
 }
 
@@ -171,6 +170,7 @@ type pipeline struct {
 	quit                   chan struct{} // closed when the apply stage is done
 	failed                 chan struct{} // closed when the writer gave up
 	wrote                  chan error    // the writer's outcome
+	written                Stats         // the writer's, read once it is done
 }
 
 // read decodes lines into batches and hands each on when it is full or
@@ -216,6 +216,13 @@ func (p *pipeline) read(lr *lineReader, maxLine int) {
 				send()
 				return
 			}
+			// A host may end what it writes with a comment or a blank line
+			// and wait: what it sent before must be answered.
+			if len(b.items) > 0 && !lr.lineBuffered() {
+				if !send() || !take() {
+					return
+				}
+			}
 			continue
 		}
 		it := b.add()
@@ -235,7 +242,8 @@ func (p *pipeline) read(lr *lineReader, maxLine int) {
 			send()
 			return
 		}
-		if len(b.items) >= maxBatchLines || b.bytes >= maxBatchBytes || !lr.lineBuffered() {
+		big := !tooLong && it.d.Err == nil && it.d.Cmd.Op == protocol.OpInspect
+		if big || len(b.items) >= maxBatchLines || b.bytes >= maxBatchBytes || !lr.lineBuffered() {
 			if !send() || !take() {
 				return
 			}
@@ -244,23 +252,23 @@ func (p *pipeline) read(lr *lineReader, maxLine int) {
 }
 
 // apply answers each command in order, on the caller's goroutine.
-func (p *pipeline) apply(eng Stepper, opt ServeOptions) (Stats, error) {
-	var st Stats
+func (p *pipeline) apply(eng Stepper, opt ServeOptions) error {
+	seq := 0
 	for {
 		var b *batch
 		select {
 		case b = <-p.decoded:
 		case <-p.failed: // nothing more can be written: stop applying
-			return st, nil
+			return nil
 		}
 		if b == nil { // the reader is done
-			return st, nil
+			return nil
 		}
 		for i := range b.items {
 			it := &b.items[i]
-			st.Commands++
+			seq++
 			resp := &it.resp
-			*resp = protocol.Response{Seq: uint64(st.Commands)}
+			*resp = protocol.Response{Seq: uint64(seq)}
 			switch d := &it.d; {
 			case it.tooLong:
 				resp.Error = protocol.Errorf(protocol.CodeLineTooLong, "line is %d bytes, over --max-line-bytes %d; it was discarded", it.discarded, opt.MaxLineBytes)
@@ -268,7 +276,7 @@ func (p *pipeline) apply(eng Stepper, opt ServeOptions) (Stats, error) {
 			case d.Err != nil:
 				resp.Op, resp.ID, resp.Error = d.Op, d.ID, d.Err
 				eng.Status(resp)
-			case d.Cmd.Op == protocol.OpConfig && st.Commands == 1 && opt.Configure != nil:
+			case d.Cmd.Op == protocol.OpConfig && seq == 1 && opt.Configure != nil:
 				// The stream's first command sets the config: serving goes
 				// on with an engine built on it. Later, the engine refuses.
 				resp.Op, resp.ID = d.Op, d.ID
@@ -284,31 +292,28 @@ func (p *pipeline) apply(eng Stepper, opt ServeOptions) (Stats, error) {
 				resp.Op, resp.ID = d.Op, d.ID
 				eng.Apply(&d.Cmd, resp)
 			}
-			if !resp.OK {
-				st.Errors++
-				if opt.FailFast {
-					b.items = b.items[:i+1]
-					select {
-					case <-p.failed:
-					default:
-						p.applied <- b
-					}
-					return st, ErrFailFast
+			if !resp.OK && opt.FailFast {
+				b.items = b.items[:i+1]
+				select {
+				case <-p.failed:
+				default:
+					p.applied <- b
 				}
+				return ErrFailFast
 			}
 		}
 		end := b.end
 		select {
 		case <-p.failed: // nothing more can be written: stop applying
-			return st, nil
+			return nil
 		default:
 			p.applied <- b
 		}
 		switch {
 		case errors.Is(end, ErrStopped):
-			return st, ErrStopped
+			return ErrStopped
 		case end != nil && end != io.EOF:
-			return st, fmt.Errorf("reading commands: %w", end)
+			return fmt.Errorf("reading commands: %w", end)
 		}
 	}
 }
@@ -324,18 +329,23 @@ func (p *pipeline) write(w *bufio.Writer) {
 		}
 		p.wrote <- err
 	}
+	var buf []byte // one response at a time, as the sequential loop did
 	for b := range p.applied {
 		for i := range b.items {
 			it := &b.items[i]
 			var err error
-			if it.buf, err = Encode(it.buf[:0], &it.resp); err != nil {
+			if buf, err = Encode(buf[:0], &it.resp); err != nil {
 				// Every response before it is whole: write them out.
 				fail(errors.Join(fmt.Errorf("encoding response %d: %w", it.resp.Seq, err), w.Flush()))
 				return
 			}
-			if _, err := w.Write(it.buf); err != nil {
+			if _, err := w.Write(buf); err != nil {
 				fail(fmt.Errorf("writing responses: %w", err))
 				return
+			}
+			p.written.Commands++
+			if !it.resp.OK {
+				p.written.Errors++
 			}
 		}
 		b.reset()
