@@ -84,23 +84,28 @@ func BenchmarkPlace64x100(b *testing.B) {
 	b.ReportMetric(float64(durations[len(durations)/2].Nanoseconds()), "ns/place-median")
 }
 
+// placeAndEnd places the prompts in turn, each request ending at once.
+func placeAndEnd(b *testing.B, e *Engine, prompts []*protocol.Command) {
+	var resp protocol.Response
+	i := 0
+	for b.Loop() {
+		c := prompts[i%len(prompts)]
+		c.RequestID = fmt.Sprint("r", i)
+		resp = protocol.Response{}
+		e.Apply(c, &resp)
+		resp = protocol.Response{}
+		e.Apply(&protocol.Command{Op: protocol.OpRequestTerminal, RequestID: c.RequestID}, &resp)
+		i++
+	}
+}
+
 // BenchmarkPlaceScaling: place as workers and prompt length grow.
 func BenchmarkPlaceScaling(b *testing.B) {
 	for _, workers := range []int{8, 64, 256} {
 		for _, blocks := range []int{25, 100, 400} {
 			b.Run(fmt.Sprintf("workers=%d/blocks=%d", workers, blocks), func(b *testing.B) {
 				e, prompts := placeBench(b, workers, blocks)
-				var resp protocol.Response
-				i := 0
-				for b.Loop() {
-					c := prompts[i%len(prompts)]
-					c.RequestID = fmt.Sprint("r", i)
-					resp = protocol.Response{}
-					e.Apply(c, &resp)
-					resp = protocol.Response{}
-					e.Apply(&protocol.Command{Op: protocol.OpRequestTerminal, RequestID: c.RequestID}, &resp)
-					i++
-				}
+				placeAndEnd(b, e, prompts)
 			})
 		}
 	}
@@ -113,17 +118,7 @@ func BenchmarkPlaceRanks(b *testing.B) {
 	for _, ranks := range []int{64, 256, 1024} {
 		b.Run(fmt.Sprint("ranks=", ranks), func(b *testing.B) {
 			e, prompts := placeBench(b, ranks, 100)
-			var resp protocol.Response
-			i := 0
-			for b.Loop() {
-				c := prompts[i%len(prompts)]
-				c.RequestID = fmt.Sprint("r", i)
-				resp = protocol.Response{}
-				e.Apply(c, &resp)
-				resp = protocol.Response{}
-				e.Apply(&protocol.Command{Op: protocol.OpRequestTerminal, RequestID: c.RequestID}, &resp)
-				i++
-			}
+			placeAndEnd(b, e, prompts)
 		})
 	}
 }

@@ -23,13 +23,17 @@ func placeLine(blocks int) []byte {
 
 // BenchmarkDecodePlace100: one place line with 100 random 64-bit hashes.
 func BenchmarkDecodePlace100(b *testing.B) {
-	line := placeLine(100)
+	benchDecode(b, placeLine(100), false)
+}
+
+// benchDecode decodes line over and over, which must be refused or not.
+func benchDecode(b *testing.B, line []byte, refused bool) {
 	var d Decoded
 	b.SetBytes(int64(len(line)))
 	for b.Loop() {
 		Decode(line, &d)
-		if d.Err != nil {
-			b.Fatal(d.Err)
+		if (d.Err != nil) != refused {
+			b.Fatalf("refused: %v", d.Err)
 		}
 	}
 }
@@ -86,15 +90,7 @@ func BenchmarkDecodeObserve(b *testing.B) {
 		fmt.Fprintf(&s, `{"block_hash":%d,"tokens_hash":%d}`, uint64(i)*0x9e3779b97f4a7c15, uint64(i+7)*0xbf58476d1ce4e5b9)
 	}
 	s.WriteString("]}}}}]}")
-	line := []byte(s.String())
-	var d Decoded
-	b.SetBytes(int64(len(line)))
-	for b.Loop() {
-		Decode(line, &d)
-		if d.Err != nil {
-			b.Fatal(d.Err)
-		}
-	}
+	benchDecode(b, []byte(s.String()), false)
 }
 
 // BenchmarkDecodeRefused100: the place line of BenchmarkDecodePlace100
@@ -103,13 +99,5 @@ func BenchmarkDecodeObserve(b *testing.B) {
 // line.
 func BenchmarkDecodeRefused100(b *testing.B) {
 	line := placeLine(100)
-	line = append(line[:len(line)-1], `,"priority":"high"}`...)
-	var d Decoded
-	b.SetBytes(int64(len(line)))
-	for b.Loop() {
-		Decode(line, &d)
-		if d.Err == nil || *d.Op != "place" {
-			b.Fatal("the line was not refused as a place")
-		}
-	}
+	benchDecode(b, append(line[:len(line)-1], `,"priority":"high"}`...), true)
 }
