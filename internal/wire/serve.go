@@ -111,7 +111,7 @@ func Serve(in io.Reader, out io.Writer, eng Stepper, opt ServeOptions) (Stats, e
 		p.free <- &batch{}
 	}
 	lr := newLineReader(&stoppableReader{in: in, stopper: opt.Stopper}, opt.MaxLineBytes)
-	go p.read(lr, opt.MaxLineBytes)
+	go p.read(lr)
 	go p.write(bufio.NewWriterSize(out, 64<<10))
 	err := p.apply(eng, opt)
 	close(p.applied)
@@ -175,7 +175,7 @@ type pipeline struct {
 
 // read decodes lines into batches and hands each on when it is full or
 // the next line would have to come from the OS.
-func (p *pipeline) read(lr *lineReader, maxLine int) {
+func (p *pipeline) read(lr *lineReader) {
 	var b *batch
 	take := func() bool {
 		select {
