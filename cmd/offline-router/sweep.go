@@ -145,7 +145,7 @@ func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
 	ran, resumed, err := sweep.Run(ctx, plan, sweep.Options{Out: o.out, Jobs: o.jobs, Shard: shard, Progress: o.progress(len(shard.Of(points)))}, runPoint)
 	stderr := cmd.ErrOrStderr()
 	if sig := caught(); sig != 0 {
-		return &exitError{128 + int(sig), fmt.Errorf("sweep stopped by %v: %d points replayed, %d found done; the same command resumes it", sig, ran, resumed)}
+		return &exitError{exitCodeFor(sig), fmt.Errorf("sweep stopped by %v: %d points replayed, %d found done; the same command resumes it", sig, ran, resumed)}
 	}
 	if err != nil {
 		return &exitError{1, err}

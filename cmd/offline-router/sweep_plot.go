@@ -133,9 +133,13 @@ func sweepPanels(pts []*sweep.PointResult, w sweep.WorkloadResult, policies []st
 		m := &pt.Report.Policies[0]
 		return plotter.XY{X: m.PrefixHitRate, Y: m.P99TTFTMS}
 	}
+	byID := make(map[string]*sweep.PointResult, len(pts))
+	for _, p := range pts {
+		byID[p.ID] = p
+	}
 	var front []*sweep.PointResult
 	for _, id := range w.Pareto { // by rising hit rate
-		front = append(front, pts[slices.IndexFunc(pts, func(p *sweep.PointResult) bool { return p.ID == id })])
+		front = append(front, byID[id])
 	}
 	// The front's points are numbered beside their squares, and their
 	// settings listed under the panels: settings written beside the points
@@ -165,7 +169,7 @@ func sweepPanels(pts []*sweep.PointResult, w sweep.WorkloadResult, policies []st
 	}
 	var rec *sweep.PointResult
 	if w.Recommended != nil {
-		rec = pts[slices.IndexFunc(pts, func(p *sweep.PointResult) bool { return p.ID == *w.Recommended })]
+		rec = byID[*w.Recommended]
 	}
 	draw1 := func(title string) (*plot.Plot, error) {
 		p := plot.New()

@@ -18,13 +18,17 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 	if e.routed != nil {
 		routed = e.routedMatches(d)
 	}
+	llmd := e.cfg.Policy == protocol.PolicyLLMD
 	cands := slices.Grow(e.cands[:0], len(cs.ranks))[:len(cs.ranks)]
 	e.cands = cands
 	for i, r := range cs.ranks {
 		newBlocks := uint64(len(d.local)) - uint64(e.hits[r.slot]) + d.privateBlocks
 		cands[i] = selector.Candidate{Overlap: uint64(e.overlap[r.slot]), PrefillTokens: r.prefill.at(e.now),
 			DecodeBlocks: r.activeDecodeBlocks() + newBlocks, ActiveRequests: r.activeRequests,
-			Key: r.w.id*0x9e3779b97f4a7c15 ^ uint64(r.dp), Waiting: uint64(r.prefill.live), KVUsage: r.kvUsage()}
+			Key: r.w.id*0x9e3779b97f4a7c15 ^ uint64(r.dp)}
+		if llmd { // what only llmd reads: not worked out per candidate for the others
+			cands[i].Waiting, cands[i].KVUsage = uint64(r.prefill.live), r.kvUsage()
+		}
 		if routed != nil {
 			cands[i].Routed, cands[i].TreeBlocks = uint64(routed[r.slot]), uint64(len(r.routed))
 		}

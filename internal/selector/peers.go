@@ -25,14 +25,13 @@ func pickSGLang(c *protocol.SGLangConfig, req Request, scores []Score, cands []C
 		lo, hi = min(lo, x.ActiveRequests), max(hi, x.ActiveRequests)
 	}
 	imbalanced := hi-lo > c.BalanceAbsThreshold && float64(hi) > float64(float64(lo)*c.BalanceRelThreshold)
-	var pick int
-	switch {
-	case imbalanced:
-		pick = leastLoaded(cands)
-	case req.Blocks > 0 && float64(cands[deepest(cands)].Routed)/float64(req.Blocks) > c.CacheThreshold:
-		pick = deepest(cands)
-	default:
-		pick = smallestTree(cands)
+	pick := leastLoaded(cands)
+	if !imbalanced {
+		if d := deepest(cands); req.Blocks > 0 && float64(cands[d].Routed)/float64(req.Blocks) > c.CacheThreshold {
+			pick = d
+		} else {
+			pick = smallestTree(cands)
+		}
 	}
 	for i := range scores {
 		scores[i].Prob = 0

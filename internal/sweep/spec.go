@@ -148,13 +148,15 @@ func (s *Spec) check() error {
 	if len(s.Workloads) == 0 {
 		return errors.New(`"workloads": name at least one trace file, or "builtin"`)
 	}
+	given := map[string]bool{}
 	for i, w := range s.Workloads {
 		if w == "" {
 			return fmt.Errorf(`"workloads"[%d]: empty; a trace file's path, or "builtin"`, i)
 		}
-		if slices.Index(s.Workloads, w) < i {
+		if given[w] {
 			return fmt.Errorf(`"workloads"[%d]: %q is given twice`, i, w)
 		}
+		given[w] = true
 	}
 	for _, o := range append([]Object{s.Flags}, s.Grid...) {
 		for _, kv := range o {
