@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"container/list"
 	"fmt"
 	"io"
 
@@ -104,20 +103,10 @@ func SimpleCluster(workers int) ClusterConfig {
 	return c
 }
 
-// cacheBlock is one block in a worker's KV cache, by sequence hash.
-type cacheBlock struct {
-	hash   protocol.SequenceHash
-	local  protocol.LocalBlockHash
-	refs   int
-	stored bool          // computed: visible to later requests and to the router
-	lru    *list.Element // position among unreferenced blocks; nil while referenced
-}
-
 // simWorker is one worker of the simulated cluster.
 type simWorker struct {
 	id            uint64
-	blocks        map[protocol.SequenceHash]*cacheBlock
-	idle          *list.List // unreferenced blocks, least recently used first
+	cache         *blockCache // the simple model's; nil under the iteration engine
 	running       int
 	backlog       uint64 // uncached tokens admitted and not yet prefilled
 	prefillFreeAt float64
@@ -127,23 +116,11 @@ type simWorker struct {
 	idx           int32       // in (pool, id, rank) order
 	dpRank        uint32
 	pool          *pool
-}
-
-func newWorker(id uint64) *simWorker {
-	return &simWorker{id: id, blocks: map[protocol.SequenceHash]*cacheBlock{}, idle: list.New()}
-}
-
-// cachedPrefix is how many leading blocks of seq the worker has computed.
-func (w *simWorker) cachedPrefix(seq []protocol.SequenceHash) int {
-	n := 0
-	for n < len(seq) {
-		b := w.blocks[seq[n]]
-		if b == nil || !b.stored {
-			break
-		}
-		n++
-	}
-	return n
+	// evicted and stored are the last removed and stored events' blocks,
+	// reused: the router is done with an event when it answers.
+	evicted []protocol.SequenceHash
+	stored  []protocol.StoredBlock
+	spare   [][]int32 // block lists of requests that ended, to reuse
 }
 
 // admit tries to start r on the worker: a free sequence slot, a prefill
@@ -152,85 +129,86 @@ func (w *simWorker) cachedPrefix(seq []protocol.SequenceHash) int {
 // (evicting unreferenced blocks, least recently used first). It returns the
 // evicted hashes, and false if r must wait. A request alone on its worker is
 // always admitted; blocks that do not fit are then simply not cached.
+//
+// r.blocks records the block each of r's positions holds (noBlock where
+// its block did not fit), so that storing and releasing r need no lookup
+// and touch only what r holds.
 func (w *simWorker) admit(r *simRequest, cfg *ClusterConfig) ([]protocol.SequenceHash, bool) {
 	if w.running >= cfg.MaxNumSeqs {
 		return nil, false
 	}
-	hit := w.cachedPrefix(r.seq)
+	c := w.cache
+	if r.blocks == nil {
+		if n := len(w.spare); n > 0 {
+			r.blocks, w.spare = w.spare[n-1][:0], w.spare[:n-1]
+		}
+	}
+	r.blocks = r.blocks[:0]
+	hit, missing := 0, 0
+	for _, h := range r.seq {
+		b := c.find(h)
+		r.blocks = append(r.blocks, b)
+		switch {
+		case b == noBlock:
+			missing++
+		case hit == len(r.blocks)-1 && c.blocks[b].stored:
+			hit++ // the cached prefix goes on
+		}
+	}
 	uncached := r.InputTokens - min(uint64(hit)*cfg.BlockSize, r.InputTokens)
 	if w.backlog > 0 && w.backlog+uncached > cfg.MaxNumBatchedTokens {
 		return nil, false
 	}
-	missing := 0
-	for _, h := range r.seq {
-		if w.blocks[h] == nil {
-			missing++
-		}
-	}
-	free := cfg.TotalKVBlocks - len(w.blocks) + w.idle.Len()
+	free := cfg.TotalKVBlocks - c.used + c.idle
 	if missing > free && w.running > 0 {
 		return nil, false
 	}
 	r.hitBlocks, r.uncached = hit, uncached
 	w.backlog += uncached
-	var evicted []protocol.SequenceHash
-	for _, h := range r.seq {
-		if b := w.blocks[h]; b != nil {
-			w.ref(b)
+	for _, b := range r.blocks {
+		if b != noBlock {
+			c.ref(b)
 		}
 	}
-	for i, h := range r.seq {
-		if w.blocks[h] != nil {
+	w.evicted = w.evicted[:0]
+	for i, b := range r.blocks {
+		if b != noBlock {
 			continue
 		}
-		for len(w.blocks) >= cfg.TotalKVBlocks && w.idle.Len() > 0 {
-			evicted = append(evicted, w.evictOne())
+		for c.used >= cfg.TotalKVBlocks && c.idle > 0 {
+			w.evicted = append(w.evicted, c.evictOldest())
 		}
-		if len(w.blocks) >= cfg.TotalKVBlocks {
+		if c.used >= cfg.TotalKVBlocks {
 			break // the rest of the prompt is not cached
 		}
-		b := &cacheBlock{hash: h, local: r.local[i], refs: 1}
-		w.blocks[h] = b
-		r.owned = append(r.owned, b)
+		r.blocks[i] = c.add(r.seq[i], r.local[i])
 	}
 	w.running++
-	return evicted, true
-}
-
-func (w *simWorker) ref(b *cacheBlock) {
-	if b.refs == 0 && b.lru != nil {
-		w.idle.Remove(b.lru)
-		b.lru = nil
-	}
-	b.refs++
-}
-
-// evictOne drops the least recently used unreferenced block.
-func (w *simWorker) evictOne() protocol.SequenceHash {
-	b := w.idle.Remove(w.idle.Front()).(*cacheBlock)
-	delete(w.blocks, b.hash)
-	return b.hash
+	return w.evicted, true
 }
 
 // store marks the blocks r computed as cached and returns the stored event
-// for the router: the chain after r's cached prefix.
+// for the router: the chain after r's cached prefix, up to the first block
+// that did not fit.
 func (w *simWorker) store(r *simRequest) *protocol.KVEvent {
 	var st protocol.Stored
 	if r.hitBlocks > 0 {
 		p := r.seq[r.hitBlocks-1]
 		st.ParentHash = &p
 	}
-	for i := r.hitBlocks; i < len(r.seq); i++ {
-		b := w.blocks[r.seq[i]]
-		if b == nil {
-			break // not cached (no room): the chain stops here
+	w.stored = w.stored[:0]
+	for _, b := range r.blocks[r.hitBlocks:] {
+		if b == noBlock {
+			break
 		}
-		b.stored = true
-		st.Blocks = append(st.Blocks, protocol.StoredBlock{BlockHash: b.hash, TokensHash: b.local})
+		x := &w.cache.blocks[b]
+		x.stored = true
+		w.stored = append(w.stored, protocol.StoredBlock{BlockHash: x.hash, TokensHash: x.local})
 	}
-	if len(st.Blocks) == 0 {
+	if len(w.stored) == 0 {
 		return nil
 	}
+	st.Blocks = w.stored
 	w.eventID++
 	return &protocol.KVEvent{WorkerID: w.id, DPRank: w.dpRank, StorageTier: "device", EventID: w.eventID, Data: st}
 }
@@ -238,19 +216,13 @@ func (w *simWorker) store(r *simRequest) *protocol.KVEvent {
 // release drops r's references, deepest block first, so that among blocks
 // freed together a child is evicted before its parent.
 func (w *simWorker) release(r *simRequest) {
-	for i := len(r.seq) - 1; i >= 0; i-- {
-		b := w.blocks[r.seq[i]]
-		if b == nil {
-			continue
-		}
-		if b.refs--; b.refs == 0 {
-			if !b.stored {
-				delete(w.blocks, b.hash) // never computed: nothing to keep
-				continue
-			}
-			b.lru = w.idle.PushBack(b)
+	for i := len(r.blocks) - 1; i >= 0; i-- {
+		if b := r.blocks[i]; b != noBlock {
+			w.cache.unref(b)
 		}
 	}
+	w.spare = append(w.spare, r.blocks)
+	r.blocks = nil
 	w.running--
 }
 

@@ -51,7 +51,7 @@ type simRequest struct {
 	dec       placement // on its decode worker, when disaggregated
 	local     []protocol.LocalBlockHash
 	seq       []protocol.SequenceHash
-	owned     []*cacheBlock
+	blocks    []int32 // under the simple model, the cache block each prompt block holds on its worker
 	hitBlocks int
 	uncached  uint64 // input tokens its worker had to prefill
 
@@ -270,10 +270,12 @@ func (h *host) announce(p *pool, workers int) {
 	for i := range workers {
 		id := uint64(i + 1)
 		for rank := range dp {
-			w := newWorker(id)
+			w := &simWorker{id: id}
 			w.idx, w.dpRank, w.pool = int32(len(h.order)), rank, p
 			if c.Engine == EngineIteration {
 				w.iter = newIterEngine(c, &c.Profile.Step)
+			} else {
+				w.cache = newBlockCache()
 			}
 			p.workers[rankKey{id, rank}] = w
 			p.order, h.order = append(p.order, w), append(h.order, w)

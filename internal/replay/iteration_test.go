@@ -72,7 +72,7 @@ func (e *iterEngine) invariants() error {
 // first-token and end times and the events.
 func drive(t *testing.T, cfg ClusterConfig, reqs []*simRequest) (first, done map[string]float64, stored, removed int) {
 	t.Helper()
-	w := newWorker(1)
+	w := &simWorker{id: 1}
 	e := newIterEngine(&cfg, &cfg.Profile.Step)
 	for _, r := range reqs {
 		r.seq = kvindex.SequenceHashes(r.local)
