@@ -143,25 +143,33 @@ func (w *simWorker) admit(r *simRequest, cfg *ClusterConfig) ([]protocol.Sequenc
 			r.blocks, w.spare = w.spare[n-1][:0], w.spare[:n-1]
 		}
 	}
+	// Look up only as far as each check needs: a request that waits is
+	// tried again whenever its worker frees something.
 	r.blocks = r.blocks[:0]
-	hit, missing := 0, 0
-	for _, h := range r.seq {
-		b := c.find(h)
+	hit := 0
+	for ; hit < len(r.seq); hit++ {
+		b := c.find(r.seq[hit])
 		r.blocks = append(r.blocks, b)
-		switch {
-		case b == noBlock:
-			missing++
-		case hit == len(r.blocks)-1 && c.blocks[b].stored:
-			hit++ // the cached prefix goes on
+		if b == noBlock || !c.blocks[b].stored {
+			break // the cached prefix ends here
 		}
 	}
 	uncached := r.InputTokens - min(uint64(hit)*cfg.BlockSize, r.InputTokens)
 	if w.backlog > 0 && w.backlog+uncached > cfg.MaxNumBatchedTokens {
 		return nil, false
 	}
+	lookUpRest(c, r)
 	free := cfg.TotalKVBlocks - c.used + c.idle
-	if missing > free && w.running > 0 {
-		return nil, false
+	if w.running > 0 && len(r.seq)-hit > free {
+		missing := 0
+		for _, b := range r.blocks[hit:] {
+			if b == noBlock {
+				missing++
+			}
+		}
+		if missing > free {
+			return nil, false
+		}
 	}
 	r.hitBlocks, r.uncached = hit, uncached
 	w.backlog += uncached
@@ -185,6 +193,13 @@ func (w *simWorker) admit(r *simRequest, cfg *ClusterConfig) ([]protocol.Sequenc
 	}
 	w.running++
 	return w.evicted, true
+}
+
+// lookUpRest finds the blocks of r's positions not looked up yet.
+func lookUpRest(c *blockCache, r *simRequest) {
+	for i := len(r.blocks); i < len(r.seq); i++ {
+		r.blocks = append(r.blocks, c.find(r.seq[i]))
+	}
 }
 
 // store marks the blocks r computed as cached and returns the stored event

@@ -1,0 +1,44 @@
+// Command tracegen makes a benchmark trace from a Mooncake trace (stdin to
+// stdout), keeping its sharing, arrivals and lengths:
+//
+//	go run ./scripts/tracegen -copies 3 < ../shared/traces/synthetic_trace.jsonl > trace3x.jsonl
+//	go run ./scripts/tracegen -split 32 < ../shared/traces/synthetic_trace.jsonl > trace16.jsonl
+//
+// -copies N plays the trace N times back to back, each copy with hash ids
+// and sessions of its own; -split R hashes it at blocks R times smaller
+// (512-token blocks become 16-token ones at 32: replay it with
+// --block-size 16 and R times the --worker-kv-blocks).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/offline-router/offline-router/internal/replay"
+)
+
+func main() {
+	copies := flag.Int("copies", 1, "play the trace this many times back to back")
+	split := flag.Uint64("split", 1, "hash each block as this many smaller ones")
+	blockSize := flag.Uint64("block-size", 512, "the input trace's block size, in tokens")
+	flag.Parse()
+	if err := run(*copies, *split, *blockSize); err != nil {
+		fmt.Fprintln(os.Stderr, "tracegen:", err)
+		os.Exit(1)
+	}
+}
+
+func run(copies int, split, blockSize uint64) error {
+	trace, err := replay.ReadMooncake(os.Stdin, blockSize)
+	if err != nil {
+		return err
+	}
+	if trace, err = replay.RepeatTrace(trace, copies); err != nil {
+		return err
+	}
+	if trace, err = replay.SplitBlocks(trace, blockSize, split); err != nil {
+		return err
+	}
+	return replay.WriteMooncake(os.Stdout, trace)
+}
