@@ -8,6 +8,7 @@ import (
 // (worker_id, dp_rank) order, and what the filters dropped.
 type candidateSet struct {
 	ranks       []*rank
+	slots       []uint32 // of ranks
 	filtered    protocol.FilterCounts
 	filteredSet []protocol.FilteredRank // only with evidence "full"
 }
@@ -20,8 +21,13 @@ func (e *Engine) candidates(d *demand, t float64) (candidateSet, *protocol.Error
 	if err := e.checkPin(d); err != nil {
 		return cs, err
 	}
+	if d.unfiltered() && !e.busyThresholds() {
+		if rr := e.fleet.ofRole(d.role); len(rr.ranks) > 0 {
+			return candidateSet{ranks: rr.ranks, slots: rr.slots}, nil // no filter drops any
+		}
+	}
 	full := e.cfg.Evidence == protocol.EvidenceFull
-	cs.ranks = make([]*rank, 0, len(e.fleet.slots))
+	cs.ranks, cs.slots = make([]*rank, 0, len(e.fleet.slots)), make([]uint32, 0, len(e.fleet.slots))
 	drop := func(r *rank, reason string) {
 		switch reason {
 		case protocol.FilterAffinity:
@@ -49,7 +55,7 @@ func (e *Engine) candidates(d *demand, t float64) (candidateSet, *protocol.Error
 				drop(r, reason)
 				continue
 			}
-			cs.ranks = append(cs.ranks, r)
+			cs.ranks, cs.slots = append(cs.ranks, r), append(cs.slots, r.slot)
 		}
 		// A worker is busy when every one of its remaining ranks is.
 		busy := len(cs.ranks) > start
@@ -60,7 +66,7 @@ func (e *Engine) candidates(d *demand, t float64) (candidateSet, *protocol.Error
 			for _, r := range cs.ranks[start:] {
 				drop(r, protocol.FilterBusy)
 			}
-			cs.ranks = cs.ranks[:start]
+			cs.ranks, cs.slots = cs.ranks[:start], cs.slots[:start]
 		}
 	}
 	if len(cs.ranks) > 0 {
@@ -81,6 +87,13 @@ func (e *Engine) candidates(d *demand, t float64) (candidateSet, *protocol.Error
 	default:
 		return cs, protocol.Errorf(protocol.CodeNoEligibleWorker, "allowed_workers names no ready worker of role %s", d.role)
 	}
+}
+
+// busyThresholds reports whether any busy threshold is set.
+func (e *Engine) busyThresholds() bool {
+	cfg := &e.cfg
+	return cfg.ActiveDecodeBlocksThreshold != nil || cfg.ActivePrefillTokensThreshold != nil ||
+		cfg.ActivePrefillTokensThresholdFrac != nil
 }
 
 // overloaded applies the busy thresholds that are set to r at time t.

@@ -102,6 +102,11 @@ func (e *Engine) checkPin(d *demand) *protocol.Error {
 	return nil
 }
 
+// unfiltered reports whether staticallyAllowed allows every rank.
+func (d *demand) unfiltered() bool {
+	return d.allowed == nil && d.pin == nil && !(d.hardBound && d.boundTarget() != nil)
+}
+
 // staticallyAllowed reports whether rank r of a ready worker of the
 // demand's role passes hard affinity, allowed_workers and the pin, and if
 // not, why.

@@ -40,6 +40,7 @@ type Engine struct {
 	walk    active.Walk          // where the active-block count stopped, for booking
 	cands   []selector.Candidate // the candidates of one placement
 	scores  []selector.Score     // and their scores
+	costs   []float64            // or their costs alone (selectCheapest)
 	blocks  []kvindex.Block      // blocks to store (an event's, or an approximate placement's), as the index takes them
 }
 

@@ -18,24 +18,14 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 	if e.routed != nil {
 		routed = e.routedMatches(d)
 	}
-	llmd := e.cfg.Policy == protocol.PolicyLLMD
-	cands := slices.Grow(e.cands[:0], len(cs.ranks))[:len(cs.ranks)]
-	e.cands = cands
-	for i, r := range cs.ranks {
-		newBlocks := uint64(len(d.local)) - uint64(e.hits[r.slot]) + d.privateBlocks
-		cands[i] = selector.Candidate{Overlap: uint64(e.overlap[r.slot]), PrefillTokens: r.prefill.at(e.now),
-			DecodeBlocks: r.activeDecodeBlocks() + newBlocks, ActiveRequests: r.activeRequests,
-			Key: r.w.id*0x9e3779b97f4a7c15 ^ uint64(r.dp)}
-		if llmd { // what only llmd reads: not worked out per candidate for the others
-			cands[i].Waiting, cands[i].KVUsage = uint64(r.prefill.live), r.kvUsage()
-		}
-		if routed != nil {
-			cands[i].Routed, cands[i].TreeBlocks = uint64(routed[r.slot]), uint64(len(r.routed))
-		}
+	var sel selector.Result
+	if selector.Cheapest(&e.params, preferred) && e.cfg.Evidence != protocol.EvidenceFull {
+		sel = e.selectCheapest(d, cs)
+	} else {
+		sel = e.selectAmong(d, cs, preferred, routed)
+		e.scores = sel.Scores // scratch for the next placement: the evidence copies what it keeps
 	}
-	sel := selector.Select(e.params, selector.Request{ISL: d.isl, Blocks: d.islBlocks, Session: d.session}, cands, preferred, e.draws, e.scores)
-	e.scores = sel.Scores // scratch for the next placement: the evidence copies what it keeps
-	chosen, chosenRank := sel.Scores[sel.Index], cs.ranks[sel.Index]
+	chosen, chosenRank := sel.Chosen, cs.ranks[sel.Index]
 
 	cached := min(chosen.Overlap*e.cfg.BlockSize, d.isl)
 	e.book(req, chosenRank, d.isl-cached)
@@ -53,18 +43,54 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 	return p
 }
 
+// selectAmong costs every candidate and selects among them.
+func (e *Engine) selectAmong(d *demand, cs candidateSet, preferred int, routed []uint32) selector.Result {
+	llmd := e.cfg.Policy == protocol.PolicyLLMD
+	cands := slices.Grow(e.cands[:0], len(cs.ranks))[:len(cs.ranks)]
+	e.cands = cands
+	for i, r := range cs.ranks {
+		newBlocks := uint64(len(d.local)) - uint64(e.hits[r.slot]) + d.privateBlocks
+		cands[i] = selector.Candidate{Overlap: uint64(e.overlap[r.slot]), PrefillTokens: r.prefill.at(e.now),
+			DecodeBlocks: r.activeDecodeBlocks() + newBlocks, ActiveRequests: r.activeRequests,
+			Key: r.w.id*0x9e3779b97f4a7c15 ^ uint64(r.dp)}
+		if llmd { // what only llmd reads: not worked out per candidate for the others
+			cands[i].Waiting, cands[i].KVUsage = uint64(r.prefill.live), r.kvUsage()
+		}
+		if routed != nil {
+			cands[i].Routed, cands[i].TreeBlocks = uint64(routed[r.slot]), uint64(len(r.routed))
+		}
+	}
+	return selector.Select(e.params, selector.Request{ISL: d.isl, Blocks: d.islBlocks, Session: d.session}, cands, preferred, e.draws, e.scores)
+}
+
+// selectCheapest is selectAmong where only the cheapest candidate counts
+// (selector.Cheapest, and no evidence "full" to show every score): each
+// candidate is costed from the rank loads in slot order, without its
+// rank's struct, into one float. The same choice, ties and costs.
+func (e *Engine) selectCheapest(d *demand, cs candidateSet) selector.Result {
+	costs := slices.Grow(e.costs[:0], len(cs.slots))[:len(cs.slots)]
+	e.costs = costs
+	// Read once, not through e and d per candidate.
+	loads, overlap, hits, now, p := e.fleet.loads, e.overlap, e.hits, e.now, &e.params
+	blocks := uint64(len(d.local)) + d.privateBlocks
+	for i, s := range cs.slots {
+		l := &loads[s]
+		costs[i] = selector.CostOf(p, d.isl, uint64(overlap[s]), l.prefill.at(now), l.decode+blocks-uint64(hits[s]))
+	}
+	index, ties, best := selector.PickCheapest(costs, e.draws)
+	s, l := cs.slots[index], &loads[cs.slots[index]]
+	chosen := selector.Candidate{Overlap: uint64(overlap[s]), PrefillTokens: l.prefill.at(now), DecodeBlocks: l.decode + blocks - uint64(hits[s])}
+	return selector.Result{Index: index, Chosen: selector.Cost(p, d.isl, &chosen), Ties: ties, BestCost: best}
+}
+
 // bestOverlap is the most blocks of d's prompt any ready rank of its role
 // caches, filtered or not, from the index walk place just made.
 func (e *Engine) bestOverlap(d *demand) uint64 {
-	best := uint64(0)
-	for _, w := range e.fleet.readyWorkers() {
-		if w.role == d.role {
-			for _, r := range w.ranks {
-				best = max(best, uint64(e.overlap[r.slot]))
-			}
-		}
+	best := uint32(0)
+	for _, s := range e.fleet.ofRole(d.role).slots {
+		best = max(best, e.overlap[s])
 	}
-	return best
+	return uint64(best)
 }
 
 func (e *Engine) reason(d *demand, chosen *rank, candidates int) string {
@@ -84,7 +110,7 @@ func (e *Engine) reason(d *demand, chosen *rank, candidates int) string {
 func (e *Engine) evidence(cs candidateSet, sel selector.Result) *protocol.PlacementEvidence {
 	scores := sel.Scores
 	ev := &protocol.PlacementEvidence{
-		Candidates: len(scores), Ties: sel.Ties, SelectedCost: protocol.Num(scores[sel.Index].Cost), BestCost: protocol.Num(sel.BestCost),
+		Candidates: len(cs.ranks), Ties: sel.Ties, SelectedCost: protocol.Num(sel.Chosen.Cost), BestCost: protocol.Num(sel.BestCost),
 	}
 	if cs.filtered != (protocol.FilterCounts{}) {
 		f := cs.filtered

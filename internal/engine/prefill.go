@@ -9,13 +9,19 @@ import "math"
 // what at and reachTime use; the FIFO is kept so that a completed request
 // takes back only what it still had. With no model (rate 0) nothing decays.
 type prefillLoad struct {
+	prefillLevel
+	fifo []*prefillEntry
+	head int
+	live int // entries in fifo not done
+}
+
+// prefillLevel is what the load at a time is worked out from: all a
+// placement reads of it.
+type prefillLevel struct {
 	rate     float64 // tokens per ms; 0 = no decay
 	last     float64 // the time the fields below describe
 	pending  uint64  // tokens of entries not yet fully decayed, exact
 	consumed float64 // how much of the head entry has decayed
-	fifo     []*prefillEntry
-	head     int
-	live     int // entries in fifo not done
 }
 
 // prefillEntry is one request's booked prefill on a rank.
@@ -25,7 +31,7 @@ type prefillEntry struct {
 }
 
 // at returns the load at time t >= last, without changing anything.
-func (p *prefillLoad) at(t float64) float64 {
+func (p *prefillLevel) at(t float64) float64 {
 	v := float64(p.pending) - p.consumed
 	if p.rate > 0 && t > p.last {
 		v -= float64(p.rate * (t - p.last)) // rounded alone: no fused multiply-add (exp.go)

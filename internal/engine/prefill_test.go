@@ -6,9 +6,9 @@ import (
 )
 
 func TestPrefillLinearDecayIsFIFO(t *testing.T) {
-	p := prefillLoad{rate: 2} // 2 tokens per ms
-	a := p.add(0, 100)        // decays over [0, 50]
-	b := p.add(10, 40)        // starts at 50, done at 70
+	p := prefillLoad{prefillLevel: prefillLevel{rate: 2}} // 2 tokens per ms
+	a := p.add(0, 100)                                    // decays over [0, 50]
+	b := p.add(10, 40)                                    // starts at 50, done at 70
 	if got := p.at(30); got != 80 {
 		t.Fatalf("at 30: %v, want 140 - 60 = 80", got)
 	}
@@ -43,7 +43,7 @@ func TestPrefillWithoutModelNeverDecays(t *testing.T) {
 }
 
 func TestPrefillRemoveFromTheMiddle(t *testing.T) {
-	p := prefillLoad{rate: 1}
+	p := prefillLoad{prefillLevel: prefillLevel{rate: 1}}
 	p.add(0, 10)
 	mid := p.add(0, 20)
 	p.add(0, 30)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"testing"
@@ -126,6 +127,47 @@ func drawCommand(t *rapid.T, e *Engine) *protocol.Command {
 	return c
 }
 
+// TestCheapestSelectsAsEveryScore: the placement that costs candidates
+// into one float each (kv at temperature 0, evidence other than full)
+// answers as the one that scores every candidate: the same responses, but
+// for the scores evidence "full" adds.
+func TestCheapestSelectsAsEveryScore(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := drawConfig(t)
+		cfg.Policy, cfg.Temperature = protocol.PolicyKV, 0
+		cfg.Evidence = rapid.SampledFrom([]protocol.Evidence{protocol.EvidenceSummary, protocol.EvidenceNone}).Draw(t, "evidence")
+		full := cfg
+		full.Evidence = protocol.EvidenceFull
+		cheap, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		every, err := New(full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range rapid.IntRange(1, 80).Draw(t, "steps") {
+			c := drawCommand(t, cheap)
+			var got, want protocol.Response
+			cheap.Apply(c, &got)
+			every.Apply(c, &want)
+			for j := range want.Placements {
+				if ev := want.Placements[j].Evidence; ev != nil {
+					ev.CandidateSet, ev.FilteredSet = nil, nil
+					if cfg.Evidence == protocol.EvidenceNone {
+						want.Placements[j].Evidence = nil
+					}
+				}
+			}
+			a, _ := wire.Encode(nil, &got)
+			b, _ := wire.Encode(nil, &want)
+			if !bytes.Equal(a, b) {
+				t.Fatalf("step %d: %s answered\n%s\nwhere scoring every candidate answers\n%s", i, c.Op, a, b)
+			}
+		}
+	})
+}
+
 // TestAdmissionInvariants drives random command sequences and checks the
 // admission invariants after every command.
 func TestAdmissionInvariants(t *testing.T) {
@@ -227,6 +269,28 @@ func invariants(e *Engine, c *protocol.Command, resp *protocol.Response) error {
 		}
 		if r.activeRequests > 1<<20 || r.privateBlocks > 1<<30 || r.distinctBlocks > 1<<30 || r.prefill.at(e.now) < 0 {
 			return fmt.Errorf("%d/%d: a booking went negative: %+v", r.w.id, r.dp, r)
+		}
+		// The copy placements cost from is the rank's load.
+		if want := (rankLoad{prefill: r.prefill.prefillLevel, decode: r.activeDecodeBlocks()}); e.fleet.loads[r.slot] != want {
+			return fmt.Errorf("%d/%d: load copy %+v, the rank's %+v", r.w.id, r.dp, e.fleet.loads[r.slot], want)
+		}
+	}
+	// Each role's cached candidates are its ready ranks, in order.
+	for _, role := range roleOrder {
+		var want []*rank
+		for _, w := range e.fleet.readyWorkers() {
+			if w.role == role {
+				want = append(want, w.ranks...)
+			}
+		}
+		rr := e.fleet.ofRole(role)
+		if !slices.Equal(rr.ranks, want) || len(rr.slots) != len(want) {
+			return fmt.Errorf("role %s: cached ranks %d, ready %d", role, len(rr.ranks), len(want))
+		}
+		for i, r := range want {
+			if rr.slots[i] != r.slot {
+				return fmt.Errorf("role %s: cached slot %d is %d, the rank's %d", role, i, rr.slots[i], r.slot)
+			}
 		}
 	}
 	return bindingInvariants(e, resp)

@@ -40,6 +40,7 @@ func (e *Engine) book(req *request, r *rank, prefillTokens uint64) {
 	r.privateBlocks += req.d.privateBlocks
 	req.bookedAt = len(r.booked)
 	r.booked = append(r.booked, req)
+	e.fleet.noteLoad(r)
 }
 
 // unbook removes the request's load from its rank, unless the rank is gone.
@@ -52,6 +53,7 @@ func (e *Engine) unbook(req *request) {
 	r.distinctBlocks -= e.active.Release(req.end, r.slot)
 	r.activeRequests--
 	r.privateBlocks -= req.d.privateBlocks
+	e.fleet.noteLoad(r)
 	e.workerGained(r.w)
 	last := r.booked[len(r.booked)-1]
 	r.booked[req.bookedAt], last.bookedAt = last, req.bookedAt
@@ -85,6 +87,7 @@ func (e *Engine) reject(req *request, code protocol.Code, message string) {
 func (e *Engine) prefillCompleted(req *request) {
 	if !req.orphaned {
 		req.rank.prefill.remove(e.now, req.prefill)
+		e.fleet.noteLoad(req.rank)
 		e.workerGained(req.rank.w)
 	}
 }

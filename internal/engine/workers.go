@@ -69,12 +69,63 @@ type fleet struct {
 	unsorted  bool
 	unlisted  int // workers in ready that left it
 	removed   removedIDs
-	slots     []*rank // by slot; nil when free
+	slots     []*rank    // by slot; nil when free
+	loads     []rankLoad // by slot
 	freeSlots []uint32
+	// version counts changes to the ready set; roles holds each role's
+	// ready ranks as of a version.
+	version uint64
+	roles   map[protocol.Role]*roleRanks
+}
+
+// rankLoad is a copy of what costing a rank reads of its load, kept in
+// slot order beside the other ranks': a placement at temperature 0 reads it
+// for every candidate, and reading it through each rank's own struct cost a
+// cache miss a rank. book, unbook and prefillCompleted, the only changes to
+// a booked load, refresh it through noteLoad.
+type rankLoad struct {
+	prefill prefillLevel
+	decode  uint64 // activeDecodeBlocks
+}
+
+// noteLoad copies r's load into its rankLoad.
+func (f *fleet) noteLoad(r *rank) {
+	f.loads[r.slot] = rankLoad{prefill: r.prefill.prefillLevel, decode: r.activeDecodeBlocks()}
+}
+
+// roleRanks are the ready ranks of one role in candidate order, and their
+// slots: a placement with no filter to apply takes them as its candidates
+// instead of walking every worker, which at 1,024 ranks was a third of its
+// cost. They are rebuilt, into new slices, once the ready set has changed.
+type roleRanks struct {
+	version uint64
+	ranks   []*rank
+	slots   []uint32 // of ranks
 }
 
 func newFleet() fleet {
-	return fleet{byID: map[uint64]*worker{}, removed: newRemovedIDs(RememberedRemovals)}
+	return fleet{byID: map[uint64]*worker{}, removed: newRemovedIDs(RememberedRemovals), version: 1,
+		roles: map[protocol.Role]*roleRanks{}}
+}
+
+// ofRole returns the ready ranks of role, which the caller must not change.
+func (f *fleet) ofRole(role protocol.Role) *roleRanks {
+	rr := f.roles[role]
+	if rr == nil {
+		rr = &roleRanks{}
+		f.roles[role] = rr
+	}
+	if rr.version != f.version {
+		*rr = roleRanks{version: f.version}
+		for _, w := range f.readyWorkers() {
+			if w.role == role {
+				for _, r := range w.ranks {
+					rr.ranks, rr.slots = append(rr.ranks, r), append(rr.slots, r.slot)
+				}
+			}
+		}
+	}
+	return rr
 }
 
 // readyWorkers are the ready workers in id order, the candidate order.
@@ -107,6 +158,7 @@ func (f *fleet) allocSlot(r *rank) {
 	}
 	r.slot = uint32(len(f.slots))
 	f.slots = append(f.slots, r)
+	f.loads = append(f.loads, rankLoad{})
 }
 
 // workerReady adds a worker that check has vetted.
@@ -123,8 +175,9 @@ func (e *Engine) workerReady(c *protocol.Command) {
 		maxNumSeqs:          orDefault(c.MaxNumSeqs, d.MaxNumSeqs),
 	}
 	for i := range dpSize {
-		r := &rank{w: w, dp: dpStart + i, prefill: prefillLoad{rate: e.prefillRate(), last: e.now}}
+		r := &rank{w: w, dp: dpStart + i, prefill: prefillLoad{prefillLevel: prefillLevel{rate: e.prefillRate(), last: e.now}}}
 		e.fleet.allocSlot(r)
+		e.fleet.noteLoad(r)
 		e.index.AddRank(kvindex.RankID(r.slot))
 		if e.routed != nil {
 			e.routed.index.AddRank(kvindex.RankID(r.slot))
@@ -137,6 +190,7 @@ func (e *Engine) workerReady(c *protocol.Command) {
 		e.fleet.unsorted = true // ids arriving in ascending order keep the list sorted
 	}
 	e.fleet.ready = append(e.fleet.ready, w)
+	e.fleet.version++
 	e.growScratch()
 	e.workerGained(w)
 }
@@ -156,6 +210,7 @@ func (e *Engine) lookupWorker(id uint64) (*worker, *protocol.Error) {
 func (e *Engine) unready(w *worker) {
 	w.unlisted = true
 	e.fleet.unsorted = true
+	e.fleet.version++
 	// A stream that only brings workers up and down never reads the list:
 	// sweep it once the workers that left are half of it, so it stays the
 	// size of the fleet (O(1) per worker, amortized).

@@ -126,25 +126,30 @@ func BenchmarkFindMatches(b *testing.B) {
 }
 
 // BenchmarkIndexMemory reports the index's heap bytes per (rank, block)
-// entry after storing every prompt of the trace.
+// entry after storing every prompt of the trace, request i on rank i mod
+// ranks: at 16 ranks the target's figure, at 256 and 1,024 what ranks
+// past 64 (other groups) cost.
 func BenchmarkIndexMemory(b *testing.B) {
-	const ranks = 16
-	w := newIndexWorkload(b, ranks)
-	for b.Loop() {
-		var before, after runtimeMem
-		before.read()
-		x := withRanks(ranks)
-		entries := 0
-		for i := range w.local {
-			w.store(x, i)
-		}
-		for r := range RankID(ranks) {
-			entries += x.Blocks(r)
-		}
-		after.read()
-		b.ReportMetric(float64(after.heap-before.heap)/float64(entries), "bytes/entry")
-		b.ReportMetric(float64(entries), "entries")
-		keep(x)
+	for _, ranks := range []int{16, 256, 1024} {
+		b.Run(fmt.Sprint("ranks=", ranks), func(b *testing.B) {
+			w := newIndexWorkload(b, ranks)
+			for b.Loop() {
+				var before, after runtimeMem
+				before.read()
+				x := withRanks(ranks)
+				entries := 0
+				for i := range w.local {
+					w.store(x, i)
+				}
+				for r := range RankID(ranks) {
+					entries += x.Blocks(r)
+				}
+				after.read()
+				b.ReportMetric(float64(after.heap-before.heap)/float64(entries), "bytes/entry")
+				b.ReportMetric(float64(entries), "entries")
+				keep(x)
+			}
+		})
 	}
 }
 

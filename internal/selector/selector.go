@@ -67,10 +67,12 @@ type Draws interface {
 	Turn() uint64    // the round_robin counter, which advances by one
 }
 
-// Result is a selection: the chosen candidate, how many candidates share
-// the lowest cost, that cost, and every candidate's score.
+// Result is a selection: the chosen candidate and its score, how many
+// candidates share the lowest cost, that cost, and every candidate's score
+// (nil from SelectCheapest).
 type Result struct {
 	Index    int
+	Chosen   Score
 	Ties     int
 	BestCost float64
 	Scores   []Score
@@ -94,18 +96,68 @@ func Select(p Params, req Request, cands []Candidate, preferred int, draws Draws
 		scores[i] = Cost(&p, req.ISL, &cands[i])
 	}
 	index, ties, best := pick(&p, req, scores, cands, preferred, draws)
-	return Result{Index: index, Ties: ties, BestCost: best, Scores: scores}
+	return Result{Index: index, Chosen: scores[index], Ties: ties, BestCost: best, Scores: scores}
+}
+
+// Cheapest reports whether SelectCheapest chooses as Select would: under
+// the kv policy at temperature 0 with no preferred candidate, where only
+// the lowest cost matters.
+func Cheapest(p *Params, preferred int) bool {
+	return p.Policy == protocol.PolicyKV && p.Temperature == 0 && preferred < 0
+}
+
+// PickCheapest is Select's choice where Cheapest holds, from each
+// candidate's Cost alone: the first candidate at the lowest cost, or, when
+// several share it, the one pick would draw among them. For a caller that
+// wants no score but the chosen one (no evidence "full"): costing into one
+// float per candidate, rather than a candidate and a score each, is what
+// keeps a placement among a thousand ranks cheap.
+func PickCheapest(costs []float64, draws Draws) (index, ties int, best float64) {
+	best = math.Inf(1)
+	for _, c := range costs {
+		switch {
+		case c < best:
+			best, ties = c, 1
+		case c == best:
+			ties++
+		}
+	}
+	nth := 0
+	if ties > 1 {
+		nth = draws.Index(ties) // as pick draws among the ties
+	}
+	for i, c := range costs {
+		if c == best {
+			if nth == 0 {
+				return i, ties, best
+			}
+			nth--
+		}
+	}
+	panic("selector: no candidate at the lowest cost")
 }
 
 // Cost is Dynamo's cost of a candidate (lower wins): the prefill work in
 // blocks after crediting the cached overlap, weighted, plus the candidate's
 // active blocks once the request's new blocks join them.
 func Cost(p *Params, isl uint64, c *Candidate) Score {
-	bs := float64(p.BlockSize)
+	prefill := prefillBlocks(p, isl, c.Overlap, c.PrefillTokens)
+	return Score{Overlap: c.Overlap, Prefill: prefill, Decode: c.DecodeBlocks, Cost: costOf(p, prefill, c.DecodeBlocks)}
+}
+
+// CostOf is Cost's cost alone, from the fields of a Candidate it reads.
+func CostOf(p *Params, isl, overlap uint64, prefillTokens float64, decodeBlocks uint64) float64 {
+	return costOf(p, prefillBlocks(p, isl, overlap, prefillTokens), decodeBlocks)
+}
+
+// prefillBlocks is the prefill work in blocks after the overlap credit.
+func prefillBlocks(p *Params, isl, overlap uint64, prefillTokens float64) float64 {
 	// float64() rounds each product on its own: no fused multiply-add (exp.go).
-	prefill := max((c.PrefillTokens+float64(isl))/bs-float64(p.OverlapScoreCredit*float64(c.Overlap)), 0)
-	return Score{Overlap: c.Overlap, Prefill: prefill, Decode: c.DecodeBlocks,
-		Cost: float64(p.PrefillLoadScale*prefill) + float64(c.DecodeBlocks)}
+	return max((prefillTokens+float64(isl))/float64(p.BlockSize)-float64(p.OverlapScoreCredit*float64(overlap)), 0)
+}
+
+func costOf(p *Params, prefill float64, decodeBlocks uint64) float64 {
+	return float64(p.PrefillLoadScale*prefill) + float64(decodeBlocks)
 }
 
 // pick chooses among scores: the preferred index when there is one, else
