@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -86,17 +87,24 @@ func BenchmarkPlace64x100(b *testing.B) {
 
 // placeAndEnd places the prompts in turn, each request ending at once.
 func placeAndEnd(b *testing.B, e *Engine, prompts []*protocol.Command) {
-	var resp protocol.Response
 	i := 0
 	for b.Loop() {
-		c := prompts[i%len(prompts)]
-		c.RequestID = fmt.Sprint("r", i)
-		resp = protocol.Response{}
-		e.Apply(c, &resp)
-		resp = protocol.Response{}
-		e.Apply(&protocol.Command{Op: protocol.OpRequestTerminal, RequestID: c.RequestID}, &resp)
+		placeAndEndOne(b, e, prompts, i)
 		i++
 	}
+}
+
+// placeAndEndOne places the i-th request (prompt i mod the pool) and ends it.
+func placeAndEndOne(b *testing.B, e *Engine, prompts []*protocol.Command, i int) {
+	c := prompts[i%len(prompts)]
+	c.RequestID = "r" + strconv.Itoa(i)
+	resp := protocol.Response{}
+	e.Apply(c, &resp)
+	if resp.Error != nil {
+		b.Fatal(resp.Error)
+	}
+	resp = protocol.Response{}
+	e.Apply(&protocol.Command{Op: protocol.OpRequestTerminal, RequestID: c.RequestID}, &resp)
 }
 
 // BenchmarkPlaceScaling: place as workers and prompt length grow.
@@ -113,12 +121,37 @@ func BenchmarkPlaceScaling(b *testing.B) {
 
 // BenchmarkPlaceRanks: place (and the request's end) at temperature 0 with
 // 100-block prompts, by rank count; issue 21's target is 1.5x and 3x of the
-// 64-rank cost at 256 and 1,024 ranks.
+// 64-rank cost at 256 and 1,024 ranks. The three engines take turns, a
+// round of 500 placements each per iteration, and each reports its median
+// round: turns keep the machine's drift out of the ratios, which it
+// reports too (-benchtime 40x or more).
 func BenchmarkPlaceRanks(b *testing.B) {
-	for _, ranks := range []int{64, 256, 1024} {
-		b.Run(fmt.Sprint("ranks=", ranks), func(b *testing.B) {
-			e, prompts := placeBench(b, ranks, 100)
-			placeAndEnd(b, e, prompts)
-		})
+	counts := []int{64, 256, 1024}
+	engines := make([]*Engine, len(counts))
+	pools := make([][]*protocol.Command, len(counts))
+	for k, n := range counts {
+		engines[k], pools[k] = placeBench(b, n, 100)
+	}
+	const round = 500
+	rounds := make([][]float64, len(counts))
+	i := 0
+	for b.Loop() {
+		for k := range counts {
+			start := time.Now()
+			for range round {
+				placeAndEndOne(b, engines[k], pools[k], i)
+				i++
+			}
+			rounds[k] = append(rounds[k], float64(time.Since(start).Nanoseconds())/round)
+		}
+	}
+	medians := make([]float64, len(counts))
+	for k, n := range counts {
+		slices.Sort(rounds[k])
+		medians[k] = rounds[k][len(rounds[k])/2]
+		b.ReportMetric(medians[k], fmt.Sprintf("ns/place@%d", n))
+	}
+	for k := 1; k < len(counts); k++ {
+		b.ReportMetric(medians[k]/medians[0], fmt.Sprintf("x@%d", counts[k]))
 	}
 }
