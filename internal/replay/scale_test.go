@@ -53,15 +53,21 @@ func TestSplitBlocksKeepsSharing(t *testing.T) {
 		t.Fatal("no two requests share a prefix: the test proves nothing")
 	}
 	// The split trace is read back at 16 tokens a block as it was made.
+	readsBack(t, split, 16)
+}
+
+// readsBack: trace written and read back at blockSize is trace.
+func readsBack(t *testing.T, trace []Request, blockSize uint64) {
+	t.Helper()
 	var buf bytes.Buffer
-	if err := WriteMooncake(&buf, split); err != nil {
+	if err := WriteMooncake(&buf, trace); err != nil {
 		t.Fatal(err)
 	}
-	back, err := ReadMooncake(&buf, 16)
+	back, err := ReadMooncake(&buf, blockSize)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(split, back, ignoreID); diff != "" {
+	if diff := cmp.Diff(trace, back, ignoreID); diff != "" {
 		t.Fatalf("read back differs (-written +read):\n%s", diff)
 	}
 }
@@ -97,17 +103,7 @@ func TestRepeatTrace(t *testing.T) {
 		}
 		last = out[(k+1)*len(trace)-1].Arrival
 	}
-	var buf bytes.Buffer
-	if err := WriteMooncake(&buf, out); err != nil {
-		t.Fatal(err)
-	}
-	back, err := ReadMooncake(&buf, 512)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(out, back, ignoreID); diff != "" {
-		t.Fatalf("read back differs (-written +read):\n%s", diff)
-	}
+	readsBack(t, out, 512)
 }
 
 func TestScaleRefusesWhatWouldOverflow(t *testing.T) {
