@@ -116,11 +116,7 @@ type simWorker struct {
 	idx           int32       // in (pool, id, rank) order
 	dpRank        uint32
 	pool          *pool
-	// evicted and stored are the last removed and stored events' blocks,
-	// reused: the router is done with an event when it answers.
-	evicted []protocol.SequenceHash
-	stored  []protocol.StoredBlock
-	spare   [][]int32 // block lists of requests that ended, to reuse
+	spare         [][]int32 // block lists of requests that ended, to reuse
 }
 
 // admit tries to start r on the worker: a free sequence slot, a prefill
@@ -178,13 +174,15 @@ func (w *simWorker) admit(r *simRequest, cfg *ClusterConfig) ([]protocol.Sequenc
 			c.ref(b)
 		}
 	}
-	w.evicted = w.evicted[:0]
+	// The evicted hashes are the event's own: with several router replicas
+	// an answer to it can admit more here before the next replica has it.
+	var evicted []protocol.SequenceHash
 	for i, b := range r.blocks {
 		if b != noBlock {
 			continue
 		}
 		for c.used >= cfg.TotalKVBlocks && c.idle > 0 {
-			w.evicted = append(w.evicted, c.evictOldest())
+			evicted = append(evicted, c.evictOldest())
 		}
 		if c.used >= cfg.TotalKVBlocks {
 			break // the rest of the prompt is not cached
@@ -192,7 +190,7 @@ func (w *simWorker) admit(r *simRequest, cfg *ClusterConfig) ([]protocol.Sequenc
 		r.blocks[i] = c.add(r.seq[i], r.local[i])
 	}
 	w.running++
-	return w.evicted, true
+	return evicted, true
 }
 
 // lookUpRest finds the blocks of r's positions not looked up yet.
@@ -211,19 +209,17 @@ func (w *simWorker) store(r *simRequest) *protocol.KVEvent {
 		p := r.seq[r.hitBlocks-1]
 		st.ParentHash = &p
 	}
-	w.stored = w.stored[:0]
 	for _, b := range r.blocks[r.hitBlocks:] {
 		if b == noBlock {
 			break
 		}
 		x := &w.cache.blocks[b]
 		x.stored = true
-		w.stored = append(w.stored, protocol.StoredBlock{BlockHash: x.hash, TokensHash: x.local})
+		st.Blocks = append(st.Blocks, protocol.StoredBlock{BlockHash: x.hash, TokensHash: x.local})
 	}
-	if len(w.stored) == 0 {
+	if len(st.Blocks) == 0 {
 		return nil
 	}
-	st.Blocks = w.stored
 	w.eventID++
 	return &protocol.KVEvent{WorkerID: w.id, DPRank: w.dpRank, StorageTier: "device", EventID: w.eventID, Data: st}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -18,11 +19,16 @@ import (
 // RepeatTrace returns copies of trace back to back: copy k arrives k spans
 // later, where the span is the trace's last arrival plus its mean gap
 // between arrivals, and its hash ids and sessions are its own (each id
-// offset by k times one past the largest, each session suffixed "#k"), so
-// that a copy shares nothing with another.
+// offset by k times one past the largest; each session suffixed with k
+// after a run of '#' longer than any in the trace's sessions, so that no
+// copy's session is another's, or the trace's), so that a copy shares
+// nothing with another.
 func RepeatTrace(trace []Request, copies int) ([]Request, error) {
 	if copies < 1 {
 		return nil, fmt.Errorf("copies %d: expected at least 1", copies)
+	}
+	if len(trace) > 0 && copies > maxRequests/len(trace) {
+		return nil, fmt.Errorf("copies %d: %d copies of %d requests pass the %d requests a trace is held to here", copies, copies, len(trace), maxRequests)
 	}
 	var last float64
 	var top protocol.LocalBlockHash
@@ -42,6 +48,14 @@ func RepeatTrace(trace []Request, copies int) ([]Request, error) {
 	if float64(copies-1)*span+last > maxTraceMS {
 		return nil, fmt.Errorf("%d copies of a trace %v ms long would pass the latest timestamp a trace takes", copies, span)
 	}
+	sep := "#"
+	for _, r := range trace {
+		for _, name := range []string{r.Session, r.ParentSession} {
+			for strings.Contains(name, sep) {
+				sep += "#"
+			}
+		}
+	}
 	out := make([]Request, 0, len(trace)*copies)
 	for k := range copies {
 		for _, r := range trace {
@@ -53,8 +67,8 @@ func RepeatTrace(trace []Request, copies int) ([]Request, error) {
 			}
 			r.HashIDs = ids
 			if k > 0 {
-				r.Session = suffixed(r.Session, k)
-				r.ParentSession = suffixed(r.ParentSession, k)
+				r.Session = suffixed(r.Session, sep, k)
+				r.ParentSession = suffixed(r.ParentSession, sep, k)
 			}
 			out = append(out, r)
 		}
@@ -62,11 +76,14 @@ func RepeatTrace(trace []Request, copies int) ([]Request, error) {
 	return out, nil
 }
 
-func suffixed(session string, k int) string {
+// maxRequests bounds a made trace: it is held in memory whole.
+const maxRequests = 100_000_000
+
+func suffixed(session, sep string, k int) string {
 	if session == "" {
 		return ""
 	}
-	return session + "#" + strconv.Itoa(k)
+	return session + sep + strconv.Itoa(k)
 }
 
 // SplitBlocks returns trace hashed at a block size ratio times smaller:

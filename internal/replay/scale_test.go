@@ -76,6 +76,10 @@ func readsBack(t *testing.T, trace []Request, blockSize uint64) {
 // session, and each is the original otherwise.
 func TestRepeatTrace(t *testing.T) {
 	trace := Builtin(3, 30, 512)
+	// A session named as another's copy would be, were the suffix "#k".
+	extra := trace[0]
+	extra.Session, extra.DelayMS = trace[0].Session+"#1", nil
+	trace = append(trace, extra)
 	out, err := RepeatTrace(trace, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +88,7 @@ func TestRepeatTrace(t *testing.T) {
 		t.Fatalf("%d requests, want %d", len(out), 3*len(trace))
 	}
 	owner := map[protocol.LocalBlockHash]int{}
+	sessions := map[string]int{}
 	last := trace[len(trace)-1].Arrival
 	for k := range 3 {
 		for i, r := range out[k*len(trace) : (k+1)*len(trace)] {
@@ -91,7 +96,7 @@ func TestRepeatTrace(t *testing.T) {
 			if r.InputTokens != o.InputTokens || r.OutputTokens != o.OutputTokens || len(r.HashIDs) != len(o.HashIDs) {
 				t.Fatalf("copy %d, request %d: lengths changed", k, i)
 			}
-			if k > 0 && (r.Arrival <= last || r.Session != o.Session+"#"+string(rune('0'+k))) {
+			if k > 0 && (r.Arrival <= last || r.Session != o.Session+"##"+string(rune('0'+k))) {
 				t.Fatalf("copy %d, request %d: arrival %v (the copy before ends at %v), session %q", k, i, r.Arrival, last, r.Session)
 			}
 			for _, h := range r.HashIDs {
@@ -100,6 +105,10 @@ func TestRepeatTrace(t *testing.T) {
 				}
 				owner[h] = k
 			}
+			if c, ok := sessions[r.Session]; ok && c != k && r.Session != "" {
+				t.Fatalf("session %q is in copies %d and %d", r.Session, c, k)
+			}
+			sessions[r.Session] = k
 		}
 		last = out[(k+1)*len(trace)-1].Arrival
 	}

@@ -1,8 +1,8 @@
-// Command tracegen makes a benchmark trace from a Mooncake trace (stdin to
-// stdout), keeping its sharing, arrivals and lengths:
+// Command tracegen makes a benchmark trace from a Mooncake trace (the file
+// named, or stdin) on stdout, keeping its sharing, arrivals and lengths:
 //
-//	go run ./scripts/tracegen -copies 3 < ../shared/traces/synthetic_trace.jsonl > trace3x.jsonl
-//	go run ./scripts/tracegen -split 32 < ../shared/traces/synthetic_trace.jsonl > trace16.jsonl
+//	go run ./scripts/tracegen -copies 3 ../shared/traces/synthetic_trace.jsonl > trace3x.jsonl
+//	go run ./scripts/tracegen -split 32 ../shared/traces/synthetic_trace.jsonl > trace16.jsonl
 //
 // -copies N plays the trace N times back to back, each copy with hash ids
 // and sessions of its own; -split R hashes it at blocks R times smaller
@@ -22,15 +22,32 @@ func main() {
 	copies := flag.Int("copies", 1, "play the trace this many times back to back")
 	split := flag.Uint64("split", 1, "hash each block as this many smaller ones")
 	blockSize := flag.Uint64("block-size", 512, "the input trace's block size, in tokens")
+	flag.Usage = func() {
+		fmt.Fprintln(flag.CommandLine.Output(), "usage: tracegen [-copies N] [-split R] [-block-size TOKENS] [TRACE.jsonl] > OUT.jsonl")
+		flag.PrintDefaults()
+	}
 	flag.Parse()
-	if err := run(*copies, *split, *blockSize); err != nil {
+	if flag.NArg() > 1 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	if err := run(flag.Arg(0), *copies, *split, *blockSize); err != nil {
 		fmt.Fprintln(os.Stderr, "tracegen:", err)
 		os.Exit(1)
 	}
 }
 
-func run(copies int, split, blockSize uint64) error {
-	trace, err := replay.ReadMooncake(os.Stdin, blockSize)
+func run(path string, copies int, split, blockSize uint64) error {
+	in := os.Stdin
+	if path != "" {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	trace, err := replay.ReadMooncake(in, blockSize)
 	if err != nil {
 		return err
 	}
