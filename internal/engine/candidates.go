@@ -8,7 +8,9 @@ import (
 // (worker_id, dp_rank) order, and what the filters dropped.
 type candidateSet struct {
 	ranks       []*rank
-	slots       []uint32 // of ranks
+	slots       []uint32   // of ranks
+	role        *roleRanks // when the candidates are its whole ready list
+	version     uint64     // of role's list, then
 	filtered    protocol.FilterCounts
 	filteredSet []protocol.FilteredRank // only with evidence "full"
 }
@@ -23,7 +25,7 @@ func (e *Engine) candidates(d *demand, t float64) (candidateSet, *protocol.Error
 	}
 	if d.unfiltered() && !e.busyThresholds() {
 		if rr := e.fleet.ofRole(d.role); len(rr.ranks) > 0 {
-			return candidateSet{ranks: rr.ranks, slots: rr.slots}, nil // no filter drops any
+			return candidateSet{ranks: rr.ranks, slots: rr.slots, role: rr, version: rr.version}, nil // no filter drops any
 		}
 	}
 	full := e.cfg.Evidence == protocol.EvidenceFull

@@ -19,11 +19,19 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 		routed = e.routedMatches(d)
 	}
 	var sel selector.Result
-	if selector.Cheapest(&e.params, preferred) && e.cfg.Evidence != protocol.EvidenceFull {
+	bestOverlap, known := uint64(0), false
+	switch cheapest := selector.Cheapest(&e.params, preferred) && e.cfg.Evidence != protocol.EvidenceFull; {
+	case cheapest && cs.role != nil && cs.role.version == cs.version:
+		sel, bestOverlap = e.selectBucketed(d, cs.role)
+		known = true
+	case cheapest:
 		sel = e.selectCheapest(d, cs)
-	} else {
+	default:
 		sel = e.selectAmong(d, cs, preferred, routed)
 		e.scores = sel.Scores // scratch for the next placement: the evidence copies what it keeps
+	}
+	if !known {
+		bestOverlap = e.bestOverlap(d)
 	}
 	chosen, chosenRank := sel.Chosen, cs.ranks[sel.Index]
 
@@ -31,7 +39,7 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 	e.book(req, chosenRank, d.isl-cached)
 	p := protocol.Placement{
 		RequestID: d.id, WorkerID: chosenRank.w.id, DPRank: chosenRank.dp, Role: d.role,
-		OverlapBlocks: chosen.Overlap, BestAvailableOverlapBlocks: e.bestOverlap(d), ISLBlocks: d.islBlocks,
+		OverlapBlocks: chosen.Overlap, BestAvailableOverlapBlocks: bestOverlap, ISLBlocks: d.islBlocks,
 		CachedTokens: cached, PrefillTokens: d.isl - cached, QueuedMS: protocol.Num(e.now - d.arrival),
 		Reason: e.reason(d, chosenRank, len(cs.ranks)), Binding: e.placedUnder(req),
 	}

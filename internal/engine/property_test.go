@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"pgregory.net/rapid"
 
 	"github.com/offline-router/offline-router/internal/kvindex"
@@ -292,9 +293,27 @@ func invariants(e *Engine, c *protocol.Command, resp *protocol.Response) error {
 				return fmt.Errorf("role %s: cached slot %d is %d, the rank's %d", role, i, rr.slots[i], r.slot)
 			}
 		}
+		// Its decode buckets are those its ranks' loads make.
+		fresh := decodeBuckets{byDecode: map[uint64][]int32{}, at: make([]int32, len(rr.slots))}
+		for pos, s := range rr.slots {
+			fresh.at[pos] = -1
+			fresh.add(int32(pos), &e.fleet.loads[s])
+		}
+		got := rr.buckets
+		if !cmp.Equal(fresh.byDecode, got.byDecode, cmpopts.EquateEmpty()) || !slices.Equal(fresh.decodes, got.decodes) ||
+			!cmp.Equal(sorted(fresh.prefilling), sorted(got.prefilling), cmpopts.EquateEmpty()) {
+			return fmt.Errorf("role %s: buckets %+v, its loads make %+v", role, got, fresh)
+		}
+		for i, pos := range got.prefilling {
+			if got.at[pos] != int32(i) {
+				return fmt.Errorf("role %s: position %d is at %d of the prefilling, says %d", role, pos, i, got.at[pos])
+			}
+		}
 	}
 	return bindingInvariants(e, resp)
 }
+
+func sorted(s []int32) []int32 { return slices.Sorted(slices.Values(s)) }
 
 // bindingInvariants: no binding points at a worker that is not ready; in
 // hard mode a placement under a bound binding is on its rank; lease and

@@ -71,6 +71,7 @@ type fleet struct {
 	removed   removedIDs
 	slots     []*rank    // by slot; nil when free
 	loads     []rankLoad // by slot
+	rolePos   []int32    // by slot: the rank's position in its role's ready list when last built, or -1
 	freeSlots []uint32
 	// version counts changes to the ready set; roles holds each role's
 	// ready ranks as of a version.
@@ -88,9 +89,16 @@ type rankLoad struct {
 	decode  uint64 // activeDecodeBlocks
 }
 
-// noteLoad copies r's load into its rankLoad.
+// noteLoad copies r's load into its rankLoad, and refiles r in its role's
+// decode buckets if the role's ready list is current and holds it.
 func (f *fleet) noteLoad(r *rank) {
-	f.loads[r.slot] = rankLoad{prefill: r.prefill.prefillLevel, decode: r.activeDecodeBlocks()}
+	next := rankLoad{prefill: r.prefill.prefillLevel, decode: r.activeDecodeBlocks()}
+	if rr := f.roles[r.w.role]; rr != nil && rr.version == f.version {
+		if pos := f.rolePos[r.slot]; pos >= 0 && int(pos) < len(rr.ranks) && rr.ranks[pos] == r {
+			rr.buckets.move(pos, &f.loads[r.slot], &next)
+		}
+	}
+	f.loads[r.slot] = next
 }
 
 // roleRanks are the ready ranks of one role in candidate order, and their
@@ -101,6 +109,7 @@ type roleRanks struct {
 	version uint64
 	ranks   []*rank
 	slots   []uint32 // of ranks
+	buckets decodeBuckets
 }
 
 func newFleet() fleet {
@@ -116,13 +125,19 @@ func (f *fleet) ofRole(role protocol.Role) *roleRanks {
 		f.roles[role] = rr
 	}
 	if rr.version != f.version {
-		*rr = roleRanks{version: f.version}
+		*rr = roleRanks{version: f.version, buckets: decodeBuckets{byDecode: map[uint64][]int32{}}}
 		for _, w := range f.readyWorkers() {
 			if w.role == role {
 				for _, r := range w.ranks {
+					f.rolePos[r.slot] = int32(len(rr.ranks))
 					rr.ranks, rr.slots = append(rr.ranks, r), append(rr.slots, r.slot)
 				}
 			}
+		}
+		rr.buckets.at = make([]int32, len(rr.ranks))
+		for pos, s := range rr.slots {
+			rr.buckets.at[pos] = -1
+			rr.buckets.add(int32(pos), &f.loads[s])
 		}
 	}
 	return rr
@@ -159,6 +174,7 @@ func (f *fleet) allocSlot(r *rank) {
 	r.slot = uint32(len(f.slots))
 	f.slots = append(f.slots, r)
 	f.loads = append(f.loads, rankLoad{})
+	f.rolePos = append(f.rolePos, -1)
 }
 
 // workerReady adds a worker that check has vetted.

@@ -1,0 +1,197 @@
+package engine
+
+import (
+	"math"
+	"slices"
+
+	"github.com/offline-router/offline-router/internal/selector"
+)
+
+// Placing among a role's ready ranks at temperature 0 under kv needs only
+// the cheapest, and most ranks were reached by neither the index walk nor
+// the active blocks (their overlap and hits are 0): such a rank's cost
+// depends on its load alone. A rank with no prefill booked (pending 0,
+// whose prefill load is exactly 0 at any time) then costs the same as any
+// other with as many active decode blocks, and more blocks never cost
+// less (the cost's float sum is monotone). So the role keeps those ranks
+// grouped by decode blocks (decodeBuckets), and a placement costs one by
+// one only the ranks reached and those with prefill booked, then walks the
+// groups from the fewest blocks while they can tie or beat the best: the
+// same choice, tie count and draw as costing every candidate, in time for
+// the ranks reached, not the fleet.
+
+// decodeBuckets are a role's ready ranks (by position in its candidate
+// list) sorted by load: those with prefill booked, and the others by
+// active decode blocks, each group in candidate order.
+type decodeBuckets struct {
+	byDecode   map[uint64][]int32 // decode blocks -> positions, ascending
+	decodes    []uint64           // the keys of byDecode, ascending
+	prefilling []int32            // positions with prefill booked, in no order
+	at         []int32            // by position: its index in prefilling, or -1
+}
+
+// bucketOf is where a load goes: prefilling, or the group of its decode
+// blocks.
+func bucketOf(l *rankLoad) (prefilling bool, decode uint64) {
+	return l.prefill.pending > 0, l.decode
+}
+
+func (b *decodeBuckets) add(pos int32, l *rankLoad) {
+	if pf, d := bucketOf(l); pf {
+		b.at[pos] = int32(len(b.prefilling))
+		b.prefilling = append(b.prefilling, pos)
+	} else {
+		ps, ok := b.byDecode[d]
+		if !ok {
+			i, _ := slices.BinarySearch(b.decodes, d)
+			b.decodes = slices.Insert(b.decodes, i, d)
+		}
+		i, _ := slices.BinarySearch(ps, pos)
+		b.byDecode[d] = slices.Insert(ps, i, pos)
+	}
+}
+
+func (b *decodeBuckets) remove(pos int32, l *rankLoad) {
+	if pf, d := bucketOf(l); pf {
+		i, last := b.at[pos], b.prefilling[len(b.prefilling)-1]
+		b.prefilling[i], b.at[last] = last, i
+		b.prefilling = b.prefilling[:len(b.prefilling)-1]
+		b.at[pos] = -1
+	} else {
+		ps := b.byDecode[d]
+		i, _ := slices.BinarySearch(ps, pos)
+		if ps = slices.Delete(ps, i, i+1); len(ps) > 0 {
+			b.byDecode[d] = ps
+			return
+		}
+		delete(b.byDecode, d)
+		j, _ := slices.BinarySearch(b.decodes, d)
+		b.decodes = slices.Delete(b.decodes, j, j+1)
+	}
+}
+
+// move refiles the rank at pos from its old load to its new one.
+func (b *decodeBuckets) move(pos int32, from, to *rankLoad) {
+	fp, fd := bucketOf(from)
+	if tp, td := bucketOf(to); fp == tp && (fp || fd == td) {
+		return
+	}
+	b.remove(pos, from)
+	b.add(pos, to)
+}
+
+// selectBucketed is selectCheapest for candidates that are a role's whole
+// ready list (rr), from its buckets. It also returns the best overlap
+// among them, which bestOverlap would find: it reads every overlap anyway.
+func (e *Engine) selectBucketed(d *demand, rr *roleRanks) (selector.Result, uint64) {
+	b := &rr.buckets
+	loads, overlap, hits, now, p := e.fleet.loads, e.overlap, e.hits, e.now, &e.params
+	blocks := uint64(len(d.local)) + d.privateBlocks
+	cost := func(pos int32) float64 {
+		s := rr.slots[pos]
+		l := &loads[s]
+		return selector.CostOf(p, d.isl, uint64(overlap[s]), l.prefill.at(now), l.decode+blocks-uint64(hits[s]))
+	}
+	// The ranks costed one by one: those the walks reached, and those with
+	// prefill booked. A reached rank is left out of its decode group.
+	e.reached = e.reached[:0]
+	bestOverlap := uint32(0)
+	for pos, s := range rr.slots {
+		if overlap[s] != 0 || hits[s] != 0 {
+			e.reached = append(e.reached, int32(pos))
+			bestOverlap = max(bestOverlap, overlap[s])
+		}
+	}
+	e.single = append(e.single[:0], e.reached...)
+	for _, pos := range b.prefilling {
+		if s := rr.slots[pos]; overlap[s] == 0 && hits[s] == 0 {
+			e.single = append(e.single, pos)
+		}
+	}
+	best, ties := math.Inf(1), 0
+	for _, pos := range e.single {
+		switch c := cost(pos); {
+		case c < best:
+			best, ties = c, 1
+		case c == best:
+			ties++
+		}
+	}
+	// The groups, fewest decode blocks first, while they can tie or beat.
+	e.tied = e.tied[:0]
+	for _, dec := range b.decodes {
+		c := selector.CostOf(p, d.isl, 0, 0, dec+blocks)
+		if c > best {
+			break
+		}
+		n := len(b.byDecode[dec]) - e.reachedIn(rr, dec)
+		switch {
+		case n == 0:
+			continue
+		case c < best:
+			best, ties = c, 0
+			e.tied = e.tied[:0]
+		}
+		ties += n
+		e.tied = append(e.tied, dec)
+	}
+	nth := 0
+	if ties > 1 {
+		nth = e.draws.Index(ties) // as selector.PickCheapest draws among the ties
+	}
+	pos := e.nthTied(rr, best, nth, cost)
+	s, l := rr.slots[pos], &loads[rr.slots[pos]]
+	chosen := selector.Candidate{Overlap: uint64(overlap[s]), PrefillTokens: l.prefill.at(now), DecodeBlocks: l.decode + blocks - uint64(hits[s])}
+	return selector.Result{Index: int(pos), Chosen: selector.Cost(p, d.isl, &chosen), Ties: ties, BestCost: best}, uint64(bestOverlap)
+}
+
+// reachedIn is how many reached ranks sit in the decode group dec.
+func (e *Engine) reachedIn(rr *roleRanks, dec uint64) int {
+	n := 0
+	for _, pos := range e.reached {
+		if pf, d := bucketOf(&e.fleet.loads[rr.slots[pos]]); !pf && d == dec {
+			n++
+		}
+	}
+	return n
+}
+
+// nthTied is the position of the nth (from 0) candidate, in candidate
+// order, of those at cost best: the ranks costed one by one (e.single) and
+// the unreached members of the tied decode groups (e.tied). It counts the
+// tied candidates before a position and searches for the one where the
+// count passes nth.
+func (e *Engine) nthTied(rr *roleRanks, best float64, nth int, cost func(int32) float64) int32 {
+	b := &rr.buckets
+	e.tiedSingle = e.tiedSingle[:0]
+	for _, pos := range e.single {
+		if cost(pos) == best {
+			e.tiedSingle = append(e.tiedSingle, pos)
+		}
+	}
+	slices.Sort(e.tiedSingle)
+	// before counts the tied candidates at positions below x.
+	before := func(x int32) int {
+		n, _ := slices.BinarySearch(e.tiedSingle, x)
+		for _, dec := range e.tied {
+			i, _ := slices.BinarySearch(b.byDecode[dec], x)
+			n += i
+			for _, pos := range e.reached {
+				if pf, d := bucketOf(&e.fleet.loads[rr.slots[pos]]); pos < x && !pf && d == dec {
+					n-- // reached: costed one by one, not as a group member
+				}
+			}
+		}
+		return n
+	}
+	// The smallest x with more than nth tied candidates at or below it.
+	lo, hi := int32(0), int32(len(rr.slots)-1)
+	for lo < hi {
+		if mid := lo + (hi-lo)/2; before(mid+1) > nth {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
