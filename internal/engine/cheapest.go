@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"cmp"
+	"maps"
 	"math"
 	"slices"
 
@@ -28,6 +30,23 @@ type decodeBuckets struct {
 	decodes    []uint64           // the keys of byDecode, ascending
 	prefilling []int32            // positions with prefill booked, in no order
 	at         []int32            // by position: its index in prefilling, or -1
+}
+
+// newDecodeBuckets files the ranks at positions 0, 1, ... by their loads:
+// each group fills in candidate order, and the keys are sorted once.
+func newDecodeBuckets(slots []uint32, loads []rankLoad) decodeBuckets {
+	b := decodeBuckets{byDecode: map[uint64][]int32{}, at: make([]int32, len(slots))}
+	for pos, s := range slots {
+		b.at[pos] = -1
+		if pf, d := bucketOf(&loads[s]); pf {
+			b.at[pos] = int32(len(b.prefilling))
+			b.prefilling = append(b.prefilling, int32(pos))
+		} else {
+			b.byDecode[d] = append(b.byDecode[d], int32(pos))
+		}
+	}
+	b.decodes = slices.Sorted(maps.Keys(b.byDecode))
+	return b
 }
 
 // bucketOf is where a load goes: prefilling, or the group of its decode
@@ -102,6 +121,15 @@ func (e *Engine) selectBucketed(d *demand, rr *roleRanks) (selector.Result, uint
 			bestOverlap = max(bestOverlap, overlap[s])
 		}
 	}
+	// Reached ranks with no prefill booked, by decode blocks then position:
+	// the members each decode group must not count.
+	e.grouped = e.grouped[:0]
+	for _, pos := range e.reached {
+		if pf, dec := bucketOf(&loads[rr.slots[pos]]); !pf {
+			e.grouped = append(e.grouped, member{dec, pos})
+		}
+	}
+	slices.SortFunc(e.grouped, compareMembers)
 	e.single = append(e.single[:0], e.reached...)
 	for _, pos := range b.prefilling {
 		if s := rr.slots[pos]; overlap[s] == 0 && hits[s] == 0 {
@@ -124,7 +152,7 @@ func (e *Engine) selectBucketed(d *demand, rr *roleRanks) (selector.Result, uint
 		if c > best {
 			break
 		}
-		n := len(b.byDecode[dec]) - e.reachedIn(rr, dec)
+		n := len(b.byDecode[dec]) - len(e.groupedIn(dec))
 		switch {
 		case n == 0:
 			continue
@@ -145,16 +173,30 @@ func (e *Engine) selectBucketed(d *demand, rr *roleRanks) (selector.Result, uint
 	return selector.Result{Index: int(pos), Chosen: selector.Cost(p, d.isl, &chosen), Ties: ties, BestCost: best}, uint64(bestOverlap)
 }
 
-// reachedIn is how many reached ranks sit in the decode group dec.
-func (e *Engine) reachedIn(rr *roleRanks, dec uint64) int {
-	n := 0
-	for _, pos := range e.reached {
-		if pf, d := bucketOf(&e.fleet.loads[rr.slots[pos]]); !pf && d == dec {
-			n++
-		}
-	}
-	return n
+// member is a rank in a decode group: the group's blocks, its position.
+type member struct {
+	decode uint64
+	pos    int32
 }
+
+func compareMembers(a, b member) int {
+	if a.decode != b.decode {
+		return cmp.Compare(a.decode, b.decode)
+	}
+	return cmp.Compare(a.pos, b.pos)
+}
+
+// groupedIn is the reached ranks in decode group dec (from e.grouped).
+func (e *Engine) groupedIn(dec uint64) []member {
+	lo, _ := slices.BinarySearchFunc(e.grouped, member{dec, 0}, compareMembers)
+	hi, _ := slices.BinarySearchFunc(e.grouped, member{dec, math.MaxInt32}, compareMembers)
+	return e.grouped[lo:hi]
+}
+
+// manyTiedGroups is how many tied decode groups nthTied searches by
+// counting; past it, it lists the ties (O(ties log ties) rather than
+// O(groups log² ranks)).
+const manyTiedGroups = 8
 
 // nthTied is the position of the nth (from 0) candidate, in candidate
 // order, of those at cost best: the ranks costed one by one (e.single) and
@@ -169,20 +211,38 @@ func (e *Engine) nthTied(rr *roleRanks, best float64, nth int, cost func(int32) 
 			e.tiedSingle = append(e.tiedSingle, pos)
 		}
 	}
+	// The reached members of the tied groups: costed one by one, so not
+	// counted as group members.
+	e.skip = e.skip[:0]
+	for _, dec := range e.tied {
+		for _, m := range e.groupedIn(dec) {
+			e.skip = append(e.skip, m.pos)
+		}
+	}
+	if len(e.tied) > manyTiedGroups {
+		// Costs so large that decode blocks round away: list every tie.
+		for _, dec := range e.tied {
+			e.tiedSingle = append(e.tiedSingle, b.byDecode[dec]...)
+		}
+		slices.Sort(e.tiedSingle)
+		slices.Sort(e.skip)
+		e.tiedSingle = slices.DeleteFunc(e.tiedSingle, func(pos int32) bool {
+			_, found := slices.BinarySearch(e.skip, pos)
+			return found
+		})
+		return e.tiedSingle[nth]
+	}
 	slices.Sort(e.tiedSingle)
+	slices.Sort(e.skip)
 	// before counts the tied candidates at positions below x.
 	before := func(x int32) int {
 		n, _ := slices.BinarySearch(e.tiedSingle, x)
 		for _, dec := range e.tied {
 			i, _ := slices.BinarySearch(b.byDecode[dec], x)
 			n += i
-			for _, pos := range e.reached {
-				if pf, d := bucketOf(&e.fleet.loads[rr.slots[pos]]); pos < x && !pf && d == dec {
-					n-- // reached: costed one by one, not as a group member
-				}
-			}
 		}
-		return n
+		skipped, _ := slices.BinarySearch(e.skip, x)
+		return n - skipped
 	}
 	// The smallest x with more than nth tied candidates at or below it.
 	lo, hi := int32(0), int32(len(rr.slots)-1)

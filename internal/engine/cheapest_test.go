@@ -46,6 +46,49 @@ func TestBucketsFollowLoads(t *testing.T) {
 	do(&protocol.Command{Op: protocol.OpRequestTerminal, RequestID: "c"})
 }
 
+// sameAsEveryScore drives an engine on cfg and one on cfg with evidence
+// "full" (which scores every candidate) through the commands script sends,
+// and requires the same responses but for the scores "full" adds.
+func sameAsEveryScore(t *testing.T, cfg protocol.Config, script func(apply func(*protocol.Command))) {
+	t.Helper()
+	full := cfg
+	full.Evidence = protocol.EvidenceFull
+	var engines []*Engine
+	for _, c := range []protocol.Config{cfg, full} {
+		e, err := New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		engines = append(engines, e)
+	}
+	var out [2]bytes.Buffer
+	script(func(c *protocol.Command) {
+		for k, e := range engines {
+			var resp protocol.Response
+			e.Apply(c, &resp)
+			for i := range resp.Placements {
+				if ev := resp.Placements[i].Evidence; ev != nil {
+					ev.CandidateSet, ev.FilteredSet = nil, nil
+				}
+			}
+			b, _ := wire.Encode(nil, &resp)
+			out[k].Write(b)
+		}
+	})
+	if !bytes.Equal(out[0].Bytes(), out[1].Bytes()) {
+		t.Fatalf("placing among decode groups answered\n%s\nwhere scoring every candidate answered\n%s", out[0].Bytes(), out[1].Bytes())
+	}
+}
+
+// stored is an observe of a worker caching one block.
+func stored(worker uint64, block protocol.LocalBlockHash) *protocol.Command {
+	local := []protocol.LocalBlockHash{block}
+	seq := kvindex.SequenceHashes(local)
+	ev := protocol.KVEvent{WorkerID: worker, StorageTier: "device", EventID: 1,
+		Data: protocol.Stored{Blocks: []protocol.StoredBlock{{BlockHash: seq[0], TokensHash: local[0]}}}}
+	return &protocol.Command{Op: protocol.OpObserve, Events: []protocol.KVEvent{ev}}
+}
+
 // TestBucketsDrawTiesAsEveryScore: among many idle ranks, some loaded and
 // some caching the prompt, placements drawn among ties land where scoring
 // every candidate puts them, placement after placement; with no overlap
@@ -55,54 +98,93 @@ func TestBucketsDrawTiesAsEveryScore(t *testing.T) {
 	for _, credit := range []float64{1, 0} {
 		cfg := protocol.DefaultConfig()
 		cfg.OverlapScoreCredit = credit
-		full := cfg
-		full.Evidence = protocol.EvidenceFull
-		engines := []*Engine{}
-		for _, c := range []protocol.Config{cfg, full} {
-			e, err := New(c)
-			if err != nil {
-				t.Fatal(err)
+		sameAsEveryScore(t, cfg, func(apply func(*protocol.Command)) {
+			for w := range uint64(40) {
+				apply(&protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(w + 1), DPSize: ptrTo(uint32(1 + w%2))})
 			}
-			engines = append(engines, e)
-		}
-		var out [2]bytes.Buffer
-		apply := func(c *protocol.Command) {
-			for k, e := range engines {
-				var resp protocol.Response
-				e.Apply(c, &resp)
-				for i := range resp.Placements {
-					if ev := resp.Placements[i].Evidence; ev != nil {
-						ev.CandidateSet, ev.FilteredSet = nil, nil
-					}
+			for i, w := range []uint64{3, 9, 27} { // they cache the first block of some prompts
+				apply(stored(w, protocol.LocalBlockHash(1+i)))
+			}
+			for i := range 300 {
+				id := fmt.Sprint("r", i)
+				hashes := []protocol.LocalBlockHash{protocol.LocalBlockHash(1 + i%3), protocol.LocalBlockHash(10 + i%7)}
+				apply(&protocol.Command{Op: protocol.OpPlace, RequestID: id, InputTokens: ptrTo(uint64(32 + i%5)), BlockHashes: hashes[:i%3]})
+				switch i % 4 {
+				case 0:
+					apply(&protocol.Command{Op: protocol.OpPrefillCompleted, RequestID: id})
+				case 1:
+					apply(&protocol.Command{Op: protocol.OpRequestTerminal, RequestID: fmt.Sprint("r", i-1)})
 				}
-				b, _ := wire.Encode(nil, &resp)
-				out[k].Write(b)
 			}
+		})
+	}
+}
+
+// TestBucketsReachedRankInATiedGroup: with no overlap credit, a rank that
+// caches the prompt costs what the idle ranks do; whichever the draw picks
+// (every seed), it is counted once and found at its own position. (From
+// the second cold review.)
+func TestBucketsReachedRankInATiedGroup(t *testing.T) {
+	for seed := range uint64(32) {
+		cfg := protocol.DefaultConfig()
+		cfg.Seed, cfg.OverlapScoreCredit = seed, 0
+		sameAsEveryScore(t, cfg, func(apply func(*protocol.Command)) {
+			for w := range uint64(4) {
+				apply(&protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(w + 1)})
+			}
+			apply(stored(2, 1))
+			apply(&protocol.Command{Op: protocol.OpPlace, RequestID: "a", InputTokens: ptrTo(uint64(16)), BlockHashes: []protocol.LocalBlockHash{1}})
+		})
+	}
+}
+
+// TestBucketsReachedPrefillingRank: a rank with prefill booked that the
+// prompt reaches (an active hit), whose decode blocks equal a tied group's,
+// is costed once, not also as a member of that group. (From the second
+// cold review.)
+func TestBucketsReachedPrefillingRank(t *testing.T) {
+	sameAsEveryScore(t, protocol.DefaultConfig(), func(apply func(*protocol.Command)) {
+		for w := range uint64(3) {
+			apply(&protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(w + 1)})
 		}
-		for w := range uint64(40) {
-			apply(&protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(w + 1), DPSize: ptrTo(uint32(1 + w%2))})
+		pinned := func(id string, worker uint64, hashes ...protocol.LocalBlockHash) *protocol.Command {
+			return &protocol.Command{Op: protocol.OpPlace, RequestID: id, InputTokens: ptrTo(uint64(16)), BlockHashes: hashes, WorkerID: ptrTo(worker)}
 		}
-		// Workers 3, 9 and 27 cache the first block of some prompts.
-		for i, w := range []uint64{3, 9, 27} {
-			local := []protocol.LocalBlockHash{protocol.LocalBlockHash(1 + i)}
-			seq := kvindex.SequenceHashes(local)
-			ev := protocol.KVEvent{WorkerID: w, StorageTier: "device", EventID: 1,
-				Data: protocol.Stored{Blocks: []protocol.StoredBlock{{BlockHash: seq[0], TokensHash: local[0]}}}}
-			apply(&protocol.Command{Op: protocol.OpObserve, Events: []protocol.KVEvent{ev}})
-		}
-		for i := range 300 {
-			id := fmt.Sprint("r", i)
-			hashes := []protocol.LocalBlockHash{protocol.LocalBlockHash(1 + i%3), protocol.LocalBlockHash(10 + i%7)}
-			apply(&protocol.Command{Op: protocol.OpPlace, RequestID: id, InputTokens: ptrTo(uint64(32 + i%5)), BlockHashes: hashes[:i%3]})
-			switch i % 4 {
-			case 0:
+		apply(pinned("a", 1, 1))
+		apply(pinned("b", 2))
+		apply(pinned("c", 3))
+		apply(&protocol.Command{Op: protocol.OpPrefillCompleted, RequestID: "b"})
+		apply(&protocol.Command{Op: protocol.OpPrefillCompleted, RequestID: "c"})
+		apply(&protocol.Command{Op: protocol.OpPlace, RequestID: "x", InputTokens: ptrTo(uint64(16)), BlockHashes: []protocol.LocalBlockHash{1}})
+	})
+}
+
+// TestBucketsManyTiedGroups: a prefill weight so large that decode blocks
+// round away makes every decode group tie; the draw still lands where
+// scoring every candidate puts it.
+func TestBucketsManyTiedGroups(t *testing.T) {
+	cfg := protocol.DefaultConfig()
+	cfg.PrefillLoadScale, cfg.BlockSize, cfg.OverlapScoreCredit = 1<<53, 1, 0
+	for seed := range uint64(8) {
+		cfg.Seed = seed
+		sameAsEveryScore(t, cfg, func(apply func(*protocol.Command)) {
+			for w := range uint64(24) {
+				apply(&protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(w + 1)})
+				// A different number of active blocks on each worker.
+				id := fmt.Sprint("load", w)
+				hashes := make([]protocol.LocalBlockHash, w)
+				for j := range hashes {
+					hashes[j] = protocol.LocalBlockHash(1000*w + uint64(j) + 1)
+				}
+				apply(&protocol.Command{Op: protocol.OpPlace, RequestID: id, InputTokens: ptrTo(uint64(len(hashes))), BlockHashes: hashes, WorkerID: ptrTo(w + 1)})
 				apply(&protocol.Command{Op: protocol.OpPrefillCompleted, RequestID: id})
-			case 1:
-				apply(&protocol.Command{Op: protocol.OpRequestTerminal, RequestID: fmt.Sprint("r", i-1)})
+				if w%2 == 0 {
+					apply(stored(w+1, 7))
+				}
 			}
-		}
-		if !bytes.Equal(out[0].Bytes(), out[1].Bytes()) {
-			t.Fatalf("credit %v: the bucketed placements differ from scoring every candidate", credit)
-		}
+			for i := range 20 {
+				apply(&protocol.Command{Op: protocol.OpPlace, RequestID: fmt.Sprint("x", i), InputTokens: ptrTo(uint64(1 << 20)), BlockHashes: []protocol.LocalBlockHash{7}})
+			}
+		})
 	}
 }

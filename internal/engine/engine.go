@@ -41,11 +41,13 @@ type Engine struct {
 	cands   []selector.Candidate // the candidates of one placement
 	scores  []selector.Score     // and their scores
 	costs   []float64            // or their costs alone (selectCheapest)
-	// selectBucketed's: positions reached by the walks, costed one by one,
-	// and tied among those; the tied decode groups.
-	reached, single, tiedSingle []int32
-	tied                        []uint64
-	blocks                      []kvindex.Block // blocks to store (an event's, or an approximate placement's), as the index takes them
+	// selectBucketed's: positions reached by the walks, those costed one by
+	// one, the tied among those, and the reached members of tied groups;
+	// the reached ranks in decode groups; the tied decode groups.
+	reached, single, tiedSingle, skip []int32
+	grouped                           []member
+	tied                              []uint64
+	blocks                            []kvindex.Block // blocks to store (an event's, or an approximate placement's), as the index takes them
 }
 
 // output collects what one command did, in the order it happened.

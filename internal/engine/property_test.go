@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
@@ -276,8 +277,16 @@ func invariants(e *Engine, c *protocol.Command, resp *protocol.Response) error {
 			return fmt.Errorf("%d/%d: load copy %+v, the rank's %+v", r.w.id, r.dp, e.fleet.loads[r.slot], want)
 		}
 	}
-	// Each role's cached candidates are its ready ranks, in order.
+	// Each role's cached candidates are its ready ranks, in order, and
+	// while current its decode groups are those its ranks' loads make
+	// (checked before ofRole would rebuild them: the groups kept up to date
+	// command by command are the ones to check).
 	for _, role := range roleOrder {
+		if rr := e.fleet.roles[role]; rr != nil && rr.version == e.fleet.version {
+			if err := bucketsMatchLoads(e, rr); err != nil {
+				return fmt.Errorf("role %s: %v", role, err)
+			}
+		}
 		var want []*rank
 		for _, w := range e.fleet.readyWorkers() {
 			if w.role == role {
@@ -293,27 +302,35 @@ func invariants(e *Engine, c *protocol.Command, resp *protocol.Response) error {
 				return fmt.Errorf("role %s: cached slot %d is %d, the rank's %d", role, i, rr.slots[i], r.slot)
 			}
 		}
-		// Its decode buckets are those its ranks' loads make.
-		fresh := decodeBuckets{byDecode: map[uint64][]int32{}, at: make([]int32, len(rr.slots))}
-		for pos, s := range rr.slots {
-			fresh.at[pos] = -1
-			fresh.add(int32(pos), &e.fleet.loads[s])
-		}
-		got := rr.buckets
-		if !cmp.Equal(fresh.byDecode, got.byDecode, cmpopts.EquateEmpty()) || !slices.Equal(fresh.decodes, got.decodes) ||
-			!cmp.Equal(sorted(fresh.prefilling), sorted(got.prefilling), cmpopts.EquateEmpty()) {
-			return fmt.Errorf("role %s: buckets %+v, its loads make %+v", role, got, fresh)
-		}
-		for i, pos := range got.prefilling {
-			if got.at[pos] != int32(i) {
-				return fmt.Errorf("role %s: position %d is at %d of the prefilling, says %d", role, pos, i, got.at[pos])
-			}
-		}
 	}
 	return bindingInvariants(e, resp)
 }
 
-func sorted(s []int32) []int32 { return slices.Sorted(slices.Values(s)) }
+// bucketsMatchLoads: rr's decode groups are, worked out here afresh, the
+// positions of its ranks with no prefill booked by decode blocks, in
+// order, and the others prefilling.
+func bucketsMatchLoads(e *Engine, rr *roleRanks) error {
+	groups := map[uint64][]int32{}
+	var prefilling []int32
+	for pos, s := range rr.slots {
+		if l := e.fleet.loads[s]; l.prefill.pending > 0 {
+			prefilling = append(prefilling, int32(pos))
+		} else {
+			groups[l.decode] = append(groups[l.decode], int32(pos))
+		}
+	}
+	got := &rr.buckets
+	if !cmp.Equal(groups, got.byDecode, cmpopts.EquateEmpty()) || !slices.Equal(slices.Sorted(maps.Keys(groups)), got.decodes) ||
+		!slices.Equal(prefilling, slices.Sorted(slices.Values(got.prefilling))) {
+		return fmt.Errorf("groups %v %v, prefilling %v; the loads make %v, prefilling %v", got.byDecode, got.decodes, got.prefilling, groups, prefilling)
+	}
+	for i, pos := range got.prefilling {
+		if got.at[pos] != int32(i) {
+			return fmt.Errorf("position %d is at %d of the prefilling, says %d", pos, i, got.at[pos])
+		}
+	}
+	return nil
+}
 
 // bindingInvariants: no binding points at a worker that is not ready; in
 // hard mode a placement under a bound binding is on its rank; lease and

@@ -125,7 +125,7 @@ func (f *fleet) ofRole(role protocol.Role) *roleRanks {
 		f.roles[role] = rr
 	}
 	if rr.version != f.version {
-		*rr = roleRanks{version: f.version, buckets: decodeBuckets{byDecode: map[uint64][]int32{}}}
+		*rr = roleRanks{version: f.version}
 		for _, w := range f.readyWorkers() {
 			if w.role == role {
 				for _, r := range w.ranks {
@@ -134,11 +134,7 @@ func (f *fleet) ofRole(role protocol.Role) *roleRanks {
 				}
 			}
 		}
-		rr.buckets.at = make([]int32, len(rr.ranks))
-		for pos, s := range rr.slots {
-			rr.buckets.at[pos] = -1
-			rr.buckets.add(int32(pos), &f.loads[s])
-		}
+		rr.buckets = newDecodeBuckets(rr.slots, f.loads)
 	}
 	return rr
 }
