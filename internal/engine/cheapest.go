@@ -104,12 +104,11 @@ func (b *decodeBuckets) move(pos int32, from, to *rankLoad) {
 // among them, which bestOverlap would find: it reads every overlap anyway.
 func (e *Engine) selectBucketed(d *demand, rr *roleRanks) (selector.Result, uint64) {
 	b := &rr.buckets
-	loads, overlap, hits, now, p := e.fleet.loads, e.overlap, e.hits, e.now, &e.params
+	loads, overlap, hits, p := e.fleet.loads, e.overlap, e.hits, &e.params
 	blocks := uint64(len(d.local)) + d.privateBlocks
 	cost := func(pos int32) float64 {
-		s := rr.slots[pos]
-		l := &loads[s]
-		return selector.CostOf(p, d.isl, uint64(overlap[s]), l.prefill.at(now), l.decode+blocks-uint64(hits[s]))
+		c := e.cheapCandidate(d, rr.slots[pos])
+		return selector.CostOf(p, d.isl, c.Overlap, c.PrefillTokens, c.DecodeBlocks)
 	}
 	// The ranks costed one by one: those the walks reached, and those with
 	// prefill booked. A reached rank is left out of its decode group.
@@ -168,8 +167,7 @@ func (e *Engine) selectBucketed(d *demand, rr *roleRanks) (selector.Result, uint
 		nth = e.draws.Index(ties) // as selector.PickCheapest draws among the ties
 	}
 	pos := e.nthTied(rr, best, nth, cost)
-	s, l := rr.slots[pos], &loads[rr.slots[pos]]
-	chosen := selector.Candidate{Overlap: uint64(overlap[s]), PrefillTokens: l.prefill.at(now), DecodeBlocks: l.decode + blocks - uint64(hits[s])}
+	chosen := e.cheapCandidate(d, rr.slots[pos])
 	return selector.Result{Index: int(pos), Chosen: selector.Cost(p, d.isl, &chosen), Ties: ties, BestCost: best}, uint64(bestOverlap)
 }
 

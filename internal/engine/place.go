@@ -19,19 +19,15 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 		routed = e.routedMatches(d)
 	}
 	var sel selector.Result
-	bestOverlap, known := uint64(0), false
+	var bestOverlap uint64
 	switch cheapest := selector.Cheapest(&e.params, preferred) && e.cfg.Evidence != protocol.EvidenceFull; {
 	case cheapest && cs.role != nil && cs.role.version == cs.version:
 		sel, bestOverlap = e.selectBucketed(d, cs.role)
-		known = true
 	case cheapest:
-		sel = e.selectCheapest(d, cs)
+		sel, bestOverlap = e.selectCheapest(d, cs), e.bestOverlap(d)
 	default:
-		sel = e.selectAmong(d, cs, preferred, routed)
+		sel, bestOverlap = e.selectAmong(d, cs, preferred, routed), e.bestOverlap(d)
 		e.scores = sel.Scores // scratch for the next placement: the evidence copies what it keeps
-	}
-	if !known {
-		bestOverlap = e.bestOverlap(d)
 	}
 	chosen, chosenRank := sel.Chosen, cs.ranks[sel.Index]
 
@@ -78,17 +74,21 @@ func (e *Engine) selectAmong(d *demand, cs candidateSet, preferred int, routed [
 func (e *Engine) selectCheapest(d *demand, cs candidateSet) selector.Result {
 	costs := slices.Grow(e.costs[:0], len(cs.slots))[:len(cs.slots)]
 	e.costs = costs
-	// Read once, not through e and d per candidate.
-	loads, overlap, hits, now, p := e.fleet.loads, e.overlap, e.hits, e.now, &e.params
-	blocks := uint64(len(d.local)) + d.privateBlocks
 	for i, s := range cs.slots {
-		l := &loads[s]
-		costs[i] = selector.CostOf(p, d.isl, uint64(overlap[s]), l.prefill.at(now), l.decode+blocks-uint64(hits[s]))
+		c := e.cheapCandidate(d, s)
+		costs[i] = selector.CostOf(&e.params, d.isl, c.Overlap, c.PrefillTokens, c.DecodeBlocks)
 	}
 	index, ties, best := selector.PickCheapest(costs, e.draws)
-	s, l := cs.slots[index], &loads[cs.slots[index]]
-	chosen := selector.Candidate{Overlap: uint64(overlap[s]), PrefillTokens: l.prefill.at(now), DecodeBlocks: l.decode + blocks - uint64(hits[s])}
-	return selector.Result{Index: index, Chosen: selector.Cost(p, d.isl, &chosen), Ties: ties, BestCost: best}
+	chosen := e.cheapCandidate(d, cs.slots[index])
+	return selector.Result{Index: index, Chosen: selector.Cost(&e.params, d.isl, &chosen), Ties: ties, BestCost: best}
+}
+
+// cheapCandidate is the rank at slot s as Cost reads it, from its load
+// copy: only the fields Cost reads.
+func (e *Engine) cheapCandidate(d *demand, s uint32) selector.Candidate {
+	l := &e.fleet.loads[s]
+	return selector.Candidate{Overlap: uint64(e.overlap[s]), PrefillTokens: l.prefill.at(e.now),
+		DecodeBlocks: l.decode + uint64(len(d.local)) + d.privateBlocks - uint64(e.hits[s])}
 }
 
 // bestOverlap is the most blocks of d's prompt any ready rank of its role
