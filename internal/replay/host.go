@@ -625,9 +625,21 @@ var turnedAway = map[protocol.Code]bool{
 // mode: there a host has no event stream, and the router learns from its
 // own placements.
 func (h *host) observe(t float64, w *simWorker, ev *protocol.KVEvent) {
-	if ev != nil && h.opt.Router.KVEvents {
-		h.toAll(w.pool, &protocol.Command{Op: protocol.OpObserve, NowMS: ptr(t), Events: []protocol.KVEvent{*ev}})
+	if ev == nil || !h.opt.Router.KVEvents {
+		return
 	}
+	if len(w.pool.replicas) > 1 {
+		// The simple model reuses an event's block slices: one replica's
+		// answer can admit more on w before the next replica has the event.
+		switch d := ev.Data.(type) {
+		case protocol.Stored:
+			d.Blocks = slices.Clone(d.Blocks)
+			ev.Data = d
+		case protocol.Removed:
+			ev.Data = protocol.Removed{BlockHashes: slices.Clone(d.BlockHashes)}
+		}
+	}
+	h.toAll(w.pool, &protocol.Command{Op: protocol.OpObserve, NowMS: ptr(t), Events: []protocol.KVEvent{*ev}})
 }
 
 // admitWaiting starts the worker's waiting requests, in order, while they fit.
