@@ -49,6 +49,7 @@ type Tree struct {
 	segs     []segment
 	free     []uint32
 	children map[segmentEdge]uint32
+	touched  []uint32 // the slots the last Count gave hits
 }
 
 // Walk is where Count's walk stopped: blocks of the prompt found, and the
@@ -69,11 +70,24 @@ func New() *Tree {
 // Len returns how many segments the tree holds, the root excluded.
 func (t *Tree) Len() int { return len(t.segs) - 1 - len(t.free) }
 
+// hit adds m blocks to slot's hits, noting the slot the first time.
+func (t *Tree) hit(hits []uint32, slot uint32, m int) {
+	if hits[slot] == 0 {
+		t.touched = append(t.touched, slot)
+	}
+	hits[slot] += uint32(m)
+}
+
+// Touched returns the slots the last Count gave hits, each once, in no
+// particular order; valid until the next Count.
+func (t *Tree) Touched() []uint32 { return t.touched }
+
 // Count walks the prompt down the tree, setting hits[slot] to the prompt's
 // blocks active on each rank, and returns where it stopped, for Book. hits
 // must cover every slot.
 func (t *Tree) Count(local []protocol.LocalBlockHash, hits []uint32) Walk {
 	clear(hits)
+	t.touched = t.touched[:0]
 	w := Walk{}
 	for w.blocks < len(local) {
 		c, ok := t.children[segmentEdge{w.seg, local[w.blocks]}]
@@ -86,9 +100,9 @@ func (t *Tree) Count(local []protocol.LocalBlockHash, hits []uint32) Walk {
 		for m < len(s.local) && m < len(rest) && s.local[m] == rest[m] {
 			m++
 		}
-		hits[s.holders.first.slot] += uint32(m)
+		t.hit(hits, s.holders.first.slot, m)
 		for _, ref := range s.holders.more {
-			hits[ref.slot] += uint32(m)
+			t.hit(hits, ref.slot, m)
 		}
 		w = Walk{blocks: w.blocks + m, seg: c, matched: m}
 		if m < len(s.local) {

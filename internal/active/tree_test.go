@@ -61,6 +61,16 @@ func TestTreeMatchesAModel(t *testing.T) {
 			}
 			probe := prompt.Draw(t, "probe")
 			tree.Count(probe, hits)
+			// Touched lists each slot given hits, once.
+			var given []uint32
+			for slot, h := range hits {
+				if h > 0 {
+					given = append(given, uint32(slot))
+				}
+			}
+			if got := slices.Sorted(slices.Values(tree.Touched())); !slices.Equal(got, given) {
+				t.Fatalf("probe %v: touched %v, slots given hits %v", probe, got, given)
+			}
 			for slot := range uint32(slots) {
 				if got, want := distinct[slot], uint64(len(held[slot])); got != want {
 					t.Fatalf("slot %d: %d distinct active blocks, model %d", slot, got, want)

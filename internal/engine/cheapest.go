@@ -110,15 +110,21 @@ func (e *Engine) selectBucketed(d *demand, rr *roleRanks) (selector.Result, uint
 		c := e.cheapCandidate(d, rr.slots[pos])
 		return selector.CostOf(p, d.isl, c.Overlap, c.PrefillTokens, c.DecodeBlocks)
 	}
-	// The ranks costed one by one: those the walks reached, and those with
-	// prefill booked. A reached rank is left out of its decode group.
+	// The ranks costed one by one: those the walks reached (as the index
+	// and the active tree list them: not a pass over every rank), and those
+	// with prefill booked. A reached rank is left out of its decode group.
 	e.reached = e.reached[:0]
+	for _, r := range e.index.Matched() {
+		e.reached = rr.appendPos(e.reached, e.fleet.rolePos, uint32(r))
+	}
+	for _, s := range e.active.Touched() {
+		e.reached = rr.appendPos(e.reached, e.fleet.rolePos, s)
+	}
+	slices.Sort(e.reached)
+	e.reached = slices.Compact(e.reached)
 	bestOverlap := uint32(0)
-	for pos, s := range rr.slots {
-		if overlap[s] != 0 || hits[s] != 0 {
-			e.reached = append(e.reached, int32(pos))
-			bestOverlap = max(bestOverlap, overlap[s])
-		}
+	for _, pos := range e.reached {
+		bestOverlap = max(bestOverlap, overlap[rr.slots[pos]])
 	}
 	// Reached ranks with no prefill booked, by decode blocks then position:
 	// the members each decode group must not count.
@@ -169,6 +175,16 @@ func (e *Engine) selectBucketed(d *demand, rr *roleRanks) (selector.Result, uint
 	pos := e.nthTied(rr, best, nth, cost)
 	chosen := e.cheapCandidate(d, rr.slots[pos])
 	return selector.Result{Index: int(pos), Chosen: selector.Cost(p, d.isl, &chosen), Ties: ties, BestCost: best}, uint64(bestOverlap)
+}
+
+// appendPos appends the position of slot s in rr's list, if it is there
+// (rolePos holds it as of rr's build, and may be stale for a slot that
+// left).
+func (rr *roleRanks) appendPos(out []int32, rolePos []int32, s uint32) []int32 {
+	if pos := rolePos[s]; pos >= 0 && int(pos) < len(rr.slots) && rr.slots[pos] == s {
+		out = append(out, pos)
+	}
+	return out
 }
 
 // member is a rank in a decode group: the group's blocks, its position.

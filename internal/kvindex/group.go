@@ -289,9 +289,10 @@ func (x *group) Nodes() int { return x.tree.nodes() }
 
 // FindMatches writes into overlap[r] the number of leading blocks of local
 // that rank r caches as one contiguous prefix, for every rank r below
-// len(overlap). It walks the prompt once for all ranks, keeping the ranks
-// still matching as a bit mask, and stops as soon as none is.
-func (x *group) FindMatches(local []protocol.LocalBlockHash, overlap []uint32) {
+// len(overlap), and appends base+r to matched for each r it gives an
+// overlap. It walks the prompt once for all ranks, keeping the ranks still
+// matching as a bit mask, and stops as soon as none is.
+func (x *group) FindMatches(local []protocol.LocalBlockHash, overlap []uint32, base RankID, matched []RankID) []RankID {
 	clear(overlap)
 	alive := x.live
 	depth := uint32(0)
@@ -305,23 +306,27 @@ func (x *group) FindMatches(local []protocol.LocalBlockHash, overlap []uint32) {
 		// written once per rank, not once per rank per block (and not at
 		// all for those that match nothing: overlap starts cleared).
 		if depth > 0 {
-			setDepth(alive&^still, depth, overlap)
+			matched = setDepth(alive&^still, depth, overlap, base, matched)
 		}
 		alive = still
 		depth++
 	}
 	if depth > 0 {
-		setDepth(alive, depth, overlap)
+		matched = setDepth(alive, depth, overlap, base, matched)
 	}
+	return matched
 }
 
-// setDepth writes depth as the overlap of every rank in mask.
-func setDepth(mask uint64, depth uint32, overlap []uint32) {
+// setDepth writes depth as the overlap of every rank in mask, and appends
+// each to matched (as base+r).
+func setDepth(mask uint64, depth uint32, overlap []uint32, base RankID, matched []RankID) []RankID {
 	for m := mask; m != 0; m &= m - 1 {
 		if r := bits.TrailingZeros64(m); r < len(overlap) {
 			overlap[r] = depth
+			matched = append(matched, base+RankID(r))
 		}
 	}
+	return matched
 }
 
 func (x *group) attach(nd uint32, id RankID, h protocol.SequenceHash) {

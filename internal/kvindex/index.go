@@ -29,7 +29,8 @@ const maskRanks = 64
 //
 // Not safe for concurrent use.
 type Index struct {
-	groups []*group // by id / maskRanks; nil until a rank of the group is added
+	groups  []*group // by id / maskRanks; nil until a rank of the group is added
+	matched []RankID // the ranks the last FindMatches gave an overlap
 }
 
 // New returns an empty index.
@@ -123,8 +124,9 @@ func (x *Index) Nodes() int {
 
 // FindMatches writes into overlap[r] the number of leading blocks of local
 // that rank r caches as one contiguous prefix, for every rank r below
-// len(overlap).
+// len(overlap). Matched then lists the ranks it gave an overlap.
 func (x *Index) FindMatches(local []protocol.LocalBlockHash, overlap []uint32) {
+	x.matched = x.matched[:0]
 	for i, g := range x.groups {
 		lo := i * maskRanks
 		if lo >= len(overlap) {
@@ -135,7 +137,13 @@ func (x *Index) FindMatches(local []protocol.LocalBlockHash, overlap []uint32) {
 			clear(part)
 			continue
 		}
-		g.FindMatches(local, part)
+		x.matched = g.FindMatches(local, part, RankID(lo), x.matched)
 	}
 	clear(overlap[min(len(x.groups)*maskRanks, len(overlap)):])
 }
+
+// Matched returns the ranks the last FindMatches gave an overlap, each
+// once, in no particular order: a caller that wants only those need not
+// read every rank's. The slice is the index's, valid until the next
+// FindMatches.
+func (x *Index) Matched() []RankID { return x.matched }

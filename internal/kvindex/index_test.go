@@ -284,6 +284,16 @@ func TestIndexMatchesModel(t *testing.T) {
 			probe := gen.Draw(t, "probe")
 			overlap := make([]uint32, ids[len(ids)-1]+1)
 			x.FindMatches(probe, overlap)
+			// Matched lists each rank given an overlap, once.
+			var given []RankID
+			for r, o := range overlap {
+				if o > 0 {
+					given = append(given, RankID(r))
+				}
+			}
+			if got := slices.Sorted(slices.Values(x.Matched())); !slices.Equal(got, given) {
+				t.Fatalf("probe %v: matched %v, ranks given an overlap %v", probe, got, given)
+			}
 			for _, rr := range ids {
 				if want := m[rr].overlap(probe); overlap[rr] != want {
 					t.Fatalf("rank %d probe %v: overlap %d, want %d", rr, probe, overlap[rr], want)
