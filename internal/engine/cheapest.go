@@ -100,9 +100,8 @@ func (b *decodeBuckets) move(pos int32, from, to *rankLoad) {
 }
 
 // selectBucketed is selectCheapest for candidates that are a role's whole
-// ready list (rr), from its buckets. It also returns the best overlap
-// among them, which bestOverlap would find: it reads every overlap anyway.
-func (e *Engine) selectBucketed(d *demand, rr *roleRanks) (selector.Result, uint64) {
+// ready list (rr), from its buckets.
+func (e *Engine) selectBucketed(d *demand, rr *roleRanks) selector.Result {
 	b := &rr.buckets
 	loads, overlap, hits, p := e.fleet.loads, e.overlap, e.hits, &e.params
 	blocks := uint64(len(d.local)) + d.privateBlocks
@@ -115,17 +114,17 @@ func (e *Engine) selectBucketed(d *demand, rr *roleRanks) (selector.Result, uint
 	// with prefill booked. A reached rank is left out of its decode group.
 	e.reached = e.reached[:0]
 	for _, r := range e.index.Matched() {
-		e.reached = rr.appendPos(e.reached, e.fleet.rolePos, uint32(r))
+		if pos, ok := e.fleet.positionIn(rr, uint32(r)); ok {
+			e.reached = append(e.reached, pos)
+		}
 	}
 	for _, s := range e.active.Touched() {
-		e.reached = rr.appendPos(e.reached, e.fleet.rolePos, s)
+		if pos, ok := e.fleet.positionIn(rr, s); ok {
+			e.reached = append(e.reached, pos)
+		}
 	}
 	slices.Sort(e.reached)
 	e.reached = slices.Compact(e.reached)
-	bestOverlap := uint32(0)
-	for _, pos := range e.reached {
-		bestOverlap = max(bestOverlap, overlap[rr.slots[pos]])
-	}
 	// Reached ranks with no prefill booked, by decode blocks then position:
 	// the members each decode group must not count.
 	e.grouped = e.grouped[:0]
@@ -142,8 +141,11 @@ func (e *Engine) selectBucketed(d *demand, rr *roleRanks) (selector.Result, uint
 		}
 	}
 	best, ties := math.Inf(1), 0
+	e.singleCost = e.singleCost[:0]
 	for _, pos := range e.single {
-		switch c := cost(pos); {
+		c := cost(pos)
+		e.singleCost = append(e.singleCost, c)
+		switch {
 		case c < best:
 			best, ties = c, 1
 		case c == best:
@@ -172,19 +174,9 @@ func (e *Engine) selectBucketed(d *demand, rr *roleRanks) (selector.Result, uint
 	if ties > 1 {
 		nth = e.draws.Index(ties) // as selector.PickCheapest draws among the ties
 	}
-	pos := e.nthTied(rr, best, nth, cost)
+	pos := e.nthTied(rr, best, nth)
 	chosen := e.cheapCandidate(d, rr.slots[pos])
-	return selector.Result{Index: int(pos), Chosen: selector.Cost(p, d.isl, &chosen), Ties: ties, BestCost: best}, uint64(bestOverlap)
-}
-
-// appendPos appends the position of slot s in rr's list, if it is there
-// (rolePos holds it as of rr's build, and may be stale for a slot that
-// left).
-func (rr *roleRanks) appendPos(out []int32, rolePos []int32, s uint32) []int32 {
-	if pos := rolePos[s]; pos >= 0 && int(pos) < len(rr.slots) && rr.slots[pos] == s {
-		out = append(out, pos)
-	}
-	return out
+	return selector.Result{Index: int(pos), Chosen: selector.Cost(p, d.isl, &chosen), Ties: ties, BestCost: best}
 }
 
 // member is a rank in a decode group: the group's blocks, its position.
@@ -213,15 +205,15 @@ func (e *Engine) groupedIn(dec uint64) []member {
 const manyTiedGroups = 8
 
 // nthTied is the position of the nth (from 0) candidate, in candidate
-// order, of those at cost best: the ranks costed one by one (e.single) and
-// the unreached members of the tied decode groups (e.tied). It counts the
-// tied candidates before a position and searches for the one where the
-// count passes nth.
-func (e *Engine) nthTied(rr *roleRanks, best float64, nth int, cost func(int32) float64) int32 {
+// order, of those at cost best: the ranks costed one by one (e.single, at
+// e.singleCost) and the unreached members of the tied decode groups
+// (e.tied). It counts the tied candidates before a position and searches
+// for the one where the count passes nth.
+func (e *Engine) nthTied(rr *roleRanks, best float64, nth int) int32 {
 	b := &rr.buckets
 	e.tiedSingle = e.tiedSingle[:0]
-	for _, pos := range e.single {
-		if cost(pos) == best {
+	for i, pos := range e.single {
+		if e.singleCost[i] == best {
 			e.tiedSingle = append(e.tiedSingle, pos)
 		}
 	}

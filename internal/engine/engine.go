@@ -42,9 +42,11 @@ type Engine struct {
 	scores  []selector.Score     // and their scores
 	costs   []float64            // or their costs alone (selectCheapest)
 	// selectBucketed's: positions reached by the walks, those costed one by
-	// one, the tied among those, and the reached members of tied groups;
-	// the reached ranks in decode groups; the tied decode groups.
+	// one and their costs, the tied among those, and the reached members
+	// of tied groups; the reached ranks in decode groups; the tied decode
+	// groups.
 	reached, single, tiedSingle, skip []int32
+	singleCost                        []float64
 	grouped                           []member
 	tied                              []uint64
 	blocks                            []kvindex.Block // blocks to store (an event's, or an approximate placement's), as the index takes them

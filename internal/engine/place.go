@@ -19,14 +19,13 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 		routed = e.routedMatches(d)
 	}
 	var sel selector.Result
-	var bestOverlap uint64
 	switch cheapest := selector.Cheapest(&e.params, preferred) && e.cfg.Evidence != protocol.EvidenceFull; {
 	case cheapest && cs.role != nil && cs.role.version == cs.version:
-		sel, bestOverlap = e.selectBucketed(d, cs.role)
+		sel = e.selectBucketed(d, cs.role)
 	case cheapest:
-		sel, bestOverlap = e.selectCheapest(d, cs), e.bestOverlap(d)
+		sel = e.selectCheapest(d, cs)
 	default:
-		sel, bestOverlap = e.selectAmong(d, cs, preferred, routed), e.bestOverlap(d)
+		sel = e.selectAmong(d, cs, preferred, routed)
 		e.scores = sel.Scores // scratch for the next placement: the evidence copies what it keeps
 	}
 	chosen, chosenRank := sel.Chosen, cs.ranks[sel.Index]
@@ -35,7 +34,7 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 	e.book(req, chosenRank, d.isl-cached)
 	p := protocol.Placement{
 		RequestID: d.id, WorkerID: chosenRank.w.id, DPRank: chosenRank.dp, Role: d.role,
-		OverlapBlocks: chosen.Overlap, BestAvailableOverlapBlocks: bestOverlap, ISLBlocks: d.islBlocks,
+		OverlapBlocks: chosen.Overlap, BestAvailableOverlapBlocks: e.bestOverlap(d), ISLBlocks: d.islBlocks,
 		CachedTokens: cached, PrefillTokens: d.isl - cached, QueuedMS: protocol.Num(e.now - d.arrival),
 		Reason: e.reason(d, chosenRank, len(cs.ranks)), Binding: e.placedUnder(req),
 	}
@@ -92,11 +91,14 @@ func (e *Engine) cheapCandidate(d *demand, s uint32) selector.Candidate {
 }
 
 // bestOverlap is the most blocks of d's prompt any ready rank of its role
-// caches, filtered or not, from the index walk place just made.
+// caches, filtered or not, from the index walk place just made: among the
+// ranks it gave an overlap, not every rank.
 func (e *Engine) bestOverlap(d *demand) uint64 {
-	best := uint32(0)
-	for _, s := range e.fleet.ofRole(d.role).slots {
-		best = max(best, e.overlap[s])
+	rr, best := e.fleet.ofRole(d.role), uint32(0)
+	for _, r := range e.index.Matched() {
+		if _, ok := e.fleet.positionIn(rr, uint32(r)); ok {
+			best = max(best, e.overlap[r])
+		}
 	}
 	return uint64(best)
 }

@@ -94,7 +94,7 @@ type rankLoad struct {
 func (f *fleet) noteLoad(r *rank) {
 	next := rankLoad{prefill: r.prefill.prefillLevel, decode: r.activeDecodeBlocks()}
 	if rr := f.roles[r.w.role]; rr != nil && rr.version == f.version {
-		if pos := f.rolePos[r.slot]; pos >= 0 && int(pos) < len(rr.ranks) && rr.ranks[pos] == r {
+		if pos, ok := f.positionIn(rr, r.slot); ok {
 			rr.buckets.move(pos, &f.loads[r.slot], &next)
 		}
 	}
@@ -115,6 +115,13 @@ type roleRanks struct {
 func newFleet() fleet {
 	return fleet{byID: map[uint64]*worker{}, removed: newRemovedIDs(RememberedRemovals), version: 1,
 		roles: map[protocol.Role]*roleRanks{}}
+}
+
+// positionIn is slot s's position in rr's list, if it is there (rolePos
+// holds it as of rr's build, and may be stale for a slot that left).
+func (f *fleet) positionIn(rr *roleRanks, s uint32) (int32, bool) {
+	pos := f.rolePos[s]
+	return pos, pos >= 0 && int(pos) < len(rr.slots) && rr.slots[pos] == s
 }
 
 // ofRole returns the ready ranks of role, which the caller must not change.
