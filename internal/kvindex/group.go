@@ -166,11 +166,7 @@ func (x *group) vacate(nd uint32, id RankID) {
 	r.phantom[nd] = struct{}{}
 }
 
-// Remove drops the blocks of id addressed by hashes; unknown hashes are
-// ignored (their store may have been skipped). A block the rank then no
-// longer holds takes with it every block the rank holds below it, as in
-// Dynamo's tree: a removed block's descendants are unreachable, and must not
-// come back when it is stored again. It returns how many blocks it dropped.
+// Remove is Index.Remove for a rank of the group (which documents it).
 func (x *group) Remove(id RankID, hashes []protocol.SequenceHash) int {
 	r := &x.ranks[id]
 	warm := uint64(0)

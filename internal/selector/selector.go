@@ -99,9 +99,11 @@ func Select(p Params, req Request, cands []Candidate, preferred int, draws Draws
 	return Result{Index: index, Chosen: scores[index], Ties: ties, BestCost: best, Scores: scores}
 }
 
-// Cheapest reports whether SelectCheapest chooses as Select would: under
-// the kv policy at temperature 0 with no preferred candidate, where only
-// the lowest cost matters.
+// Cheapest reports whether PickCheapest chooses as Select would: under the
+// kv policy at temperature 0 with no preferred candidate, where only the
+// lowest cost matters. (pick's own temperature-0 branch draws among the
+// ties the same way; the engine's TestCheapestSelectsAsEveryScore holds
+// the two together.)
 func Cheapest(p *Params, preferred int) bool {
 	return p.Policy == protocol.PolicyKV && p.Temperature == 0 && preferred < 0
 }
