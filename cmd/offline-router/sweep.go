@@ -258,10 +258,11 @@ func checkPoints(points []sweep.Point) error {
 // ARGS --report PATH --quiet" would.
 func runPoint(ctx context.Context, p *sweep.Point, report string) error {
 	cmd, _ := replayCommand()
-	var stderr strings.Builder
 	cmd.SetArgs(append(p.Args(), "--report", report, "--quiet"))
+	// Its table and notes are the point's report's business; a failure
+	// comes back as the error.
 	cmd.SetOut(io.Discard)
-	cmd.SetErr(&stderr)
+	cmd.SetErr(io.Discard)
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true
 	err := cmd.ExecuteContext(ctx)
 	if err != nil {
@@ -350,7 +351,7 @@ func (o *sweepOptions) emitJob(w io.Writer, specPath string, spec *sweep.Spec, p
 			return &exitError{2, fmt.Errorf("--image %q: a container image reference, e.g. registry.example.com/offline-router:v1", o.image)}
 		}
 		return sweep.WriteKubernetes(w, sweep.KubernetesJob{Name: o.jobName, Image: o.image, Claim: o.claim,
-			Spec: filepath.Base(specPath), Out: filepath.ToSlash(o.out), Shards: shards, CPUs: o.cpus, WorkDir: "/sweep"})
+			Spec: filepath.Base(specPath), Out: filepath.ToSlash(o.out), Shards: shards, CPUs: o.cpus})
 	}
 	return &exitError{2, fmt.Errorf("--emit %q: slurm or kubernetes", o.emit)}
 }

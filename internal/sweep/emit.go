@@ -50,15 +50,17 @@ exec %[1]s sweep %[2]s --out %[3]s --jobs "${SLURM_CPUS_PER_TASK:-%[5]d}" --shar
 
 // KubernetesJob is an Indexed Job's settings.
 type KubernetesJob struct {
-	Name    string
-	Image   string // holds offline-router on its PATH
-	Claim   string // a PersistentVolumeClaim holding the spec's folder
-	Spec    string // the spec's path inside the volume
-	Out     string // the sweep's folder inside the volume
-	Shards  int
-	CPUs    int
-	WorkDir string // where the volume is mounted
+	Name   string
+	Image  string // holds offline-router on its PATH
+	Claim  string // a PersistentVolumeClaim holding the spec's folder
+	Spec   string // the spec's path inside the volume
+	Out    string // the sweep's folder inside the volume
+	Shards int
+	CPUs   int
 }
+
+// kubeWorkDir is where the pod mounts the volume and works.
+const kubeWorkDir = "/sweep"
 
 // The manifest's parts, with the fields of batch/v1 Job that it sets.
 type (
@@ -67,11 +69,11 @@ type (
 		Kind       string   `json:"kind"`
 		Metadata   kubeMeta `json:"metadata"`
 		Spec       struct {
-			CompletionMode string       `json:"completionMode"`
-			Completions    int          `json:"completions"`
-			Parallelism    int          `json:"parallelism"`
-			BackoffLimit   int          `json:"backoffLimitPerIndex"`
-			Template       kubeTemplate `json:"template"`
+			CompletionMode       string       `json:"completionMode"`
+			Completions          int          `json:"completions"`
+			Parallelism          int          `json:"parallelism"`
+			BackoffLimitPerIndex int          `json:"backoffLimitPerIndex"`
+			Template             kubeTemplate `json:"template"`
 		} `json:"spec"`
 	}
 	kubeMeta struct {
@@ -116,15 +118,15 @@ func WriteKubernetes(w io.Writer, j KubernetesJob) error {
 	job.APIVersion, job.Kind = "batch/v1", "Job"
 	job.Metadata = kubeMeta{Name: j.Name, Labels: map[string]string{"app.kubernetes.io/name": "offline-router-sweep"}}
 	job.Spec.CompletionMode, job.Spec.Completions, job.Spec.Parallelism = "Indexed", j.Shards, j.Shards
-	job.Spec.BackoffLimit = 2
+	job.Spec.BackoffLimitPerIndex = 2
 	t := &job.Spec.Template.Spec
 	t.RestartPolicy = "Never"
 	t.Containers = []kubeContainer{{
-		Name: "sweep", Image: j.Image, WorkingDir: j.WorkDir, Command: []string{"/bin/sh", "-c"},
+		Name: "sweep", Image: j.Image, WorkingDir: kubeWorkDir, Command: []string{"/bin/sh", "-c"},
 		Args: []string{fmt.Sprintf(`exec offline-router sweep %s --out %s --jobs %d --shard "$((JOB_COMPLETION_INDEX + 1))/%d" --quiet`,
 			shellQuote(j.Spec), shellQuote(j.Out), j.CPUs, j.Shards)},
 		Resources:    kubeResources{Requests: map[string]string{"cpu": fmt.Sprint(j.CPUs), "memory": "1Gi"}},
-		VolumeMounts: []kubeMount{{Name: "sweep", MountPath: j.WorkDir}},
+		VolumeMounts: []kubeMount{{Name: "sweep", MountPath: kubeWorkDir}},
 	}}
 	v := kubeVolume{Name: "sweep"}
 	v.PVC.ClaimName = j.Claim

@@ -52,7 +52,7 @@ func TestSlurmScript(t *testing.T) {
 func TestKubernetesManifest(t *testing.T) {
 	var b bytes.Buffer
 	err := WriteKubernetes(&b, KubernetesJob{Name: "sw", Image: "reg/or:1", Claim: "c", Spec: "spec.json", Out: "out",
-		Shards: 4, CPUs: 1, WorkDir: "/sweep"})
+		Shards: 4, CPUs: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,25 +53,6 @@ func (o *Object) UnmarshalJSON(data []byte) error {
 	return err
 }
 
-// MarshalJSON writes the object back in its order, each value a list of
-// strings.
-func (o Object) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, f := range o {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		k, _ := json.Marshal(f.Name)
-		v, _ := json.Marshal(f.Values)
-		b.Write(k)
-		b.WriteByte(':')
-		b.Write(v)
-	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
-}
-
 func (o Object) has(name string) bool {
 	for _, f := range o {
 		if f.Name == name {

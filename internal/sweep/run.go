@@ -95,6 +95,9 @@ func Run(ctx context.Context, plan *Plan, opt Options, run RunPoint) (ran, resum
 	inflight := map[string]bool{} // partial reports being written
 	stopped := false
 	report := func(p *Point, wall time.Duration, found bool) {
+		if stopped { // Run has returned: it reports nothing more
+			return
+		}
 		done++
 		if found {
 			resumed++
@@ -139,6 +142,9 @@ func Run(ctx context.Context, plan *Plan, opt Options, run RunPoint) (ran, resum
 	finished := make(chan error, 1)
 	go func() {
 		for i := range mine {
+			if gctx.Err() != nil {
+				break // stopped, or a point failed: nothing more starts or is counted
+			}
 			p := &mine[i]
 			path := filepath.Join(dir, p.ID+".json")
 			if _, err := os.Stat(path); err == nil {
@@ -195,7 +201,7 @@ func Prepare(out string, plan *Plan) error {
 	case !samePoints(old.Points, plan.Points):
 		return fmt.Errorf("%s holds another sweep (its %s lists other points, or a trace changed since): give another --out, or remove it",
 			out, PlanFile)
-	case samePoints(old.Points, plan.Points) && old.Description == plan.Description && reflect.DeepEqual(old.Objective, plan.Objective):
+	case old.Description == plan.Description && reflect.DeepEqual(old.Objective, plan.Objective): // the same points, above
 		return nil
 	}
 	data, err := json.MarshalIndent(plan, "", "  ")

@@ -99,9 +99,13 @@ func Merge(dirs ...string) (*Table, error) {
 	}
 	t := &Table{SchemaVersion: TableSchemaVersion,
 		Deterministic: TableResult{Description: plan.Description, Objective: plan.Objective}}
+	where, err := reportFolders(dirs)
+	if err != nil {
+		return nil, err
+	}
 	var missing []string
 	for _, p := range plan.Points {
-		rep, path, err := findReport(dirs, p.ID)
+		rep, path, err := readReport(where, p.ID)
 		if errors.Is(err, fs.ErrNotExist) {
 			missing = append(missing, p.ID)
 			continue
@@ -129,23 +133,44 @@ func Merge(dirs ...string) (*Table, error) {
 	return t, nil
 }
 
-func findReport(dirs []string, id string) (*replay.Report, string, error) {
+// reportFolders lists each folder's reports once: the folder that holds a
+// point's report (ID.json), the first of dirs that does, by point ID.
+func reportFolders(dirs []string) (map[string]string, error) {
+	where := map[string]string{}
 	for _, dir := range dirs {
-		path := filepath.Join(dir, PointsDir, id+".json")
-		data, err := os.ReadFile(path)
+		entries, err := os.ReadDir(filepath.Join(dir, PointsDir))
 		if errors.Is(err, fs.ErrNotExist) {
-			continue
+			continue // no point has ended there yet
 		}
 		if err != nil {
-			return nil, path, err
+			return nil, err
 		}
-		var rep replay.Report
-		if err := json.Unmarshal(data, &rep); err != nil {
-			return nil, path, fmt.Errorf("%s: %w (not a whole report: remove it and run the sweep again)", path, err)
+		for _, e := range entries {
+			if id, ok := strings.CutSuffix(e.Name(), ".json"); ok && !e.IsDir() && where[id] == "" {
+				where[id] = dir
+			}
 		}
-		return &rep, path, nil
 	}
-	return nil, "", fs.ErrNotExist
+	return where, nil
+}
+
+// readReport reads point id's report from the folder where says, or
+// returns fs.ErrNotExist.
+func readReport(where map[string]string, id string) (*replay.Report, string, error) {
+	dir, ok := where[id]
+	if !ok {
+		return nil, "", fs.ErrNotExist
+	}
+	path := filepath.Join(dir, PointsDir, id+".json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, path, err
+	}
+	var rep replay.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return nil, path, fmt.Errorf("%s: %w (not a whole report: remove it and run the sweep again)", path, err)
+	}
+	return &rep, path, nil
 }
 
 // judge marks, workload by workload, the Pareto front and the recommended

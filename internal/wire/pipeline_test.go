@@ -194,7 +194,9 @@ func TestServeAnswersBeforeATrailingComment(t *testing.T) {
 		outR, outW := io.Pipe()
 		eng, _ := engine.New(protocol.DefaultConfig())
 		go wire.Serve(inR, outW, eng, wire.ServeOptions{MaxLineBytes: 50})
-		go io.WriteString(inW, `{"op":"inspect"}`+"\n"+tail)
+		// Not an inspect, which ends its batch by itself: the trailing line
+		// must hand the batch on.
+		go io.WriteString(inW, `{"op":"worker_ready","worker_id":1}`+"\n"+tail)
 		got := make(chan string, 1)
 		go func() { line, _ := bufio.NewReader(outR).ReadString('\n'); got <- line }()
 		select {
