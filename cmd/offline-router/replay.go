@@ -133,7 +133,7 @@ says why; --emit-commands and --emit-responses keep what was sent).`,
 	f.IntVar(&o.synthetic.NumPrefixGroups, "num-prefix-groups", 0, "synthetic workload: prefix groups (0 = no sharing)")
 	f.StringSliceVar(&o.goodput, "goodput", nil, "service levels for request_goodput, as vLLM's benchmark takes them: ttft:MS tpot:MS e2el:MS")
 	f.BoolVar(&o.compare, "compare", false, "run kv and the baselines (round_robin, random, least_loaded) side by side; same as --policies kv,round_robin,random,least_loaded")
-	f.StringSliceVar(&o.policies, "policies", nil, "run these policies side by side (comma-separated: kv, round_robin, random, least_loaded, session_hash, sglang_cache_aware, llmd)")
+	f.StringSliceVar(&o.policies, "policies", nil, "run these policies side by side (comma-separated: "+policyList()+")")
 	f.StringVar(&o.reportFile, "report", "", "write the JSON report to this .json file, or - for stdout (the table then goes to stderr)")
 	f.StringVar(&o.emitCommands, "emit-commands", "", "write every command sent to the router to this file (one policy only)")
 	f.StringVar(&o.emitResponses, "emit-responses", "", "write every response the router gave to this file (one policy only)")

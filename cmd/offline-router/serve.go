@@ -30,11 +30,21 @@ type serveOptions struct {
 	cpuProfile   string
 }
 
+// policyList names every policy, in protocol.Policies' order, for help
+// texts: a policy added there is named here too.
+func policyList() string {
+	names := make([]string, len(protocol.Policies))
+	for i, p := range protocol.Policies {
+		names[i] = string(p)
+	}
+	return strings.Join(names, ", ")
+}
+
 // configFlags are the config keys that have a flag, with its usage; the
 // flag's type and default come from the key's field in
 // protocol.DefaultConfig, so the two cannot disagree.
 var configFlags = []struct{ key, usage string }{
-	{"policy", "placement policy: kv (Dynamo's cost), round_robin, random, least_loaded, session_hash, sglang_cache_aware or llmd"},
+	{"policy", "placement policy, kv being Dynamo's cost: " + policyList()},
 	{"block_size", "tokens per KV block (Mooncake traces use 512)"},
 	{"seed", "seed of the one deterministic random stream (ties, softmax)"},
 	{"temperature", "0 = cheapest rank; > 0 = softmax over range-normalised costs"},

@@ -54,6 +54,11 @@ func main() {
 	var reply []byte
 	for seq := uint64(1); ; {
 		line, err := in.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			// A floor that skipped the rest would look faster than it is.
+			fmt.Fprintf(os.Stderr, "typedfloor: command %d is longer than %d bytes: no floor for this stream\n", seq, in.Size())
+			os.Exit(1)
+		}
 		if len(line) > 1 {
 			var c command
 			ok := json.Unmarshal(line, &c) == nil
