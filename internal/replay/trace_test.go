@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -235,6 +236,17 @@ func TestMooncakeSkipsUnknownKeys(t *testing.T) {
 	if got.InputTokens != 1024 || len(got.HashIDs) != 2 {
 		t.Fatalf("got %+v", got)
 	}
+	// Any number of other keys, each once (past a handful the reader keeps
+	// them in a set, not a list looked through for each).
+	var many strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&many, `, "k%d": %d`, i, i)
+	}
+	if got := readOne(t, line(many.String())); got.InputTokens != 1024 {
+		t.Fatalf("got %+v", got)
+	}
+	wantErr(t, line(many.String()+`, "k150": 0`), `field "k150": appears more than once`)
+	wantErr(t, line(many.String()+`, "input_length": 5`), `field "input_length": appears more than once`)
 	// Skipped, but still JSON.
 	wantErr(t, line(`, "extra": {"a": [1,]}`), "trace line 1:", "not JSON")
 	wantErr(t, line(", \"extra\": [\"\xff\"]"), `field "extra": expected a string of valid UTF-8`)

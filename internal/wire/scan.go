@@ -147,6 +147,7 @@ func (s *scanner) afterMember(field func(key string) *fieldError) *fieldError {
 func (s *scanner) members(field func(key string) *fieldError) *fieldError {
 	var room [16]string // on the stack: objects of the protocol have fewer keys
 	seen := room[:0]
+	var many map[string]bool // past len(room): an object of unknown keys (a trace line may carry any)
 	for {
 		if s.peek() != '"' {
 			return s.syntax("expected a quoted key")
@@ -161,14 +162,28 @@ func (s *scanner) members(field func(key string) *fieldError) *fieldError {
 		default:
 			key = "" // header recovery reads on past a key it cannot name
 		}
-		// Header recovery takes any keys, however many: it keeps none. An
-		// object that is checked has at most the protocol's few keys before
-		// an unknown one ends it, so the linear look stays short.
+		// Header recovery takes any keys, however many: it keeps none. A
+		// command has the protocol's few keys, looked through in a row; an
+		// object whose unknown keys are skipped (a trace line) may have any
+		// number, which a set keeps linear.
 		if !s.allowRepeats {
-			if slices.Contains(seen, key) {
+			switch {
+			case many != nil:
+				if many[key] {
+					return &fieldError{code: protocol.CodeInvalidField, path: key, msg: "appears more than once"}
+				}
+				many[key] = true
+			case slices.Contains(seen, key):
 				return &fieldError{code: protocol.CodeInvalidField, path: key, msg: "appears more than once"}
+			case len(seen) == len(room):
+				many = make(map[string]bool, 2*len(room))
+				for _, k := range seen {
+					many[k] = true
+				}
+				many[key] = true
+			default:
+				seen = append(seen, key)
 			}
-			seen = append(seen, key)
 		}
 		if s.peek() != ':' {
 			return s.syntax("expected ':' after key %q", key)
