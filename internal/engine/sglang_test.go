@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
@@ -37,5 +38,30 @@ func TestSGLangTrimAtAFarClock(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a placement at a clock of 2^53 ms did not return")
+	}
+}
+
+// TestSGLangTrimsTheDeeperFirst: blocks routed at the same moment are
+// trimmed deepest first, so a trim never leaves a child without the parent
+// a match must pass through.
+func TestSGLangTrimsTheDeeperFirst(t *testing.T) {
+	cfg := protocol.DefaultConfig()
+	cfg.Policy, cfg.SGLang.EvictionIntervalMS, cfg.SGLang.MaxTreeSize = protocol.PolicySGLang, 1, 1
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp protocol.Response
+	e.Apply(&protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(uint64(1))}, &resp)
+	e.Apply(&protocol.Command{Op: protocol.OpPlace, RequestID: "a", InputTokens: ptrTo(uint64(32)), BlockHashes: []protocol.LocalBlockHash{1, 2}}, &resp)
+	// A placement past the boundary trims the tree to one block, and routes
+	// nothing itself.
+	e.Apply(&protocol.Command{Op: protocol.OpPlace, RequestID: "b", NowMS: ptrTo(1.0), InputTokens: ptrTo(uint64(16))}, &resp)
+	if resp.Error != nil {
+		t.Fatal(resp.Error)
+	}
+	routed, parent := e.fleet.slots[0].routed, kvindex.SequenceHashes([]protocol.LocalBlockHash{1, 2})[0]
+	if _, ok := routed[parent]; !ok || len(routed) != 1 {
+		t.Errorf("after the trim to one block: %v routed, want the first block alone", routed)
 	}
 }

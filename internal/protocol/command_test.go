@@ -50,6 +50,8 @@ func TestBoundsKeepNumbersFinite(t *testing.T) {
 			return c
 		}(),
 		"affinity.ttl_ms": func() Config { c := DefaultConfig(); c.Affinity.TTLMS = huge; return c }(),
+		// A fraction of the prompt's blocks: above 1, no match could pass it.
+		"sglang.cache_threshold": func() Config { c := DefaultConfig(); c.SGLang.CacheThreshold = 1.5; return c }(),
 	} {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "config "+name+":") {
 			t.Errorf("%s: got %v", name, err)

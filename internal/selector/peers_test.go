@@ -55,6 +55,9 @@ func TestLLMDScorers(t *testing.T) {
 		{"prefix: no match ties all", only(1, 0, 0), []Candidate{{}, {}, {}}, 0, 3},
 		{"queue: the shortest", only(0, 1, 0), []Candidate{{Waiting: 3}, {Waiting: 1}, {Waiting: 2}}, 1, 1},
 		{"kv: the emptiest", only(0, 0, 1), []Candidate{{KVUsage: 0.5}, {KVUsage: 0.2}, {KVUsage: 1.7}}, 1, 1},
+		// Booked past its size (the router's count can be) is full, no
+		// worse than full: they tie.
+		{"kv: past full is full", only(0, 0, 1), []Candidate{{KVUsage: 1.7}, {KVUsage: 1}}, 0, 2},
 		// Prefix 3 + queue 0 + kv 2 × 0.5 = 4 against 0 + 2 + 2 × 0.9 = 3.8,
 		// and with the prefix weighed 2, 3 against 3.8.
 		{"weighted sum", only(3, 2, 2), []Candidate{{Overlap: 4, Waiting: 1, KVUsage: 0.5}, {Overlap: 1, KVUsage: 0.1}}, 0, 1},
