@@ -298,17 +298,20 @@ func fileSHA256(path string) (string, error) {
 
 // MetricNames are the report's numeric metrics, by their JSON names, that
 // an objective may name (request_goodput among them: present only when the
-// points run with --goodput).
-var MetricNames = func() []string {
+// points run with --goodput); metricField is each one's field of
+// replay.Metrics, found once rather than by a walk of its tags per lookup.
+var MetricNames, metricField = func() ([]string, map[string]int) {
 	var names []string
+	field := map[string]int{}
 	t := reflect.TypeFor[replay.Metrics]()
 	for i := range t.NumField() {
 		f := t.Field(i)
 		switch k := f.Type.Kind(); {
 		case k == reflect.Int, k == reflect.Uint64, k == reflect.Float64,
 			k == reflect.Pointer && f.Type.Elem().Kind() == reflect.Float64:
-			names = append(names, strings.Split(f.Tag.Get("json"), ",")[0])
+			name := strings.Split(f.Tag.Get("json"), ",")[0]
+			names, field[name] = append(names, name), i
 		}
 	}
-	return names
+	return names, field
 }()

@@ -295,27 +295,23 @@ func (o *Objective) String() string {
 // Metric is the metric of m named by its JSON key (one of MetricNames),
 // and whether m has it (request_goodput is null without --goodput).
 func Metric(m *replay.Metrics, name string) (float64, bool) {
-	v := reflect.ValueOf(m).Elem()
-	t := v.Type()
-	for i := range t.NumField() {
-		if strings.Split(t.Field(i).Tag.Get("json"), ",")[0] != name {
-			continue
-		}
-		switch f := v.Field(i); f.Kind() {
-		case reflect.Int:
-			return float64(f.Int()), true
-		case reflect.Uint64:
-			return float64(f.Uint()), true
-		case reflect.Float64:
-			return f.Float(), true
-		case reflect.Pointer:
-			if f.IsNil() {
-				return 0, false
-			}
-			return f.Elem().Float(), true
-		}
+	i, ok := metricField[name]
+	if !ok {
+		panic("no metric " + name) // the spec's check names only MetricNames
 	}
-	panic("no metric " + name) // the spec's check names only MetricNames
+	switch f := reflect.ValueOf(m).Elem().Field(i); f.Kind() {
+	case reflect.Int:
+		return float64(f.Int()), true
+	case reflect.Uint64:
+		return float64(f.Uint()), true
+	case reflect.Float64:
+		return f.Float(), true
+	default: // a *float64, MetricNames holds no other kind
+		if f.IsNil() {
+			return 0, false
+		}
+		return f.Elem().Float(), true
+	}
 }
 
 // WriteTable prints the table: a row per point in spec order, the front
