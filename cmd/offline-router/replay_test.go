@@ -50,17 +50,24 @@ func TestReplayCompareAndReport(t *testing.T) {
 
 func readReport(t *testing.T, path string) *replay.Report {
 	t.Helper()
+	return readStrict[replay.Report](t, path)
+}
+
+// readStrict reads a JSON file the command wrote into a T, refusing a
+// field T does not have: a renamed field fails the test.
+func readStrict[T any](t *testing.T, path string) *T {
+	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep replay.Report
+	var v T
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rep); err != nil {
+	if err := dec.Decode(&v); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	return &rep
+	return &v
 }
 
 // TestDeterministicReportIsByteIdentical: the same trace from two folders,

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,15 +56,7 @@ func sweepInProcess(t *testing.T, args ...string) (*sweep.Table, string) {
 
 func readTable(t *testing.T, path string) *sweep.Table {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tab sweep.Table
-	if err := json.Unmarshal(data, &tab); err != nil {
-		t.Fatal(err)
-	}
-	return &tab
+	return readStrict[sweep.Table](t, path)
 }
 
 var samePoints = cmpopts.IgnoreUnexported(sweep.Point{})
