@@ -101,6 +101,45 @@ func TestDropRankPrunesTheTree(t *testing.T) {
 	}
 }
 
+// TestNodesCountAPrefixOnce: ranks of different groups of 64 that cache
+// the same prompt share its nodes, so index_nodes counts each prefix once
+// at any rank count.
+func TestNodesCountAPrefixOnce(t *testing.T) {
+	x := New()
+	for _, id := range []RankID{0, 70, 200} {
+		x.AddRank(id)
+		storeChain(t, x, id, nil, 1, 2, 3)
+	}
+	if x.Nodes() != 3 {
+		t.Fatalf("nodes = %d, want 3: one per prefix of the prompt the three ranks cache", x.Nodes())
+	}
+}
+
+// checkHolders checks what FindMatches relies on to skip reading masks:
+// a rank that holds a node holds its parent, and a node's count is the
+// number of ranks that hold it.
+func checkHolders(t *rapid.T, x *Index, ids []RankID) {
+	for n := uint32(1); n < x.tree.size; n++ {
+		nd := x.tree.node(n)
+		if !x.tree.held(n) && nd.leaf() {
+			continue // free
+		}
+		held := 0
+		for _, r := range ids {
+			if !x.tree.holds(n, r) {
+				continue
+			}
+			held++
+			if p := nd.parent(); p != root && !x.tree.holds(p, r) {
+				t.Fatalf("rank %d holds node %d but not its parent %d", r, n, p)
+			}
+		}
+		if c := x.tree.count(nd); c != held {
+			t.Fatalf("node %d: count %d, held by %d ranks", n, c, held)
+		}
+	}
+}
+
 func TestLastEventIDIsTheLastRecorded(t *testing.T) {
 	x := New()
 	x.AddRank(0)
@@ -212,9 +251,9 @@ func blockHashes(t *rapid.T, local []protocol.LocalBlockHash) []protocol.Sequenc
 // step, and that dropping every rank leaves nothing behind.
 func TestIndexMatchesModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		// Ranks from 64 up are above the 64 kept in node masks: the side
-		// table, where several share a node's list.
-		ids := []RankID{0, 1, 70, 71, 130}
+		// Four groups of 64 ranks, so that a node's own mask and its list
+		// of further groups both hold ranks, and several share the list.
+		ids := []RankID{0, 1, 70, 71, 130, 200}
 		x := New()
 		m := model{}
 		for _, r := range ids {
@@ -294,6 +333,7 @@ func TestIndexMatchesModel(t *testing.T) {
 			if got := slices.Sorted(slices.Values(x.Matched())); !slices.Equal(got, given) {
 				t.Fatalf("probe %v: matched %v, ranks given an overlap %v", probe, got, given)
 			}
+			checkHolders(t, x, ids)
 			for _, rr := range ids {
 				if want := m[rr].overlap(probe); overlap[rr] != want {
 					t.Fatalf("rank %d probe %v: overlap %d, want %d", rr, probe, overlap[rr], want)
@@ -311,8 +351,8 @@ func TestIndexMatchesModel(t *testing.T) {
 		for _, r := range ids {
 			x.DropRank(r)
 		}
-		if x.Nodes() != 0 || edges(x) != 0 || childCounts(x) != 0 {
-			t.Fatalf("every rank dropped, yet %d nodes, %d edges and %d child counts remain", x.Nodes(), edges(x), childCounts(x))
+		if x.Nodes() != 0 || edges(x) != 0 || childCounts(x) != 0 || wideLists(x) != 0 {
+			t.Fatalf("every rank dropped, yet %d nodes, %d edges, %d child counts and %d group lists remain", x.Nodes(), edges(x), childCounts(x), wideLists(x))
 		}
 	})
 }
@@ -369,24 +409,10 @@ func TestMovedHashKeepsItsOldPrefix(t *testing.T) {
 	}
 }
 
-// edges and childCounts are the edge-table entries and tabled-child counts
-// of every group.
-func edges(x *Index) int {
-	n := 0
-	for _, g := range x.groups {
-		if g != nil {
-			n += g.tree.children.used
-		}
-	}
-	return n
-}
+// edges, childCounts and wideLists are the edge-table entries, the
+// tabled-child counts and the lists of further groups holding a node.
+func edges(x *Index) int { return x.tree.children.used }
 
-func childCounts(x *Index) int {
-	n := 0
-	for _, g := range x.groups {
-		if g != nil {
-			n += len(g.tabledHeld)
-		}
-	}
-	return n
-}
+func childCounts(x *Index) int { return len(x.tabledHeld) }
+
+func wideLists(x *Index) int { return len(x.tree.wide.lists) - len(x.tree.wide.freeLists) }

@@ -4,7 +4,7 @@ import "unsafe"
 
 // tree is the index's radix tree of cached prefixes, keyed by local block
 // hashes: a node is a prefix, found from its parent by the local hash of its
-// last block, and carries the mask of ranks below maskRanks caching it. Node
+// last block, and carries the ranks caching it (holders.go). Node
 // ids stay valid until the node is pruned.
 //
 // Most nodes of a prompt tree have one child, so each node keeps its first
@@ -17,7 +17,7 @@ import "unsafe"
 // cleared hundreds of megabytes, and its copies held up the garbage
 // collector's stops). Nodes hold no pointers, so the collector skips them.
 type tree struct {
-	pages    []*[pageSize]treeNode
+	pages    []*treePage
 	size     uint32 // node ids in use or freed: the next new id
 	free     []uint32
 	children edgeTable
@@ -27,6 +27,15 @@ type tree struct {
 	// children, and a child leaves the list in O(1).
 	tabled   map[uint32][]uint32
 	tabledAt map[uint32]int
+	wide     holders // the lists of the nodes several groups hold (holders.go)
+}
+
+// treePage is a page of nodes and, beside them, each node's group: the
+// group whose mask the node keeps.
+// Apart, so that a node stays 32 bytes.
+type treePage struct {
+	nodes  [pageSize]treeNode
+	groups [pageSize]uint16
 }
 
 const (
@@ -38,18 +47,24 @@ const (
 const root uint32 = 0
 
 type treeNode struct {
-	up    uint32 // the parent's id, and the inTable flag
+	up    uint32 // the parent's id, and the inTable and wideFlag flags
 	first uint32 // a child kept here rather than in the edge table; 0: none
 	local uint64
-	mask  uint64
+	mask  uint64 // the ranks of the node's group that hold it
 	hash  uint64 // the block hash the node was first stored under
 }
 
-// inTable marks a node some of whose children are in the edge table. Node
-// ids stay below it.
-const inTable = 1 << 31
+// inTable marks a node some of whose children are in the edge table, and
+// wideFlag one that ranks of more than one group hold (holders.go). Node
+// ids stay below both.
+const (
+	inTable  = 1 << 31
+	wideFlag = 1 << 30
+)
 
-func (n *treeNode) parent() uint32 { return n.up &^ inTable }
+func (n *treeNode) parent() uint32 { return n.up &^ (inTable | wideFlag) }
+
+func (n *treeNode) wide() bool { return n.up&wideFlag != 0 }
 
 // leaf reports whether the node has no children.
 func (n *treeNode) leaf() bool { return n.first == 0 && n.up&inTable == 0 }
@@ -63,8 +78,13 @@ func newTree() *tree {
 
 // node returns node n; the pointer stays valid until n is pruned.
 func (t *tree) node(n uint32) *treeNode {
-	return &t.pages[n>>pageBits][n&(pageSize-1)]
+	return &t.pages[n>>pageBits].nodes[n&(pageSize-1)]
 }
+
+// group returns node n's group, and groupAt where it is.
+func (t *tree) group(n uint32) uint16 { return t.pages[n>>pageBits].groups[n&(pageSize-1)] }
+
+func (t *tree) groupAt(n uint32) *uint16 { return &t.pages[n>>pageBits].groups[n&(pageSize-1)] }
 
 // walk is a position in the tree for following a prompt down from the
 // root, one block at a time, without looking up the current node again.
@@ -146,10 +166,10 @@ func (t *tree) alloc() uint32 {
 		return c
 	}
 	if t.size&(pageSize-1) == 0 {
-		if t.size == inTable {
-			panic("kvindex: 2^31 tree nodes (48 GiB of them): node ids would collide with the inTable flag")
+		if t.size == wideFlag {
+			panic("kvindex: 2^30 tree nodes (34 GiB of them): node ids would collide with the node flags")
 		}
-		page := new([pageSize]treeNode)
+		page := new(treePage)
 		_ = prefault(unsafe.Pointer(page), unsafe.Sizeof(*page))
 		t.pages = append(t.pages, page)
 	}
@@ -178,6 +198,7 @@ func (t *tree) unlink(n uint32) uint32 {
 		}
 	}
 	*nd = treeNode{}
+	*t.groupAt(n) = 0
 	t.free = append(t.free, n)
 	return parent
 }
