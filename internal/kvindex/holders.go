@@ -127,17 +127,22 @@ func (t *tree) hold(n uint32, id RankID) bool {
 	return true
 }
 
-// release takes rank id off node n (which it holds).
+// release takes rank id off node n, if it holds it.
 func (t *tree) release(n uint32, id RankID) {
 	g, bit := split(id)
 	nd := t.node(n)
 	if !nd.wide() {
-		nd.mask &^= bit
+		if t.group(n) == uint16(g) {
+			nd.mask &^= bit
+		}
 		return
 	}
 	h, i := &t.wide, uint32(nd.mask)
 	l := &h.lists[i]
-	at, _ := h.find(l, g)
+	at, ok := h.find(l, g)
+	if !ok || h.masks[l.off+uint32(at)]&bit == 0 {
+		return
+	}
 	m := &h.masks[l.off+uint32(at)]
 	*m &^= bit
 	l.held--
