@@ -417,3 +417,30 @@ func edges(x *Index) int { return x.tree.children.used }
 func childCounts(x *Index) int { return len(x.tabledHeld) }
 
 func wideLists(x *Index) int { return len(x.tree.wide.lists) - len(x.tree.wide.freeLists) }
+
+// TestReleaseOfANonHolderChangesNothing: taking a rank off a node it does
+// not hold, in a group the node lists or not, or beside the group whose
+// mask the node keeps, leaves every holder and the count as they were.
+func TestReleaseOfANonHolderChangesNothing(t *testing.T) {
+	tr := newTree()
+	one, many := tr.alloc(), tr.alloc()
+	tr.hold(one, 70)
+	for _, id := range []RankID{0, 70, 200} {
+		tr.hold(many, id)
+	}
+	for _, id := range []RankID{1, 71, 130, 201, 300} {
+		tr.release(one, id)
+		tr.release(many, id)
+	}
+	if !tr.holds(one, 70) || tr.count(tr.node(one)) != 1 {
+		t.Fatalf("the node one rank holds: count %d", tr.count(tr.node(one)))
+	}
+	for _, id := range []RankID{0, 70, 200} {
+		if !tr.holds(many, id) {
+			t.Fatalf("rank %d no longer holds the node", id)
+		}
+	}
+	if c := tr.count(tr.node(many)); c != 3 {
+		t.Fatalf("the node three groups hold: count %d", c)
+	}
+}
