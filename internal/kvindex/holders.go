@@ -13,19 +13,19 @@ import (
 // and how many ranks they hold in all; it carries wideFlag.
 //
 // One tree for every rank, with the masks of the groups that share a
-// prefix side by side: a match walks the prompt down the tree once and
-// reads a node's masks in a row, where a tree per group walked the prompt
-// once per group holding it (a prompt cached in all 16 groups of 1,024
-// ranks was 16 walks, a third of a placement). A node held by one group,
-// as almost every node past a shared prefix is, costs what it costs with
-// 64 ranks, and 2 bytes for its group.
+// prefix side by side, so that a match walks the prompt down the tree
+// once, whatever the rank count, and reads a node's masks in a row. A node
+// held by one group, as almost every node past a shared prefix is, costs
+// what it costs with 64 ranks, and 2 bytes for its group.
 
 // maskRanks is how many ranks a group holds: the width of a node's rank
 // mask.
 const maskRanks = 64
 
-// maxGroups bounds the groups a node's group can name.
-const maxGroups = 1 << 16
+// maxGroups bounds the groups of ranks (2 M ranks; the engine holds
+// protocol.MaxRanks, 64 Ki): a node's group is a uint16, and a list's run,
+// a uint16 too, doubles up to it.
+const maxGroups = 1 << 15
 
 // groupPair is the ranks of one group that hold a node, or that are still
 // matching in a walk.

@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"math/bits"
 	"slices"
@@ -130,9 +131,14 @@ var (
 	ErrSelfReference = errors.New("a block's hash is its parent's")
 )
 
-// Store adds blocks as a chain under parent (nil = root) for id.
+// Store adds blocks as a chain under parent (nil = root) for id, which
+// must have been added (and not dropped since): a match counts on only
+// live ranks holding nodes.
 func (x *Index) Store(id RankID, parent *protocol.SequenceHash, blocks []Block) error {
 	r := &x.ranks[id]
+	if !r.live {
+		panic(fmt.Sprintf("kvindex: a store for rank %d, which is not added", id))
+	}
 	cur := root
 	if parent != nil {
 		var ok bool
@@ -330,12 +336,13 @@ func (x *Index) FindMatches(local []protocol.LocalBlockHash, overlap []uint32) {
 		if alive == 0 || !w.down(uint64(h)) {
 			break
 		}
-		// A rank that holds a node holds its parent, so the ranks still
-		// matching are the node's holders, and a child's are among its
-		// parent's: as many means the same ones, and only where there are
-		// fewer need the masks be read. A rank's overlap is the depth at
-		// which it drops out, written once per rank (and not at all for
-		// those that match nothing: overlap starts cleared).
+		// Between commands a rank that holds a node holds its parent, and
+		// only live ranks hold nodes (Store takes live ranks only), so the
+		// ranks still matching are the node's holders, and a child's are
+		// among its parent's: as many means the same ones, and only where
+		// there are fewer need the masks be read. A rank's overlap is the
+		// depth at which it drops out, written once per rank (and not at
+		// all for those that match nothing: overlap starts cleared).
 		if n := x.tree.count(w.n); n != alive {
 			x.alive, x.matched = x.tree.narrow(w.id, x.alive, depth, overlap, x.matched)
 			alive = n
@@ -349,8 +356,9 @@ func (x *Index) FindMatches(local []protocol.LocalBlockHash, overlap []uint32) {
 	}
 }
 
-// findInGroup is FindMatches when the live ranks are all in one group, as
-// up to 64 ranks they are: then every node that is held is held by that
+// findInGroup is FindMatches when the live ranks are all in one group (as
+// up to 64 ranks they are: the engine hands out the lowest free ids).
+// Only live ranks hold nodes, so every node that is held is held by that
 // group alone, in its own mask, and a walk follows one mask.
 func (x *Index) findInGroup(live groupPair, local []protocol.LocalBlockHash, overlap []uint32) {
 	alive := live.mask

@@ -444,3 +444,20 @@ func TestReleaseOfANonHolderChangesNothing(t *testing.T) {
 		t.Fatalf("the node three groups hold: count %d", c)
 	}
 }
+
+// TestStoreForADroppedRankPanics: a match counts on only live ranks holding
+// nodes (a dropped rank's store would make another rank match what it does
+// not cache), so a store for a rank not added is a caller's bug.
+func TestStoreForADroppedRankPanics(t *testing.T) {
+	x := New()
+	for _, id := range []RankID{0, 64, 128} {
+		x.AddRank(id)
+	}
+	x.DropRank(128)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a store for a dropped rank was taken")
+		}
+	}()
+	x.Store(128, nil, []Block{{BlockHash: 11, TokensHash: 1}})
+}

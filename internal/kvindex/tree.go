@@ -50,7 +50,7 @@ type treeNode struct {
 	up    uint32 // the parent's id, and the inTable and wideFlag flags
 	first uint32 // a child kept here rather than in the edge table; 0: none
 	local uint64
-	mask  uint64 // the ranks of the node's group that hold it
+	mask  uint64 // the ranks of the node's group that hold it; with wideFlag, the index of its list (holders.go)
 	hash  uint64 // the block hash the node was first stored under
 }
 
