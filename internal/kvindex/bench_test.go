@@ -335,3 +335,34 @@ func BenchmarkRemoveUnderFanOut(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRemoveSharedParent: every rank stores a shared block and 8
+// children of its own under it, then removes the shared block (taking its
+// children), over and over. A removal visits the children its own group of
+// 64 ranks holds, not every rank's: the time per rank must not grow with
+// the rank count (one tree for all ranks once made it ranks × children).
+func BenchmarkRemoveSharedParent(b *testing.B) {
+	const children = 8
+	for _, ranks := range []int{256, 4096} {
+		b.Run(fmt.Sprint("ranks=", ranks), func(b *testing.B) {
+			x := withRanks(ranks)
+			shared := Block{BlockHash: 1, TokensHash: 1}
+			store := func(r RankID) {
+				x.Store(r, nil, []Block{shared})
+				for i := range children {
+					h := 100 + int(r)*children + i
+					x.Store(r, &shared.BlockHash, []Block{{BlockHash: protocol.SequenceHash(h), TokensHash: protocol.LocalBlockHash(h)}})
+				}
+			}
+			for r := range RankID(ranks) {
+				store(r)
+			}
+			r := RankID(0)
+			for b.Loop() {
+				x.Remove(r, []protocol.SequenceHash{shared.BlockHash})
+				store(r)
+				r = (r + 1) % RankID(ranks)
+			}
+		})
+	}
+}

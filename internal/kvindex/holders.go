@@ -68,7 +68,7 @@ func (t *tree) holds(n uint32, id RankID) bool {
 	g, bit := split(id)
 	nd := t.node(n)
 	if !nd.wide() {
-		return t.group(n) == uint16(g) && nd.mask&bit != 0
+		return nd.mask&bit != 0 && t.group(n) == uint16(g) // the group only if the bit is set: it is on another line
 	}
 	l := t.list(nd)
 	i, ok := t.wide.find(l, g)
@@ -99,6 +99,7 @@ func (t *tree) hold(n uint32, id RankID) bool {
 		switch {
 		case nd.mask == 0:
 			*own, nd.mask = uint16(g), bit
+			t.joined(n, g)
 			return true
 		case uint32(*own) == g:
 			was := nd.mask
@@ -117,6 +118,7 @@ func (t *tree) hold(n uint32, id RankID) bool {
 	i, ok := h.find(l, g)
 	if !ok {
 		h.insert(l, i, g, 0)
+		t.joined(n, g)
 	}
 	m := &h.masks[l.off+uint32(i)]
 	if *m&bit != 0 {
@@ -132,8 +134,10 @@ func (t *tree) release(n uint32, id RankID) {
 	g, bit := split(id)
 	nd := t.node(n)
 	if !nd.wide() {
-		if t.group(n) == uint16(g) {
-			nd.mask &^= bit
+		if t.group(n) == uint16(g) && nd.mask&bit != 0 {
+			if nd.mask &^= bit; nd.mask == 0 {
+				t.left(n, g)
+			}
 		}
 		return
 	}
@@ -148,6 +152,7 @@ func (t *tree) release(n uint32, id RankID) {
 	l.held--
 	if *m == 0 {
 		h.remove(l, at)
+		t.left(n, g)
 	}
 	if l.len == 1 {
 		// One group left: the node keeps its mask in itself again.

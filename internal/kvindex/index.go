@@ -251,9 +251,10 @@ func (x *Index) dropBelow(nd uint32, id RankID) int {
 }
 
 // heldKids appends the children of nd that id may hold to out: the tabled
-// ones only if it holds any.
+// ones (those its group holds) only if it holds any.
 func (x *Index) heldKids(nd uint32, id RankID, out []uint32) []uint32 {
-	return x.tree.kids(nd, len(x.tabledHeld) > 0 && x.tabledHeld[rankNode{id, nd}] > 0, out)
+	g, _ := split(id)
+	return x.tree.kids(nd, g, len(x.tabledHeld) > 0 && x.tabledHeld[rankNode{id, nd}] > 0, out)
 }
 
 // holdsChild and leftChild keep tabledHeld as id comes to hold node nd, or

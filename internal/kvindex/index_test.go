@@ -352,8 +352,9 @@ func TestIndexMatchesModel(t *testing.T) {
 		for _, r := range ids {
 			x.DropRank(r)
 		}
-		if x.Nodes() != 0 || edges(x) != 0 || childCounts(x) != 0 || wideLists(x) != 0 {
-			t.Fatalf("every rank dropped, yet %d nodes, %d edges, %d child counts and %d group lists remain", x.Nodes(), edges(x), childCounts(x), wideLists(x))
+		if x.Nodes() != 0 || edges(x) != 0 || childCounts(x) != 0 || wideLists(x) != 0 || tabledLists(x) != 0 {
+			t.Fatalf("every rank dropped, yet %d nodes, %d edges, %d child counts, %d group lists and %d tabled-children entries remain",
+				x.Nodes(), edges(x), childCounts(x), wideLists(x), tabledLists(x))
 		}
 	})
 }
@@ -415,6 +416,11 @@ func TestMovedHashKeepsItsOldPrefix(t *testing.T) {
 func edges(x *Index) int { return x.tree.children.used }
 
 func childCounts(x *Index) int { return len(x.tabledHeld) }
+
+// tabledLists counts the entries of the tree's lists of tabled children.
+func tabledLists(x *Index) int {
+	return len(x.tree.tabled) + len(x.tree.tabledAt) + len(x.tree.inEdges)
+}
 
 func wideLists(x *Index) int { return len(x.tree.wide.lists) - len(x.tree.wide.freeLists) }
 

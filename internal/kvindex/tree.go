@@ -21,12 +21,15 @@ type tree struct {
 	size     uint32 // node ids in use or freed: the next new id
 	free     []uint32
 	children edgeTable
-	// tabled lists each node's children in the edge table, for the few
-	// nodes that have any (they carry the inTable flag), and tabledAt where
-	// each child is in its parent's list: a walk can visit a node's
-	// children, and a child leaves the list in O(1).
-	tabled   map[uint32][]uint32
-	tabledAt map[uint32]int
+	// tabled lists, for a node and a group of ranks, the node's children
+	// in the edge table that ranks of the group hold, and tabledAt where
+	// each child is in such a list: a removal visits the children its
+	// rank's group holds, not the thousands other groups may have given a
+	// shared node, and a child leaves a list in O(1). inEdges counts each
+	// node's children in the edge table (those nodes carry inTable).
+	tabled   map[nodeGroup][]uint32
+	tabledAt map[nodeGroup]int
+	inEdges  map[uint32]uint32
 	wide     holders // the lists of the nodes several groups hold (holders.go)
 }
 
@@ -71,7 +74,7 @@ func (n *treeNode) leaf() bool { return n.first == 0 && n.up&inTable == 0 }
 
 // newTree returns a tree holding only the root.
 func newTree() *tree {
-	t := &tree{tabled: map[uint32][]uint32{}, tabledAt: map[uint32]int{}}
+	t := &tree{tabled: map[nodeGroup][]uint32{}, tabledAt: map[nodeGroup]int{}, inEdges: map[uint32]uint32{}}
 	t.alloc()
 	return t
 }
@@ -130,8 +133,7 @@ func (t *tree) child(parent uint32, local uint64) (uint32, bool) {
 		if c, added = t.children.findOrAdd(parent, local, t.alloc); !added {
 			return c, false
 		}
-		t.tabledAt[c] = len(t.tabled[parent])
-		t.tabled[parent] = append(t.tabled[parent], c)
+		t.inEdges[parent]++
 		p.up |= inTable
 	}
 	*t.node(c) = treeNode{up: parent, local: local}
@@ -139,16 +141,48 @@ func (t *tree) child(parent uint32, local uint64) (uint32, bool) {
 }
 
 // kids appends the children of n to out: the one kept in the node, and,
-// with tabled, those in the edge table.
-func (t *tree) kids(n uint32, tabled bool, out []uint32) []uint32 {
+// with tabled, those in the edge table that ranks of group g hold.
+func (t *tree) kids(n uint32, g uint32, tabled bool, out []uint32) []uint32 {
 	nd := t.node(n)
 	if nd.first != 0 {
 		out = append(out, nd.first)
 	}
 	if tabled && nd.up&inTable != 0 {
-		out = append(out, t.tabled[n]...)
+		out = append(out, t.tabled[nodeGroup{n, g}]...)
 	}
 	return out
+}
+
+// nodeGroup is a node and a group of ranks.
+type nodeGroup struct {
+	node  uint32
+	group uint32
+}
+
+// joined and left keep tabled as group g comes to hold node n, or stops.
+func (t *tree) joined(n uint32, g uint32) {
+	if p, ok := t.tabledChild(n); ok {
+		k := nodeGroup{p, g}
+		t.tabledAt[nodeGroup{n, g}] = len(t.tabled[k])
+		t.tabled[k] = append(t.tabled[k], n)
+	}
+}
+
+func (t *tree) left(n uint32, g uint32) {
+	p, ok := t.tabledChild(n)
+	if !ok {
+		return
+	}
+	k, at := nodeGroup{p, g}, nodeGroup{n, g}
+	kids, i := t.tabled[k], t.tabledAt[at]
+	last := kids[len(kids)-1]
+	kids[i], t.tabledAt[nodeGroup{last, g}] = last, i
+	delete(t.tabledAt, at)
+	if kids = kids[:len(kids)-1]; len(kids) == 0 {
+		delete(t.tabled, k)
+	} else {
+		t.tabled[k] = kids
+	}
 }
 
 // tabledChild returns the parent of n, and whether n is one of the
@@ -185,16 +219,11 @@ func (t *tree) unlink(n uint32) uint32 {
 	if p.first == n {
 		p.first = 0
 	} else {
+		// No group holds n: it is in no group's list.
 		t.children.take(parent, nd.local)
-		kids, i := t.tabled[parent], t.tabledAt[n]
-		last := kids[len(kids)-1]
-		kids[i], t.tabledAt[last] = last, i
-		delete(t.tabledAt, n)
-		if kids = kids[:len(kids)-1]; len(kids) == 0 {
-			delete(t.tabled, parent)
+		if t.inEdges[parent]--; t.inEdges[parent] == 0 {
+			delete(t.inEdges, parent)
 			p.up &^= inTable
-		} else {
-			t.tabled[parent] = kids
 		}
 	}
 	*nd = treeNode{}
