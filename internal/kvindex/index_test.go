@@ -467,3 +467,29 @@ func TestStoreForADroppedRankPanics(t *testing.T) {
 	}()
 	x.Store(128, nil, []Block{{BlockHash: 11, TokensHash: 1}})
 }
+
+// TestRemovalVisitsItsGroupsChildren: a shared node's children in the edge
+// table are listed by the group that holds them, so that a rank's removal
+// visits its own group's, not the thousands other groups may have added.
+func TestRemovalVisitsItsGroupsChildren(t *testing.T) {
+	x := New()
+	shared := Block{BlockHash: 1, TokensHash: 1}
+	for _, id := range []RankID{0, 70, 140} {
+		x.AddRank(id)
+		x.Store(id, nil, []Block{shared})
+		for i := range 3 { // the first child is kept in the node; the rest go to the edge table
+			h := 100 + 10*int(id) + i
+			x.Store(id, &shared.BlockHash, []Block{{BlockHash: protocol.SequenceHash(h), TokensHash: protocol.LocalBlockHash(h)}})
+		}
+	}
+	p, _ := x.ranks[70].blocks.find(0, uint64(shared.BlockHash))
+	kids := x.heldKids(p, 70, nil)
+	for _, c := range kids {
+		if c != x.tree.node(p).first && !x.tree.holds(c, 70) {
+			t.Fatalf("rank 70's removal would visit node %d, which only other groups hold (children listed: %v)", c, kids)
+		}
+	}
+	if len(kids) < 3 {
+		t.Fatalf("rank 70's children listed: %v, want its 3 (and the node's first)", kids)
+	}
+}
