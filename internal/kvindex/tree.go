@@ -33,9 +33,8 @@ type tree struct {
 	wide     holders // the lists of the nodes several groups hold (holders.go)
 }
 
-// treePage is a page of nodes and, beside them, each node's group: the
-// group whose mask the node keeps.
-// Apart, so that a node stays 32 bytes.
+// treePage is a page of nodes and, beside them (so that a node stays 32
+// bytes), each node's group: the group whose mask the node keeps.
 type treePage struct {
 	nodes  [pageSize]treeNode
 	groups [pageSize]uint16
