@@ -327,10 +327,6 @@ func (x *Index) FindMatches(local []protocol.LocalBlockHash, overlap []uint32) {
 			alive += bits.OnesCount64(m)
 		}
 	}
-	if len(x.alive) == 1 {
-		x.findInGroup(x.alive[0], local, overlap)
-		return
-	}
 	depth := uint32(0)
 	w := walk{t: x.tree, id: root, n: x.tree.node(root)}
 	for _, h := range local {
@@ -354,30 +350,6 @@ func (x *Index) FindMatches(local []protocol.LocalBlockHash, overlap []uint32) {
 		for _, a := range x.alive {
 			x.matched = setDepth(a.group, a.mask, depth, overlap, x.matched)
 		}
-	}
-}
-
-// findInGroup is FindMatches when the live ranks are all in one group (as
-// up to 64 ranks they are: the engine hands out the lowest free ids).
-// Only live ranks hold nodes, so every node that is held is held by that
-// group alone, in its own mask, and a walk follows one mask.
-func (x *Index) findInGroup(live groupPair, local []protocol.LocalBlockHash, overlap []uint32) {
-	alive := live.mask
-	depth := uint32(0)
-	w := walk{t: x.tree, id: root, n: x.tree.node(root)}
-	for _, h := range local {
-		if alive == 0 || !w.down(uint64(h)) {
-			break
-		}
-		still := alive & w.n.mask
-		if depth > 0 {
-			x.matched = setDepth(live.group, alive&^still, depth, overlap, x.matched)
-		}
-		alive = still
-		depth++
-	}
-	if depth > 0 {
-		x.matched = setDepth(live.group, alive, depth, overlap, x.matched)
 	}
 }
 
