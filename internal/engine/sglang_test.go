@@ -8,10 +8,11 @@ import (
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
-// TestSGLangTrimAtAFarClock: sglang_cache_aware's trim finds the last
-// eviction boundary at once, not by counting boundaries (10^12 steps at a
-// clock of 2^53 ms with a 1 ms interval).
-func TestSGLangTrimAtAFarClock(t *testing.T) {
+// sglangWithTwoBlocksRouted is an sglang_cache_aware engine that trims its
+// routed tree to 1 block every 1 ms, with one worker and a 2-block prompt
+// routed to it at time 0.
+func sglangWithTwoBlocksRouted(t *testing.T) *Engine {
+	t.Helper()
 	cfg := protocol.DefaultConfig()
 	cfg.Policy, cfg.SGLang.EvictionIntervalMS, cfg.SGLang.MaxTreeSize = protocol.PolicySGLang, 1, 1
 	e, err := New(cfg)
@@ -19,8 +20,22 @@ func TestSGLangTrimAtAFarClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	var resp protocol.Response
-	e.Apply(&protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(uint64(1))}, &resp)
-	e.Apply(&protocol.Command{Op: protocol.OpPlace, RequestID: "a", InputTokens: ptrTo(uint64(32)), BlockHashes: []protocol.LocalBlockHash{1, 2}}, &resp)
+	for _, c := range []*protocol.Command{
+		{Op: protocol.OpWorkerReady, WorkerID: ptrTo(uint64(1))},
+		{Op: protocol.OpPlace, RequestID: "a", InputTokens: ptrTo(uint64(32)), BlockHashes: []protocol.LocalBlockHash{1, 2}},
+	} {
+		if e.Apply(c, &resp); resp.Error != nil {
+			t.Fatal(resp.Error)
+		}
+	}
+	return e
+}
+
+// TestSGLangTrimAtAFarClock: sglang_cache_aware's trim finds the last
+// eviction boundary at once, not by counting boundaries (10^12 steps at a
+// clock of 2^53 ms with a 1 ms interval).
+func TestSGLangTrimAtAFarClock(t *testing.T) {
+	e := sglangWithTwoBlocksRouted(t)
 	done := make(chan *protocol.Response)
 	go func() {
 		var r protocol.Response
@@ -45,15 +60,8 @@ func TestSGLangTrimAtAFarClock(t *testing.T) {
 // trimmed deepest first, so a trim never leaves a child without the parent
 // a match must pass through.
 func TestSGLangTrimsTheDeeperFirst(t *testing.T) {
-	cfg := protocol.DefaultConfig()
-	cfg.Policy, cfg.SGLang.EvictionIntervalMS, cfg.SGLang.MaxTreeSize = protocol.PolicySGLang, 1, 1
-	e, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := sglangWithTwoBlocksRouted(t)
 	var resp protocol.Response
-	e.Apply(&protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(uint64(1))}, &resp)
-	e.Apply(&protocol.Command{Op: protocol.OpPlace, RequestID: "a", InputTokens: ptrTo(uint64(32)), BlockHashes: []protocol.LocalBlockHash{1, 2}}, &resp)
 	// A placement past the boundary trims the tree to one block, and routes
 	// nothing itself.
 	e.Apply(&protocol.Command{Op: protocol.OpPlace, RequestID: "b", NowMS: ptrTo(1.0), InputTokens: ptrTo(uint64(16))}, &resp)
