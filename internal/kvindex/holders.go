@@ -27,6 +27,9 @@ const maskRanks = 64
 // a uint16 too, doubles up to it.
 const maxGroups = 1 << 15
 
+// runSizes is how many run sizes there are: 2^0 to 2^15 (maxGroups).
+const runSizes = 16
+
 // groupPair is the ranks of one group that hold a node, or that are still
 // matching in a walk.
 type groupPair struct {
@@ -48,7 +51,7 @@ type holders struct {
 	freeLists []uint32
 	groups    []uint16 // slab: each list's groups, in order
 	masks     []uint64 // slab: each list's masks, beside its groups
-	freeRuns  [17][]uint32
+	freeRuns  [runSizes][]uint32 // by log2 of the run's size
 }
 
 func split(id RankID) (uint32, uint64) {
