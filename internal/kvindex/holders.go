@@ -49,8 +49,8 @@ type wideList struct {
 type holders struct {
 	lists     []wideList
 	freeLists []uint32
-	groups    []uint16 // slab: each list's groups, in order
-	masks     []uint64 // slab: each list's masks, beside its groups
+	groups    []uint16           // slab: each list's groups, in order
+	masks     []uint64           // slab: each list's masks, beside its groups
 	freeRuns  [runSizes][]uint32 // by log2 of the run's size
 }
 
