@@ -32,7 +32,14 @@ func main() {
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true, PartsExclude: []string{zerolog.TimestampFieldName}}).
 		Level(zerolog.WarnLevel)
 	root := newRootCommand(&log)
-	if err := root.Execute(); err != nil {
+	ctx := stop.watchSignals()
+	err := root.ExecuteContext(ctx)
+	if sig := signalOf(ctx); sig != 0 && err == nil {
+		// A command that ignores its context (help, version) ended on
+		// its own: a stopped process still says so in its status.
+		err = &exitError{exitCodeFor(sig), fmt.Errorf("%v", sig)}
+	}
+	if err != nil {
 		var ex *exitError
 		if errors.As(err, &ex) {
 			fmt.Fprintln(os.Stderr, "offline-router:", ex.err)
@@ -77,8 +84,10 @@ set to another value is an error naming both (docs/PROTOCOL.md §2).
 
 Exit status: 0 at end of input; 1 with --fail-fast after answering the first
 error, or when stdout is closed by its reader; 2 for bad flags or config
-(before anything is read); 130 or 143 when SIGINT or SIGTERM stopped it
-between commands, with every response written whole.
+(before anything is read); 128+n when signal n (SIGHUP 129, SIGINT 130,
+SIGTERM 143) stopped it: it reads no more, answers what it read, and exits
+within a second even if stdout is not drained (stderr then says the last
+response line may be cut).
 
 The wire protocol is in docs/PROTOCOL.md; a worked session is in the README.`,
 		SilenceUsage:  true,

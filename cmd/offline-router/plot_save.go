@@ -3,13 +3,14 @@ package main
 import (
 	"bytes"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/offline-router/offline-router/internal/outfile"
 )
 
 // svgFixes patch what gonum's SVG writer gets wrong for viewers: it labels
@@ -50,5 +51,5 @@ func saveCanvas(path string, canvas vg.CanvasSizer, ext string) error {
 			data = bytes.ReplaceAll(data, []byte(f.from), []byte(f.to))
 		}
 	}
-	return os.WriteFile(path, data, 0o644)
+	return outfile.Write(path, data)
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,7 +19,9 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
+	"github.com/offline-router/offline-router/internal/outfile"
 	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/replay"
 	"github.com/offline-router/offline-router/internal/wire"
@@ -114,7 +118,7 @@ says why; --emit-commands and --emit-responses keep what was sent).`,
 	f.StringVar(&o.replicas.Assign, "replica-assign", replay.AssignRoundRobin, "how requests spread across router replicas: round_robin, or session (a session keeps its replica)")
 	f.Float64Var(&o.replicas.DelayMS, "replica-sync-delay-ms", 10, "router replicas: delay of the sync channel that tells each what the others booked")
 	f.Float64Var(&o.replicas.Rate, "replica-sync-rate", 1, "router replicas: fraction of sync messages delivered (0 = no sync; which are dropped is seeded by --seed)")
-	f.IntVar(&o.cluster.DPSize, "dp-size", o.cluster.DPSize, "attention data-parallel ranks per worker, each its own KV cache and batch (the --worker-* sizes are each rank's)")
+	f.IntVar(&o.cluster.DPSize, "dp-size", o.cluster.DPSize, "attention data-parallel ranks per worker, each its own KV cache and batch (the --worker-* sizes are each rank's): 1 to 1024, and at most 65536 ranks in all")
 	f.IntVar(&o.cluster.TotalKVBlocks, "worker-kv-blocks", o.cluster.TotalKVBlocks, "KV cache capacity of each worker, in blocks")
 	f.IntVar(&o.cluster.MaxNumSeqs, "worker-max-num-seqs", o.cluster.MaxNumSeqs, "requests running at once on a worker")
 	f.Uint64Var(&o.cluster.MaxNumBatchedTokens, "worker-max-num-batched-tokens", o.cluster.MaxNumBatchedTokens, "tokens a step may compute (iteration; the simple engine's prefill backlog); reported to the router for its busy and queue thresholds")
@@ -182,6 +186,12 @@ func (o *replayOptions) plan(cmd *cobra.Command, args []string) (*replayPlan, er
 		}
 	}
 	args = slices.DeleteFunc(args, isLevel)
+	if flags.Changed("goodput") && len(o.goodput) == 0 {
+		return nil, fmt.Errorf("--goodput is given no level: give ttft:MS, tpot:MS or e2el:MS (or drop it)")
+	}
+	if err := o.oneReaderOfStdin(args); err != nil {
+		return nil, err
+	}
 	src, err := o.serve.configSource(flags)
 	if err != nil {
 		return nil, err
@@ -210,6 +220,7 @@ func (o *replayOptions) plan(cmd *cobra.Command, args []string) (*replayPlan, er
 }
 
 func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
+	ctx := cmd.Context()
 	pl, err := o.plan(cmd, args)
 	if err != nil {
 		return &exitError{2, err}
@@ -233,21 +244,25 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	if o.reportFile == "-" {
 		table = cmd.ErrOrStderr()
 	}
-	fmt.Fprintf(table, "replay of %s: %d requests on %s\n\n", describe(args, &o.workload), len(trace), o.describeCluster())
+	var head bytes.Buffer
+	fmt.Fprintf(&head, "replay of %s: %d requests on %s\n\n", describe(args, &o.workload), len(trace), o.describeCluster())
+	if _, err := table.Write(head.Bytes()); err != nil {
+		return &exitError{1, fmt.Errorf("writing the table: %w", err)}
+	}
 	var results []*replay.Result
 	for _, p := range policies {
 		c := cfg
 		c.Policy = p
-		res, err := o.run(trace, c, slo)
-		if err != nil { // the flags were good: the run itself failed
-			return &exitError{1, fmt.Errorf("replay of policy %s: %w", p, err)}
+		res, err := o.run(ctx, trace, c, slo)
+		if err != nil {
+			return replayFailed(ctx, fmt.Sprintf("replay of policy %s", p), err)
 		}
 		if o.replicas.Count > 1 { // what the replicas cost, against one router
 			one := *o
 			one.replicas = replay.Replicas{Count: 1}
-			base, err := one.run(trace, c, slo)
+			base, err := one.run(ctx, trace, c, slo)
 			if err != nil {
-				return &exitError{1, fmt.Errorf("replay of policy %s with one router: %w", p, err)}
+				return replayFailed(ctx, fmt.Sprintf("replay of policy %s with one router", p), err)
 			}
 			res.Metrics.OneRouter = replay.OneRouterOf(&base.Metrics)
 		}
@@ -255,16 +270,28 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 		rep.Deterministic.Policies = append(rep.Deterministic.Policies, res.Metrics)
 		rep.Run.Policies = append(rep.Run.Policies, res.Cost)
 	}
-	if err := replay.WriteTable(table, rep); err != nil {
-		return err
+	// The files first: a table cut by its reader (| head) still leaves
+	// them whole.
+	err = o.writeReport(rep, out)
+	if err == nil && o.plotFile != "" {
+		err = savePlot(o.plotFile, "replay of "+describe(args, &o.workload), results)
 	}
-	if err := o.writeReport(rep, out); err != nil {
-		return err
+	if terr := replay.WriteTable(table, rep); terr != nil {
+		err = errors.Join(err, fmt.Errorf("writing the table: %w", terr))
 	}
-	if o.plotFile != "" {
-		return savePlot(o.plotFile, "replay of "+describe(args, &o.workload), results)
+	if err != nil {
+		return &exitError{1, err}
 	}
 	return nil
+}
+
+// replayFailed is the exit of a run that did not end: 128+n when signal n
+// stopped it, else 1 (the flags were good: the run itself failed).
+func replayFailed(ctx context.Context, what string, err error) error {
+	if sig := signalOf(ctx); sig != 0 && errors.Is(err, replay.ErrStopped) {
+		return &exitError{exitCodeFor(sig), fmt.Errorf("%s: stopped by %s; no report or figure was written", what, unix.SignalName(sig))}
+	}
+	return &exitError{1, fmt.Errorf("%s: %w", what, err)}
 }
 
 // writeReport writes the JSON report where --report says, if it does.
@@ -278,10 +305,33 @@ func (o *replayOptions) writeReport(rep *replay.Report, stdout io.Writer) error 
 	}
 	data = append(data, '\n')
 	if o.reportFile == "-" {
-		_, err = stdout.Write(data)
-		return err
+		if _, err = stdout.Write(data); err != nil {
+			return fmt.Errorf("writing the report to stdout: %w", err)
+		}
+		return nil
 	}
-	return os.WriteFile(o.reportFile, data, 0o644)
+	return outfile.Write(o.reportFile, data)
+}
+
+// oneReaderOfStdin refuses a trace read from stdin (-) beside a config or
+// profile file that is stdin too: each would get part of it, or none.
+func (o *replayOptions) oneReaderOfStdin(args []string) error {
+	if len(args) != 1 || args[0] != "-" {
+		return nil
+	}
+	in, err := os.Stdin.Stat()
+	if err != nil {
+		return nil // no stdin to share
+	}
+	for _, f := range []output{{"--config", o.serve.configFile}, {"--engine-profile", o.profileFile}} {
+		if f.path == "" {
+			continue
+		}
+		if st, err := os.Stat(f.path); err == nil && os.SameFile(st, in) {
+			return fmt.Errorf("%s %s is stdin, from which the trace (-) is read: give the trace or %s as a file", f.flag, f.path, f.flag)
+		}
+	}
+	return nil
 }
 
 // check refuses, before anything runs, what the run would ignore or could
@@ -350,7 +400,17 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	if o.reportFile != "" && o.reportFile != "-" && strings.ToLower(filepath.Ext(o.reportFile)) != ".json" {
 		return fmt.Errorf("--report %s: the file must end in .json (or be - for stdout)", o.reportFile)
 	}
-	return checkOutputs(args, []output{{"report", o.reportFile}, {"plot", o.plotFile},
+	var inputs []output
+	if len(args) == 1 && args[0] != "-" {
+		inputs = append(inputs, output{"the trace", args[0]})
+	}
+	if o.profileFile != "" {
+		inputs = append(inputs, output{"--engine-profile", o.profileFile})
+	}
+	if o.serve.configFile != "" {
+		inputs = append(inputs, output{"--config", o.serve.configFile})
+	}
+	return checkOutputs(inputs, []output{{"report", o.reportFile}, {"plot", o.plotFile},
 		{"emit-commands", o.emitCommands}, {"emit-responses", o.emitResponses}})
 }
 
@@ -445,16 +505,17 @@ func (o *replayOptions) checkReplicas(flags *pflag.FlagSet) error {
 	return nil
 }
 
-// output is a file a flag asks replay to write.
+// output is a file a flag asks replay to write (or, as an input, what
+// reads it).
 type output struct{ flag, path string }
 
 // checkOutputs makes sure, before anything runs, that each output can be
-// written and that none of them is another or the trace, however spelt:
+// written and that none of them is another or an input, however spelt:
 // through links, by file identity where the file exists.
-func checkOutputs(args []string, outs []output) error {
+func checkOutputs(inputs, outs []output) error {
 	var seen []placedFile
-	if len(args) == 1 && args[0] != "-" {
-		seen = append(seen, place("the trace", args[0]))
+	for _, in := range inputs {
+		seen = append(seen, place(in.flag, in.path))
 	}
 	for _, out := range outs {
 		switch {
@@ -553,9 +614,11 @@ func (o *replayOptions) policySet(configured protocol.Policy) ([]protocol.Policy
 	return out, nil
 }
 
-// run replays one policy, with the outputs and the progress bar it asked for.
-func (o *replayOptions) run(trace []replay.Request, cfg protocol.Config, slo replay.SLO) (*replay.Result, error) {
-	opt := replay.Options{Cluster: o.cluster, Router: cfg, Goodput: slo, Concurrency: o.workload.ReplayConcurrency, Replicas: o.replicas}
+// run replays one policy, with the outputs and the progress bar it asked
+// for; it ends early, between two commands, when ctx ends.
+func (o *replayOptions) run(ctx context.Context, trace []replay.Request, cfg protocol.Config, slo replay.SLO) (res *replay.Result, err error) {
+	opt := replay.Options{Cluster: o.cluster, Router: cfg, Goodput: slo, Concurrency: o.workload.ReplayConcurrency, Replicas: o.replicas,
+		Stop: ctx.Done()}
 	// Each run gets its own copy: later turns' arrival times are filled in.
 	trace = append([]replay.Request(nil), trace...)
 	type stream struct {
@@ -567,16 +630,22 @@ func (o *replayOptions) run(trace []replay.Request, cfg protocol.Config, slo rep
 		streams = []stream{{o.emitCommands + ".prefill", &opt.Commands}, {o.emitResponses + ".prefill", &opt.Responses},
 			{o.emitCommands + ".decode", &opt.DecodeCommands}, {o.emitResponses + ".decode", &opt.DecodeResponses}}
 	}
+	var open []*emitStream
+	defer func() {
+		for _, s := range open {
+			err = errors.Join(err, s.close(ctx, err))
+		}
+	}()
 	for _, out := range streams {
 		if out.path == "" || out.path == ".prefill" || out.path == ".decode" {
 			continue
 		}
-		f, err := os.Create(out.path)
+		s, err := createStream(out.path)
 		if err != nil {
 			return nil, err
 		}
-		defer f.Close()
-		*out.to = f
+		open = append(open, s)
+		*out.to = s
 	}
 	if !o.quiet && isatty.IsTerminal(os.Stderr.Fd()) {
 		bar := progressbar.NewOptions(len(trace), progressbar.OptionSetWriter(os.Stderr),

@@ -3,19 +3,19 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
-	"os/signal"
 	"reflect"
 	"runtime/pprof"
 	"strings"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/offline-router/offline-router/internal/engine"
+	"github.com/offline-router/offline-router/internal/outfile"
 	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
 )
@@ -223,40 +223,43 @@ func runServe(cmd *cobra.Command, o *serveOptions, log *zerolog.Logger) error {
 		return &exitError{2, err}
 	}
 	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
+		f, err := outfile.Create(o.cpuProfile)
 		if err != nil {
 			return &exitError{2, err}
 		}
-		defer f.Close()
+		defer f.Discard() // after a Commit, nothing
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return &exitError{2, err}
 		}
-		defer pprof.StopCPUProfile()
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := f.Commit(); err != nil {
+				log.Error().Err(err).Msg("--cpuprofile")
+			}
+		}()
 	}
 	stopper, err := wire.NewStopper(os.Stdin)
 	if err != nil {
 		return &exitError{2, err}
 	}
-	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(signals)
-	var caught atomic.Value
+	ctx := cmd.Context()
+	stdout := &watchedWriter{w: os.Stdout}
+	stop.setForcedNote(stdout.forcedNote)
+	defer stop.setForcedNote(nil)
 	go func() {
 		// Serve stops before it reads more input: every command it read
 		// is answered, and one blocked on input stops at once.
-		if sig, ok := <-signals; ok {
-			caught.Store(sig)
-			stopper.Stop()
-		}
+		<-ctx.Done()
+		stopper.Stop()
 	}()
-	st, err := wire.Serve(os.Stdin, os.Stdout, eng, wire.ServeOptions{MaxLineBytes: o.maxLineBytes, FailFast: o.failFast,
+	st, err := wire.Serve(os.Stdin, stdout, eng, wire.ServeOptions{MaxLineBytes: o.maxLineBytes, FailFast: o.failFast,
 		Stopper: stopper, Configure: src.Configure(newEngine)})
 	if o.verbose {
 		info := log.Level(zerolog.InfoLevel)
 		info.Info().Int("commands", st.Commands).Int("errors", st.Errors).Msg("served")
 	}
 	if errors.Is(err, wire.ErrStopped) {
-		sig, _ := caught.Load().(os.Signal)
+		sig := signalOf(ctx)
 		return &exitError{exitCodeFor(sig), fmt.Errorf("%v: stopped after %d commands, all answered", sig, st.Commands)}
 	}
 	if errors.Is(err, wire.ErrFailFast) {
@@ -268,13 +271,27 @@ func runServe(cmd *cobra.Command, o *serveOptions, log *zerolog.Logger) error {
 	return nil
 }
 
+// watchedWriter is stdout, telling whether a write is under way: a forced
+// exit (a stop signal, and a reader that does not drain stdout) then says
+// the last response line may be cut.
+type watchedWriter struct {
+	w       io.Writer
+	writing atomic.Bool
+}
+
+func (w *watchedWriter) Write(p []byte) (int, error) {
+	w.writing.Store(true)
+	defer w.writing.Store(false)
+	return w.w.Write(p)
+}
+
+func (w *watchedWriter) forcedNote() string {
+	if w.writing.Load() {
+		return "stdout was not drained: the last response line may be cut, and responses not yet written are dropped"
+	}
+	return "responses not yet written are dropped"
+}
+
 // newEngine builds the engine a stream's config command asks for.
 func newEngine(cfg protocol.Config) (wire.Stepper, error) { return engine.New(cfg) }
 
-// exitCodeFor is the conventional status of a process ended by sig.
-func exitCodeFor(sig os.Signal) int {
-	if s, ok := sig.(syscall.Signal); ok {
-		return 128 + int(s)
-	}
-	return 1
-}

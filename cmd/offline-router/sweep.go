@@ -8,20 +8,18 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/mattn/go-isatty"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/offline-router/offline-router/internal/outfile"
 	"github.com/offline-router/offline-router/internal/sweep"
 )
 
@@ -102,6 +100,9 @@ point's deterministic report, the Pareto front and the recommended point
 table is printed; --plot draws the figure (.png or .svg).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, dirs []string) error {
+			if err := checkMergeOutputs(dirs, o.report, o.plotFile); err != nil {
+				return &exitError{2, err}
+			}
 			t, err := sweep.Merge(dirs...)
 			if err != nil {
 				return &exitError{1, err}
@@ -131,7 +132,7 @@ func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
 	if err != nil {
 		return &exitError{2, fmt.Errorf("%s: %w", specPath, err)}
 	}
-	if err := checkPoints(points); err != nil {
+	if err := checkPoints(points, &spec.Objective); err != nil {
 		return &exitError{2, fmt.Errorf("%s: %w", specPath, err)}
 	}
 	plan := &sweep.Plan{Description: spec.Description, Objective: spec.Objective, Points: points}
@@ -141,10 +142,12 @@ func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
 	if err := sweep.Prepare(o.out, plan); err != nil {
 		return &exitError{2, fmt.Errorf("--out %s: %w", o.out, err)}
 	}
-	ctx, caught := stopOnSignal(cmd.Context())
-	ran, resumed, err := sweep.Run(ctx, plan, sweep.Options{Out: o.out, Jobs: o.jobs, Shard: shard, Progress: o.progress(len(shard.Of(points)))}, runPoint)
+	ctx := cmd.Context()
 	stderr := cmd.ErrOrStderr()
-	if sig := caught(); sig != 0 {
+	redo := func(path string, why error) { fmt.Fprintf(stderr, "sweep: %v: replaying that point again\n", why) }
+	ran, resumed, err := sweep.Run(ctx, plan, sweep.Options{Out: o.out, Jobs: o.jobs, Shard: shard,
+		Progress: o.progress(len(shard.Of(points))), Redo: redo}, runPoint)
+	if sig := signalOf(ctx); sig != 0 {
 		return &exitError{exitCodeFor(sig), fmt.Errorf("sweep stopped by %v: %d points replayed, %d found done; the same command resumes it", sig, ran, resumed)}
 	}
 	if err != nil {
@@ -166,32 +169,6 @@ func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
 	return o.writeTable(cmd.OutOrStdout(), t, filepath.Dir(specPath))
 }
 
-// stopOnSignal is ctx, ended by SIGINT or SIGTERM, and a function that
-// says which signal ended it (0: none).
-func stopOnSignal(parent context.Context) (context.Context, func() syscall.Signal) {
-	ctx, cancel := context.WithCancel(parent)
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	var mu sync.Mutex
-	var got syscall.Signal
-	go func() {
-		select {
-		case s := <-sigs:
-			mu.Lock()
-			got = s.(syscall.Signal)
-			mu.Unlock()
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, func() syscall.Signal {
-		signal.Stop(sigs)
-		mu.Lock()
-		defer mu.Unlock()
-		return got
-	}
-}
-
 // writeTable prints the table and writes its JSON and figure; a file it
 // cannot write is a failure of the run (exit 1), not of the flags.
 func (o *sweepOptions) writeTable(w io.Writer, t *sweep.Table, specDir string) error {
@@ -204,7 +181,7 @@ func (o *sweepOptions) writeTable(w io.Writer, t *sweep.Table, specDir string) e
 	if err != nil {
 		return &exitError{1, err}
 	}
-	if err := os.WriteFile(o.report, append(data, '\n'), 0o644); err != nil {
+	if err := outfile.Write(o.report, append(data, '\n')); err != nil {
 		return &exitError{1, err}
 	}
 	if err := sweep.WriteTable(w, t, specDir); err != nil {
@@ -218,10 +195,34 @@ func (o *sweepOptions) writeTable(w io.Writer, t *sweep.Table, specDir string) e
 	return nil
 }
 
+// checkMergeOutputs refuses, before anything is read, a merge output that
+// is one of its inputs (a folder's plan or a point's report, however
+// spelt) or that cannot be written.
+func checkMergeOutputs(dirs []string, report, plot string) error {
+	if strings.ToLower(filepath.Ext(report)) != ".json" {
+		return fmt.Errorf("--report %s: the file must end in .json", report)
+	}
+	if plot != "" {
+		if err := plotFormat(plot); err != nil {
+			return err
+		}
+	}
+	var inputs []output
+	for _, dir := range dirs {
+		inputs = append(inputs, output{"the plan " + filepath.Join(dir, sweep.PlanFile), filepath.Join(dir, sweep.PlanFile)})
+		reports, _ := filepath.Glob(filepath.Join(dir, sweep.PointsDir, "*.json"))
+		for _, r := range reports {
+			inputs = append(inputs, output{"the point's report " + r, r})
+		}
+	}
+	return checkOutputs(inputs, []output{{"report", report}, {"plot", plot}})
+}
+
 // checkPoints runs every point's flags through replay's own checks before
 // any point runs, so that a typo in the last block fails the sweep at once,
 // and reads each trace at each block size the points give it.
-func checkPoints(points []sweep.Point) error {
+func checkPoints(points []sweep.Point, objective *sweep.Objective) error {
+	needsGoodput := objective.Names("request_goodput")
 	type read struct {
 		trace     string
 		blockSize uint64
@@ -243,6 +244,10 @@ func checkPoints(points []sweep.Point) error {
 		pl, err := o.plan(cmd, args)
 		if err != nil {
 			return fail(err)
+		}
+		p.Policy = string(pl.cfg.Policy)
+		if needsGoodput && !pl.slo.Set() {
+			return fail(errors.New("the objective names request_goodput, which a point reports only with --goodput: give goodput in the spec's flags"))
 		}
 		if key := (read{p.Workload, pl.cfg.BlockSize}); len(pl.args) == 1 && !traces[key] {
 			if _, _, err := o.load(pl.args, pl.cfg); err != nil {

@@ -70,8 +70,9 @@ func (c *ClusterConfig) Check() error {
 	switch {
 	case c.Workers < 1 || c.Workers > protocol.MaxRanks:
 		return fmt.Errorf("--workers %d: expected 1 to %d (the router holds at most %d ranks)", c.Workers, protocol.MaxRanks, protocol.MaxRanks)
-	case c.DPSize < 1 || c.DPSize > protocol.MaxRanks/c.Workers:
-		return fmt.Errorf("--dp-size %d: expected 1 to %d (the router holds at most %d ranks, %d workers × dp size)", c.DPSize, protocol.MaxRanks/c.Workers, protocol.MaxRanks, c.Workers)
+	case c.DPSize < 1 || c.DPSize > min(protocol.MaxDPSize, protocol.MaxRanks/c.Workers):
+		return fmt.Errorf("--dp-size %d: expected 1 to %d (a worker has at most %d DP ranks, and the router holds at most %d ranks, %d workers × dp size)",
+			c.DPSize, min(protocol.MaxDPSize, protocol.MaxRanks/c.Workers), protocol.MaxDPSize, protocol.MaxRanks, c.Workers)
 	case c.TotalKVBlocks < 1:
 		return fmt.Errorf("--worker-kv-blocks %d: expected at least 1", c.TotalKVBlocks)
 	case c.MaxNumSeqs < 1:

@@ -32,7 +32,18 @@ type Options struct {
 	// disaggregated.
 	DecodeCommands, DecodeResponses io.Writer
 	Progress                        func(done, total int) // called now and then
+	// Stop, when closed, ends the run between two commands with
+	// ErrStopped: the streams then hold every command sent so far, whole.
+	Stop <-chan struct{}
 }
+
+// ErrStopped is Run's error when Options.Stop ended it.
+var ErrStopped = errors.New("replay stopped before its end")
+
+// stopEvery is how many of the loop's steps pass between looks at
+// Options.Stop: a look is a channel poll, a step a fraction of a
+// microsecond, and a stop is wanted within milliseconds.
+const stopEvery = 256
 
 // placement is where a pool's router put a request, and what it saw.
 type placement struct {
@@ -290,6 +301,16 @@ func (h *host) announce(p *pool, workers int) {
 	}
 }
 
+// stopped reports whether Options.Stop is closed.
+func (h *host) stopped() bool {
+	select {
+	case <-h.opt.Stop:
+		return true
+	default:
+		return false
+	}
+}
+
 func (h *host) schedule(at float64, kind eventKind, r *simRequest) {
 	if at > protocol.MaxNumber && h.err == nil {
 		h.err = fmt.Errorf("request %s: simulated time would reach %.0f ms, past the router's clock (2^53 ms): the trace's timestamps and delays, --arrival-speedup-ratio, or a slow --worker-prefill-tokens-per-ms take it too far", r.ID, at)
@@ -304,6 +325,9 @@ func (h *host) loop(total int) error {
 	for steps := 0; ; steps++ {
 		if h.opt.Progress != nil && steps%512 == 0 {
 			h.opt.Progress(h.finished, total)
+		}
+		if steps%stopEvery == 0 && h.stopped() {
+			return ErrStopped
 		}
 		next := math.Inf(1)
 		if len(h.events) > 0 {

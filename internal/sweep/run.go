@@ -1,6 +1,7 @@
 package sweep
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/offline-router/offline-router/internal/outfile"
 )
 
 // Shard is a share of a sweep's points: the I-th of N (1-based, as Slurm's
@@ -54,15 +57,22 @@ const (
 	FigureFile = "sweep.png"  // its figure
 )
 
+// PlanSchemaVersion is the version of plan.json's layout: a folder's plan
+// is recognised by it, so that any other JSON object (a table, a report
+// written over the plan by mistake) is not taken for one.
+const PlanSchemaVersion = 1
+
 // Plan is what a sweep's folder says it runs: enough to merge its reports
 // without the spec or its traces.
 type Plan struct {
-	Description string    `json:"description"`
-	Objective   Objective `json:"objective"`
-	Points      []Point   `json:"points"`
+	SchemaVersion int       `json:"schema_version"`
+	Description   string    `json:"description"`
+	Objective     Objective `json:"objective"`
+	Points        []Point   `json:"points"`
 }
 
-// RunPoint runs one point's replay, writing its report to the path given.
+// RunPoint runs one point's replay, writing its report to the path given
+// whole or not at all. When ctx ends it returns early, writing nothing.
 type RunPoint func(ctx context.Context, p *Point, report string) error
 
 // Progress hears of each point of the shard as it ends (or is found done).
@@ -74,30 +84,31 @@ type Options struct {
 	Jobs     int // points at once; at least 1
 	Shard    Shard
 	Progress Progress // may be nil
+	// Redo, if set, hears of a point whose file is not its whole report
+	// (cut short, another point's, an older schema), and which is
+	// replayed again.
+	Redo func(path string, why error)
 }
 
 // Run runs the shard's points that have no report yet in opt.Out, at most
 // opt.Jobs at once, and returns how many ran and how many were found done.
-// A point's report appears only once complete (written beside, then
-// renamed), so an interrupted sweep resumes where it stopped. The first
-// point that fails stops the others from starting; its error names it.
-// When ctx ends (the process is told to stop), Run returns at once with
-// ctx's error: the replays under way cannot be stopped midway, so their
-// partial reports are removed, and none of them will be renamed.
+// A point is done when its file is its own whole report (CheckReport); a
+// report appears only once complete, so an interrupted sweep resumes
+// where it stopped. The first point that fails stops the others from
+// starting; its error names it. When ctx ends (the process is told to
+// stop), the points under way stop too, writing nothing, and Run returns
+// ctx's error.
 func Run(ctx context.Context, plan *Plan, opt Options, run RunPoint) (ran, resumed int, err error) {
 	if err := Prepare(opt.Out, plan); err != nil {
 		return 0, 0, err
 	}
 	dir := filepath.Join(opt.Out, PointsDir)
 	mine := opt.Shard.Of(plan.Points)
-	var mu sync.Mutex // guards the counts, inflight and stopped
+	var mu sync.Mutex // guards the counts
 	done := 0
-	inflight := map[string]bool{} // partial reports being written
-	stopped := false
 	report := func(p *Point, wall time.Duration, found bool) {
-		if stopped { // Run has returned: it reports nothing more
-			return
-		}
+		mu.Lock()
+		defer mu.Unlock()
 		done++
 		if found {
 			resumed++
@@ -110,62 +121,36 @@ func Run(ctx context.Context, plan *Plan, opt Options, run RunPoint) (ran, resum
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(opt.Jobs, 1))
-	point := func(p *Point, path string) error {
+	for i := range mine {
 		if gctx.Err() != nil {
-			return nil // another point failed, or the sweep was stopped: start no more
+			break // stopped, or a point failed: nothing more starts or is counted
 		}
-		start := time.Now()
-		// A replay's report must end in .json; a partial one never takes
-		// the name a resumed sweep looks for.
-		tmp := filepath.Join(dir, fmt.Sprintf("%s.partial-%d.json", p.ID, os.Getpid()))
-		mu.Lock()
-		inflight[tmp] = true
-		mu.Unlock()
-		err := run(gctx, p, tmp)
-		mu.Lock()
-		defer mu.Unlock()
-		delete(inflight, tmp)
-		switch {
-		case stopped:
-			os.Remove(tmp)
-			return nil
-		case err != nil:
-			os.Remove(tmp)
-			return &PointError{Point: *p, Err: err}
+		p := &mine[i]
+		path := filepath.Join(dir, p.ID+".json")
+		switch _, err := CheckReport(path, p); {
+		case err == nil:
+			report(p, 0, true)
+			continue
+		case !errors.Is(err, fs.ErrNotExist) && opt.Redo != nil:
+			opt.Redo(path, err)
 		}
-		if err := os.Rename(tmp, path); err != nil {
-			return err
-		}
-		report(p, time.Since(start), false)
-		return nil
-	}
-	finished := make(chan error, 1)
-	go func() {
-		for i := range mine {
+		g.Go(func() error {
 			if gctx.Err() != nil {
-				break // stopped, or a point failed: nothing more starts or is counted
+				return nil
 			}
-			p := &mine[i]
-			path := filepath.Join(dir, p.ID+".json")
-			if _, err := os.Stat(path); err == nil {
-				mu.Lock()
-				report(p, 0, true)
-				mu.Unlock()
-				continue
+			start := time.Now()
+			if err := run(gctx, p, path); err != nil {
+				if gctx.Err() != nil {
+					return nil // stopped by ctx or by another point's failure, which is the one reported
+				}
+				return &PointError{Point: *p, Err: err}
 			}
-			g.Go(func() error { return point(p, path) })
-		}
-		finished <- g.Wait()
-	}()
-	select {
-	case err = <-finished:
-	case <-ctx.Done():
-		mu.Lock()
-		stopped = true
-		for tmp := range inflight {
-			os.Remove(tmp)
-		}
-		mu.Unlock()
+			report(p, time.Since(start), false)
+			return nil
+		})
+	}
+	err = g.Wait()
+	if ctx.Err() != nil {
 		err = ctx.Err()
 	}
 	mu.Lock()
@@ -190,6 +175,7 @@ func (e *PointError) Unwrap() error { return e.Err }
 // would mix their reports in one table), but its description and objective
 // may, and the plan is then rewritten.
 func Prepare(out string, plan *Plan) error {
+	plan.SchemaVersion = PlanSchemaVersion
 	if err := os.MkdirAll(filepath.Join(out, PointsDir), 0o755); err != nil {
 		return err
 	}
@@ -208,23 +194,26 @@ func Prepare(out string, plan *Plan) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(out, PlanFile)
-	tmp := fmt.Sprintf("%s.partial-%d", path, os.Getpid())
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return outfile.Write(filepath.Join(out, PlanFile), append(data, '\n'))
 }
 
-// readPlan reads a sweep folder's plan.
+// readPlan reads a sweep folder's plan, strictly: a file that is not a
+// plan of this layout is refused, naming it.
 func readPlan(dir string) (*Plan, error) {
-	data, err := os.ReadFile(filepath.Join(dir, PlanFile))
+	path := filepath.Join(dir, PlanFile)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	var p Plan
-	if err := json.Unmarshal(data, &p); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, PlanFile), err)
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&p); err != nil {
+		return nil, fmt.Errorf("%s is not a sweep's plan (%v): was it written over? Remove the folder and run the sweep again", path, err)
+	}
+	if p.SchemaVersion != PlanSchemaVersion || len(p.Points) == 0 {
+		return nil, fmt.Errorf("%s is not a sweep's plan of schema %d (it gives schema %d and %d points): run the sweep again into a new --out",
+			path, PlanSchemaVersion, p.SchemaVersion, len(p.Points))
 	}
 	return &p, nil
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -34,8 +33,7 @@ func (f *fakeRun) run(_ context.Context, p *Point, path string) error {
 	f.runs[p.ID]++
 	f.mu.Unlock()
 	if p.ID == f.fail {
-		os.WriteFile(path, []byte("{half a rep"), 0o644) // a replay that died mid-write
-		return errors.New("the replay broke")
+		return errors.New("the replay broke") // and, as RunPoint promises, wrote nothing
 	}
 	var n int
 	fmt.Sscanf(p.Flags[len(p.Flags)-1], "--workers=%d", &n)
@@ -150,18 +148,21 @@ func TestShardsMerge(t *testing.T) {
 	}
 }
 
-// TestStopRemovesPartials: a sweep told to stop returns at once, removes
-// the reports being written, and renames none of them later.
-func TestStopRemovesPartials(t *testing.T) {
+// TestStopEndsThePointsUnderWay: a sweep told to stop ends the points
+// under way (a RunPoint returns early when its context ends), starts no
+// more, and returns the context's error.
+func TestStopEndsThePointsUnderWay(t *testing.T) {
 	plan := testPlan(t, 4)
 	dir := t.TempDir()
 	ctx, stop := context.WithCancel(context.Background())
-	started, release := make(chan struct{}, 4), make(chan struct{})
-	slow := func(_ context.Context, p *Point, path string) error {
-		os.WriteFile(path, []byte("{half"), 0o644)
+	started := make(chan struct{}, 4)
+	var calls sync.WaitGroup
+	slow := func(ctx context.Context, p *Point, path string) error {
+		calls.Add(1)
+		defer calls.Done()
 		started <- struct{}{}
-		<-release // a replay runs on, whatever the context says
-		return os.WriteFile(path, []byte("{}"), 0o644)
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	result := make(chan error)
 	go func() {
@@ -174,15 +175,77 @@ func TestStopRemovesPartials(t *testing.T) {
 	if err := <-result; !errors.Is(err, context.Canceled) {
 		t.Fatalf("stopped: %v", err)
 	}
+	calls.Wait()
+	if len(started) != 0 {
+		t.Errorf("%d points started after the stop", len(started))
+	}
 	if files, _ := os.ReadDir(filepath.Join(dir, PointsDir)); len(files) != 0 {
 		t.Errorf("a stopped sweep left %d files", len(files))
 	}
-	close(release)
-	time.Sleep(50 * time.Millisecond) // the replays under way end now
-	files, _ := os.ReadDir(filepath.Join(dir, PointsDir))
-	for _, f := range files {
-		if !strings.Contains(f.Name(), "partial") {
-			t.Errorf("a replay that ended after the stop left %s", f.Name())
+}
+
+// TestResumeReplaysWhatIsNotAWholeReport: a point's file counts as done
+// only when it is that point's whole report; a file cut short, one of an
+// older schema, of another policy or of another trace is replayed again,
+// replacing it, and named to Redo.
+func TestResumeReplaysWhatIsNotAWholeReport(t *testing.T) {
+	plan := testPlan(t, 6)
+	for i := range plan.Points {
+		plan.Points[i].Policy = "kv"
+	}
+	dir := t.TempDir()
+	if _, _, err := Run(context.Background(), plan, Options{Out: dir, Jobs: 2, Shard: All}, (&fakeRun{}).run); err != nil {
+		t.Fatal(err)
+	}
+	path := func(i int) string { return filepath.Join(dir, PointsDir, plan.Points[i].ID+".json") }
+	whole, _ := os.ReadFile(path(0))
+	var rep replay.Report
+	json.Unmarshal(whole, &rep)
+	broken := map[int][]byte{1: whole[:len(whole)/2], 4: []byte("")}
+	rep.SchemaVersion = protocol.ReportSchemaVersion - 1
+	broken[2], _ = json.Marshal(rep)
+	rep.SchemaVersion, rep.Deterministic.Policies[0].Policy = protocol.ReportSchemaVersion, "round_robin"
+	broken[3], _ = json.Marshal(rep)
+	rep.Deterministic.Policies[0].Policy, rep.Deterministic.Trace = "kv", replay.TraceInfo{Source: "file", SHA256: "ab"}
+	broken[5], _ = json.Marshal(rep)
+	for i, data := range broken {
+		os.WriteFile(path(i), data, 0o644)
+	}
+	var named []string
+	f := &fakeRun{}
+	ran, resumed, err := Run(context.Background(), plan, Options{Out: dir, Jobs: 2, Shard: All,
+		Redo: func(p string, why error) { named = append(named, p+": "+why.Error()) }}, f.run)
+	if err != nil || ran != len(broken) || resumed != 1 {
+		t.Fatalf("ran %d, found %d: %v", ran, resumed, err)
+	}
+	for i := range broken {
+		if f.runs[plan.Points[i].ID] != 1 {
+			t.Errorf("point %d, whose file was broken, ran %d times", i, f.runs[plan.Points[i].ID])
+		}
+		if !strings.Contains(strings.Join(named, "\n"), path(i)) {
+			t.Errorf("Redo did not name %s: %q", path(i), named)
+		}
+	}
+	if _, err := Merge(dir); err != nil {
+		t.Fatalf("after the replays: %v", err)
+	}
+}
+
+// TestAPlanIsRecognised: a folder whose plan.json was written over by
+// another JSON object (a table, a report) is not a sweep's folder.
+func TestAPlanIsRecognised(t *testing.T) {
+	plan := testPlan(t, 2)
+	dir := t.TempDir()
+	if _, _, err := Run(context.Background(), plan, Options{Out: dir, Jobs: 1, Shard: All}, (&fakeRun{}).run); err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range []string{`{"schema_version":1,"deterministic":{},"run":[]}`, `{}`, `{"points":[]}`, `[]`} {
+		os.WriteFile(filepath.Join(dir, PlanFile), []byte(other), 0o644)
+		if _, err := Merge(dir); err == nil || !strings.Contains(err.Error(), "is not a sweep's plan") {
+			t.Errorf("merge of a folder whose plan reads %s: %v", other, err)
+		}
+		if _, _, err := Run(context.Background(), plan, Options{Out: dir, Jobs: 1, Shard: All}, (&fakeRun{}).run); err == nil {
+			t.Errorf("a sweep into a folder whose plan reads %s ran", other)
 		}
 	}
 }

@@ -82,6 +82,10 @@ type Point struct {
 	Flags []string `json:"flags"`
 	// Varied are the grid's flags alone, for tables and labels.
 	Varied []string `json:"varied"`
+	// Policy is the policy the point's flags give, as replay reads them
+	// (the caller's to fill: this package does not parse replay's flags).
+	// A report of another policy is not the point's.
+	Policy string `json:"policy,omitempty"`
 
 	trace string // the trace's path as this machine opens it; "" for builtin
 }

@@ -105,21 +105,14 @@ func Merge(dirs ...string) (*Table, error) {
 	}
 	var missing []string
 	for _, p := range plan.Points {
-		rep, path, err := readReport(where, p.ID)
-		if errors.Is(err, fs.ErrNotExist) {
+		dir, ok := where[p.ID]
+		if !ok {
 			missing = append(missing, p.ID)
 			continue
 		}
+		rep, err := CheckReport(filepath.Join(dir, PointsDir, p.ID+".json"), &p)
 		if err != nil {
-			return nil, err
-		}
-		if rep.SchemaVersion != protocol.ReportSchemaVersion || len(rep.Deterministic.Policies) != 1 {
-			return nil, fmt.Errorf("%s: a report of schema %d with %d policies, where a point's is of schema %d with one: remove it and run the sweep again",
-				path, rep.SchemaVersion, len(rep.Deterministic.Policies), protocol.ReportSchemaVersion)
-		}
-		if p.TraceSHA256 != "" && rep.Deterministic.Trace.SHA256 != p.TraceSHA256 {
-			return nil, fmt.Errorf("%s: replayed a trace (SHA-256 %.12s...) other than the plan's %s (%.12s...): remove it and run the sweep again",
-				path, rep.Deterministic.Trace.SHA256, p.Workload, p.TraceSHA256)
+			return nil, fmt.Errorf("%w: remove it and run the sweep again, which replays that point", err)
 		}
 		t.Deterministic.Points = append(t.Deterministic.Points,
 			PointResult{Point: p, Policy: rep.Deterministic.Policies[0].Policy, Report: rep.Deterministic})
@@ -154,23 +147,34 @@ func reportFolders(dirs []string) (map[string]string, error) {
 	return where, nil
 }
 
-// readReport reads point id's report from the folder where says, or
-// returns fs.ErrNotExist.
-func readReport(where map[string]string, id string) (*replay.Report, string, error) {
-	dir, ok := where[id]
-	if !ok {
-		return nil, "", fs.ErrNotExist
-	}
-	path := filepath.Join(dir, PointsDir, id+".json")
+// CheckReport reads point p's report at path, and returns it only if it
+// is p's whole report: a replay report of the current schema, of one
+// policy, p's own (when the plan names it), of the trace the plan
+// digested. Anything else, a file cut short among them, is an error naming
+// the path (fs.ErrNotExist when there is no file).
+func CheckReport(path string, p *Point) (*replay.Report, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, path, err
+		return nil, err
 	}
 	var rep replay.Report
 	if err := json.Unmarshal(data, &rep); err != nil {
-		return nil, path, fmt.Errorf("%s: %w (not a whole report: remove it and run the sweep again)", path, err)
+		return nil, fmt.Errorf("%s is not a whole report (%v)", path, err)
 	}
-	return &rep, path, nil
+	d := &rep.Deterministic
+	switch {
+	case rep.SchemaVersion != protocol.ReportSchemaVersion || len(d.Policies) != 1:
+		return nil, fmt.Errorf("%s is a report of schema %d with %d policies, where a point's is of schema %d with one",
+			path, rep.SchemaVersion, len(d.Policies), protocol.ReportSchemaVersion)
+	case p.Policy != "" && string(d.Policies[0].Policy) != p.Policy:
+		return nil, fmt.Errorf("%s replayed policy %s, where its point runs %s", path, d.Policies[0].Policy, p.Policy)
+	case p.TraceSHA256 != "" && d.Trace.SHA256 != p.TraceSHA256:
+		return nil, fmt.Errorf("%s replayed a trace (SHA-256 %.12s...) other than the plan's %s (%.12s...)",
+			path, d.Trace.SHA256, p.Workload, p.TraceSHA256)
+	case p.TraceSHA256 == "" && d.Trace.Source == "file":
+		return nil, fmt.Errorf("%s replayed a trace file, where its point runs the %s workload", path, p.Workload)
+	}
+	return &rep, nil
 }
 
 // judge marks, workload by workload, the Pareto front and the recommended
@@ -239,6 +243,12 @@ func (t *TableResult) judgeWorkload(w *WorkloadResult, idx []int) {
 }
 
 func (o *Objective) metric() string { return o.Minimize + o.Maximize }
+
+// Names reports whether the objective reads a metric, to pick or to bound.
+func (o *Objective) Names(metric string) bool {
+	_, bounded := o.SubjectTo[metric]
+	return o.metric() == metric || bounded
+}
 
 // better reports whether a beats b on the objective (a tie is not).
 func (o *Objective) better(a, b *replay.Metrics) bool {
