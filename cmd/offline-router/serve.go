@@ -294,4 +294,3 @@ func (w *watchedWriter) forcedNote() string {
 
 // newEngine builds the engine a stream's config command asks for.
 func newEngine(cfg protocol.Config) (wire.Stepper, error) { return engine.New(cfg) }
-
