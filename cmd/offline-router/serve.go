@@ -163,7 +163,7 @@ func (o *serveOptions) configSource(flags *pflag.FlagSet) (wire.ConfigSource, er
 	if o.configFile != "" {
 		var err error
 		if src.File, err = os.ReadFile(o.configFile); err != nil {
-			return src, err
+			return src, fmt.Errorf("--config: %w", err)
 		}
 	}
 	for _, cf := range configFlags {

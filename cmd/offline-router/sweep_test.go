@@ -134,7 +134,7 @@ func TestSweepRefusals(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	for spec, want := range map[string]string{
 		`{"workloads":["builtin"],"grid":[{"workers":[2,"many"]}],"objective":{"minimize":"p99_ttft_ms"}}`:   `point 2 (--workers=many)`,
-		`{"workloads":["builtin"],"grid":[{"policy":["kv","best"]}],"objective":{"minimize":"p99_ttft_ms"}}`: `point 2 (--policy=best): config policy: "best" is not one of`,
+		`{"workloads":["builtin"],"grid":[{"policy":["kv","best"]}],"objective":{"minimize":"p99_ttft_ms"}}`: `point 2 (--policy=best): --policy (config policy): "best" is not one of`,
 		`{"workloads":["no-such.jsonl"],"objective":{"minimize":"p99_ttft_ms"}}`:                             `workload no-such.jsonl`,
 		`{"workloads":["builtin"],"grid":[{"no-such-flag":[1]}],"objective":{"minimize":"p99_ttft_ms"}}`:     `unknown flag: --no-such-flag`,
 		`{"workloads":["builtin"],"objective":{"minimize":"ttft"}}`:                                          `"ttft" is not a metric`,

@@ -124,7 +124,7 @@ func loadConfig(defaults []Override, label string, file []byte, overrides []Over
 			return c, err
 		}
 	}
-	return c, c.Validate()
+	return c, nameTheFlag(c.Validate(), overrides)
 }
 
 // applyOverride sets one key, read by the same strict decoder as a file.

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+// badValue is a flag given a value outside its range, with the flags it
+// needs to apply at all.
+type badValue struct {
+	flag, value string
+	with        []string
+}
+
+// replayBadValues gives every replay flag with a range a value outside it.
+var replayBadValues = []badValue{
+	{"active-decode-blocks-threshold", "-1", nil},
+	{"active-prefill-tokens-threshold", "-1", nil},
+	{"active-prefill-tokens-threshold-frac", "-1", nil},
+	{"affinity-key", "bogus", []string{"--affinity-mode", "hard"}},
+	{"affinity-mode", "bogus", nil},
+	{"affinity-ttl-ms", "-1", []string{"--affinity-mode", "hard"}},
+	{"approx-ttl-ms", "-1", []string{"--kv-events=false"}},
+	{"arrival-interval-ms", "-1", []string{"--input-tokens", "8", "--output-tokens", "2", "--request-count", "3"}},
+	{"arrival-speedup-ratio", "0", nil},
+	{"block-size", "0", nil},
+	{"config", "/nonexistent/config.json", nil},
+	{"decode-workers", "0", []string{"--prefill-workers", "1"}},
+	{"dp-size", "1025", nil},
+	{"engine", "bogus", nil},
+	{"engine-profile", "/nonexistent/profile.json", nil},
+	{"evidence", "bogus", nil},
+	{"goodput", "ttft:0", nil},
+	{"input-tokens", "0", []string{"--output-tokens", "2", "--request-count", "3"}},
+	{"kv-transfer-gbps", "0", []string{"--prefill-workers", "1", "--decode-workers", "1"}},
+	{"llmd-kv-cache-utilization-scorer-weight", "-1", []string{"--policy", "llmd"}},
+	{"llmd-prefix-cache-scorer-weight", "-1", []string{"--policy", "llmd"}},
+	{"llmd-queue-scorer-weight", "-1", []string{"--policy", "llmd"}},
+	{"num-prefix-groups", "-1", []string{"--input-tokens", "8", "--output-tokens", "2", "--request-count", "3"}},
+	{"output-tokens", "0", []string{"--input-tokens", "8", "--request-count", "3"}},
+	{"overlap-score-credit", "-1", nil},
+	{"plot", "fig.gif", nil},
+	{"policies", "bogus", nil},
+	{"policy", "bogus", nil},
+	{"prefill-load-model", "bogus", nil},
+	{"prefill-load-scale", "-1", nil},
+	{"prefill-tokens-per-ms", "0", []string{"--prefill-load-model", "linear"}},
+	{"prefill-workers", "0", []string{"--decode-workers", "1"}},
+	{"queue-policy", "bogus", []string{"--queue-threshold", "1"}},
+	{"queue-threshold", "-1", nil},
+	{"queue-timeout-ms", "-1", []string{"--queue-threshold", "1"}},
+	{"replay-concurrency", "-1", nil},
+	{"replica-assign", "bogus", []string{"--router-replicas", "2"}},
+	{"replica-sync-delay-ms", "-1", []string{"--router-replicas", "2"}},
+	{"replica-sync-rate", "2", []string{"--router-replicas", "2"}},
+	{"report", "report.txt", nil},
+	{"request-count", "0", []string{"--input-tokens", "8", "--output-tokens", "2"}},
+	{"router-replicas", "65", nil},
+	{"seed", "-1", nil},
+	{"sessions", "200001", nil},
+	{"sglang-balance-abs-threshold", "-1", []string{"--policy", "sglang_cache_aware"}},
+	{"sglang-balance-rel-threshold", "-1", []string{"--policy", "sglang_cache_aware"}},
+	{"sglang-cache-threshold", "2", []string{"--policy", "sglang_cache_aware"}},
+	{"sglang-eviction-interval-ms", "-1", []string{"--policy", "sglang_cache_aware"}},
+	{"sglang-max-tree-size", "-1", []string{"--policy", "sglang_cache_aware"}},
+	{"shared-prefix-ratio", "2", []string{"--input-tokens", "8", "--output-tokens", "2", "--request-count", "3"}},
+	{"temperature", "-1", nil},
+	{"worker-decode-ms-per-token", "-1", []string{"--engine", "simple"}},
+	{"worker-kv-blocks", "0", nil},
+	{"worker-max-num-batched-tokens", "0", nil},
+	{"worker-max-num-seqs", "0", nil},
+	{"worker-prefill-tokens-per-ms", "0", []string{"--engine", "simple"}},
+	{"workers", "65537", nil},
+	{"emit-commands", "@dir", nil},
+	{"emit-responses", "@dir", nil},
+}
+
+// noRange are the replay flags that take any value of their type.
+var noRange = map[string]string{
+	"compare": "a switch", "dedupe-event-ids": "a switch", "kv-events": "a switch",
+	"quiet": "a switch", "help": "a switch",
+}
+
+// TestEveryRangeIsCheckedUpFront: each replay flag with a range, given a
+// value outside it, is refused before anything runs or any file is made:
+// exit 2, the flag named. A flag added without an entry here fails the
+// test until it gets one.
+func TestEveryRangeIsCheckedUpFront(t *testing.T) {
+	cmd, _ := replayCommand()
+	listed := map[string]bool{}
+	for _, b := range replayBadValues {
+		listed[b.flag] = true
+	}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if _, ok := noRange[f.Name]; !ok && !f.Hidden && !listed[f.Name] {
+			t.Errorf("--%s has no out-of-range case here (or give it in noRange, saying why)", f.Name)
+		}
+		delete(listed, f.Name)
+	})
+	for name := range listed {
+		t.Errorf("--%s is listed but is no replay flag", name)
+	}
+	for _, b := range replayBadValues {
+		t.Run(b.flag, func(t *testing.T) {
+			dir := t.TempDir()
+			value := strings.ReplaceAll(b.value, "@dir", dir)
+			args := append([]string{"replay", "--sessions", "3", "--" + b.flag + "=" + value}, b.with...)
+			if b.flag == "sessions" || slices.Contains(b.with, "--request-count") || b.flag == "request-count" {
+				args = append([]string{"replay", "--" + b.flag + "=" + value}, b.with...)
+			}
+			if b.flag != "report" {
+				args = append(args, "--report", filepath.Join(dir, "report.json"))
+			}
+			if b.flag != "emit-commands" && b.flag != "policies" {
+				args = append(args, "--emit-commands", filepath.Join(dir, "c.jsonl"))
+			}
+			_, stderr, code := run(t, "", args...)
+			if code != 2 {
+				t.Fatalf("%q: exit %d, want 2: %s", args, code, stderr)
+			}
+			if !strings.Contains(stderr, "--"+b.flag) {
+				t.Errorf("%q: the message does not name --%s: %s", args, b.flag, stderr)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("%q made %d files", args, len(entries))
+			}
+		})
+	}
+}
