@@ -269,3 +269,27 @@ func TestObjectiveMayChange(t *testing.T) {
 		t.Fatalf("the plan kept its old objective: %+v %v", tab.Deterministic.Objective, err)
 	}
 }
+
+// TestLeftoversOfAKillAreIgnored: the temporary files a SIGKILL leaves
+// (a half report, a half plan) are neither a point's report nor the plan:
+// the sweep resumes and merges as if they were not there.
+func TestLeftoversOfAKillAreIgnored(t *testing.T) {
+	plan := testPlan(t, 3)
+	dir := t.TempDir()
+	if _, _, err := Run(context.Background(), plan, Options{Out: dir, Jobs: 1, Shard: All}, (&fakeRun{}).run); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range plan.Points {
+		os.Remove(filepath.Join(dir, PointsDir, p.ID+".json"))
+		os.WriteFile(filepath.Join(dir, PointsDir, fmt.Sprintf(".%s.json.tmp-1-%08x", p.ID, i)), []byte(`{"half`), 0o644)
+	}
+	os.WriteFile(filepath.Join(dir, "."+PlanFile+".tmp-1-0000000a"), []byte(`{"half`), 0o644)
+	f := &fakeRun{}
+	ran, resumed, err := Run(context.Background(), plan, Options{Out: dir, Jobs: 2, Shard: All}, f.run)
+	if err != nil || ran != 3 || resumed != 0 {
+		t.Fatalf("ran %d, found %d: %v", ran, resumed, err)
+	}
+	if _, err := Merge(dir); err != nil {
+		t.Fatal(err)
+	}
+}
