@@ -132,3 +132,56 @@ func TestEveryRangeIsCheckedUpFront(t *testing.T) {
 		})
 	}
 }
+
+// sweepBadValues gives every sweep flag with a range a value outside it.
+var sweepBadValues = []badValue{
+	{"jobs", "0", nil},
+	{"shard", "3/2", nil},
+	{"emit", "bogus", nil},
+	{"shards", "-1", []string{"--emit", "slurm"}},
+	{"cpus-per-task", "0", []string{"--emit", "slurm"}},
+	{"out", "@file", nil},
+	{"image", "bad image", []string{"--emit", "kubernetes"}},
+	{"job-name", "Bad_Name", []string{"--emit", "kubernetes"}},
+}
+
+// TestEverySweepRangeIsCheckedUpFront: as for replay, each sweep flag with
+// a range, out of it, exits 2 naming it, before the folder is made.
+func TestEverySweepRangeIsCheckedUpFront(t *testing.T) {
+	cmd := newSweepCommand()
+	listed := map[string]bool{}
+	for _, b := range sweepBadValues {
+		listed[b.flag] = true
+	}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Name != "quiet" && f.Name != "help" && f.Name != "volume-claim" && !listed[f.Name] {
+			t.Errorf("--%s has no out-of-range case here", f.Name)
+		}
+	})
+	spec := writeSpec(t, smallSpec)
+	for _, b := range sweepBadValues {
+		t.Run(b.flag, func(t *testing.T) {
+			dir := t.TempDir()
+			out := filepath.Join(dir, "out")
+			value := b.value
+			if value == "@file" {
+				value = filepath.Join(dir, "a-file")
+				os.WriteFile(value, nil, 0o644)
+			}
+			args := append([]string{"sweep", spec, "--" + b.flag + "=" + value}, b.with...)
+			switch {
+			case slices.Contains(b.with, "kubernetes"):
+				args = append(args, "--out", "out-in-the-volume") // relative, as the pod sees it; never made by --emit
+			case b.flag != "out":
+				args = append(args, "--out", out)
+			}
+			_, stderr, code := run(t, "", args...)
+			if code != 2 || !strings.Contains(stderr, "--"+b.flag) {
+				t.Fatalf("%q: exit %d, want 2 naming --%s: %s", args, code, b.flag, stderr)
+			}
+			if _, err := os.Stat(out); err == nil {
+				t.Errorf("%q made the sweep's folder", args)
+			}
+		})
+	}
+}
