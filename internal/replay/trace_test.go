@@ -139,6 +139,9 @@ func TestMooncakeRefusesBadLines(t *testing.T) {
 		line(`, "session_id": true`):                                                            {`field "session_id": expected a string or an integer, got a boolean`},
 		line(`, "parent_session_id": {}`):                                                       {`field "parent_session_id": expected a string or an integer, got an object`},
 		line(", \"session_id\": \"a\xffb\""):                                                    {`field "session_id": expected a string of valid UTF-8`},
+		line("") + "\n" + line(`, "session_id": "a\ud800b"`):                                    {`trace line 2: field "session_id": expected a string of valid UTF-8, got a lone surrogate escape`},
+		line("") + "\n\n" + line(`, "parent_session_id": "\udc00"`):                             {`trace line 3: field "parent_session_id": expected a string of valid UTF-8, got a lone surrogate escape`},
+		line(`, "role": "decode\udbff"`):                                                        {`trace line 1: field "role": expected a string of valid UTF-8, got a lone surrogate escape`},
 		line(`, "parent_session_id": 01`):                                                       {`field "parent_session_id"`, "not a JSON number"},
 		`{"timestamp": -1, "input_length": 1, "output_length": 1}`:                              {`field "timestamp": expected a time from 0 to 4503599627370496 ms, got -1`},
 		`{"timestamp": 4503599627370497, "input_length": 1, "output_length": 1}`:                {`field "timestamp": expected a time from 0 to`},
@@ -250,6 +253,12 @@ func TestMooncakeSkipsUnknownKeys(t *testing.T) {
 	// Skipped, but still JSON.
 	wantErr(t, line(`, "extra": {"a": [1,]}`), "trace line 1:", "not JSON")
 	wantErr(t, line(", \"extra\": [\"\xff\"]"), `field "extra": expected a string of valid UTF-8`)
+	// A skipped value is not decoded, so a lone surrogate escape in it is
+	// no character anyone reads; a key is decoded, and refused with one.
+	if got := readOne(t, line(`, "extra": ["\ud800", {"k": "\udc00"}]`)); got.InputTokens != 1024 {
+		t.Fatalf("got %+v", got)
+	}
+	wantErr(t, line(`, "x\ud800": 1`), "trace line 1:", "a key is not valid UTF-8: it holds a lone surrogate escape")
 }
 
 // TestMooncakeReadsTheSharedTrace: the real trace reads whole, at 512
