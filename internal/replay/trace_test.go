@@ -6,6 +6,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -319,4 +321,26 @@ func FuzzReadMooncake(f *testing.F) {
 			t.Fatalf("%d completed and %d rejected of %d requests", m.Completed, m.Rejected, len(reqs))
 		}
 	})
+}
+
+// shallow runs f on a goroutine whose stack may not pass 1 MB: a reader
+// that recursed per level of a deep input would overflow it, which ends
+// the test binary (a fatal error, not a panic) naming the recursion.
+func shallow(f func()) {
+	defer debug.SetMaxStack(debug.SetMaxStack(1 << 20))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
+}
+
+// allocated is how many bytes f allocates.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }
