@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -122,7 +123,8 @@ func TestSpecRefusals(t *testing.T) {
 // spec (the eager path per level of the recursive walk allocated 2 GB at
 // 30,000). The walk itself, unbounded, is linear: a repeated key at depth
 // 10,000 is found, with its path, in a small multiple of the input (the
-// recursive walk allocated 8,000 times the input there).
+// recursive walk allocated 8,000 times the input there), on a stack of at
+// most 1 MB (a walk that recursed per level would overflow it).
 func TestDeepSpec(t *testing.T) {
 	nested := func(n int, inner string) []byte {
 		return []byte(`{"description":` + strings.Repeat("[", n) + inner + strings.Repeat("]", n) + `}`)
@@ -139,13 +141,26 @@ func TestDeepSpec(t *testing.T) {
 		t.Errorf("100,000 levels: %v, %d bytes allocated for %d bytes of spec", err, alloc, len(deep))
 	}
 	deep = nested(10000, `{"k":1,"k":2}`)
-	alloc := allocated(func() { err = noRepeatedKeys(deep, math.MaxInt) })
+	alloc := allocated(func() { shallow(func() { err = noRepeatedKeys(deep, math.MaxInt) }) })
 	if want := `in description` + strings.Repeat("[0]", 10000) + `, key "k" appears twice`; err == nil || err.Error() != want {
 		t.Errorf("unbounded walk at depth 10,000: %.80v", err)
 	}
 	if alloc > 500*uint64(len(deep)) {
 		t.Errorf("unbounded walk at depth 10,000 allocated %d bytes for %d bytes of spec", alloc, len(deep))
 	}
+}
+
+// shallow runs f on a goroutine whose stack may not pass 1 MB: a walk
+// that recursed per level of a deep input would overflow it, which ends
+// the test binary (a fatal error, not a panic) naming the recursion.
+func shallow(f func()) {
+	defer debug.SetMaxStack(debug.SetMaxStack(1 << 20))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
 }
 
 // allocated is how many bytes f allocates.
