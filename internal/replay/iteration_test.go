@@ -206,29 +206,84 @@ func TestIterationPreemptsAndEvicts(t *testing.T) {
 }
 
 // TestProfiles: the shipped profile parses and is the BLIS fit it cites; a
-// profile file is read strictly.
+// profile file is read strictly: every key known and once, name and the
+// four step keys required (a 0 written is taken, a key left out is named by
+// its dotted path), a model given whole or not at all.
 func TestProfiles(t *testing.T) {
 	p := DefaultProfile()
 	if p.Step.BaseMS != 5.7527 || p.Step.PerPrefillTokenMS != 0.017251 || p.Step.PerDecodeSeqMS != 0.005999 || p.Source == "" {
 		t.Fatalf("shipped profile %+v", p)
 	}
+	if err := p.CheckModel(); err != nil {
+		t.Errorf("the shipped profile has a model: %v", err)
+	}
+	const step = `"step": {"base_ms": 1, "per_prefill_token_ms": 0, "per_decode_seq_ms": 0, "per_kv_token_read_ms": 0}`
+	const model = `"model": {"layers": 2, "kv_heads": 1, "head_dim": 64, "dtype_bytes": 2}`
 	for data, want := range map[string]string{
-		`{"name": "x", "step": {"base_ms": 1}}`:               "",
-		`{"name": "x", "step": {"base_ms": 1, "base_ms": 2}}`: "appears more than once",
-		`{"name": "x", "step": {"BASE_MS": 1}}`:               "is not a step key",
-		`{"name": "x", "step": {"base_ms": -1}}`:              "expected a number of ms from 0 to 1e6",
-		`{"name": "x", "step": {"per_kv_token_read_ms": 1}}`:  "a step must take some time",
-		`{"name": "x", "steps": {}}`:                          "is not a profile key",
-		`{"name": "x", "step": {"base_ms": 1}} trailing`:      "",
+		`{"name": "x", ` + step + `}`:                                                              "",
+		`{"name": "x", "source": "s", ` + step + `, ` + model + `}`:                                "",
+		`{"name": "x", ` + step + `} trailing`:                                                     "unexpected data after the object",
+		`{"name": "x", "step": {"base_ms": 1}}`:                                                    `fields "step.per_prefill_token_ms", "step.per_decode_seq_ms", "step.per_kv_token_read_ms": required`,
+		`{"name": "x", "step": {"base_ms": 1, "per_prefill_token_ms": 0, "per_decode_seq_ms": 0}}`: `field "step.per_kv_token_read_ms": required`,
+		`{"name": "x", "step": {"base_ms": 1, "base_ms": 2}}`:                                      "appears more than once",
+		`{"name": "x", "step": {"BASE_MS": 1}}`:                                                    "is not a step key",
+		`{"name": "x", "step": {"base_ms": -1}}`:                                                   "expected a number of ms from 0 to 1e6",
+		`{"name": "x", "step": {"base_ms": 0, "per_prefill_token_ms": 0, "per_decode_seq_ms": 0, "per_kv_token_read_ms": 1}}`: "a step must take some time",
+		`{"name": "x", "steps": {}}`: "is not a profile key",
+		`{` + step + `}`:             `field "name": required`,
+		`{"name": "x"}`:              `field "step": required`,
+		`{}`:                         `fields "name", "step": required`,
+		`{"name": "x", ` + step + `, "model": {"layers": 2}}`: `fields "model.kv_heads", "model.head_dim", "model.dtype_bytes": required`,
+		`{"name": "x", ` + step + `, "model": {"layers": 0}}`: `field "model.layers": expected 1 to 65536, got 0`,
+		`{"name": "x\ud800", ` + step + `}`:                   `field "name": expected a string of valid UTF-8, got a lone surrogate escape`,
 	} {
 		_, err := ParseProfile([]byte(data))
 		switch {
-		case want == "" && strings.HasSuffix(data, "trailing") && err == nil:
-			t.Errorf("%s: trailing data accepted", data)
-		case want == "" && !strings.HasSuffix(data, "trailing") && err != nil:
+		case want == "" && err != nil:
 			t.Errorf("%s: %v", data, err)
 		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
 			t.Errorf("%s: got %v, want %q", data, err, want)
+		}
+	}
+	// A profile without model reads; a run that sizes KV by it asks
+	// CheckModel, which names what is missing.
+	p, err := ParseProfile([]byte(`{"name": "x", ` + step + `}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CheckModel(); err == nil || err.Error() != `fields "model.layers", "model.kv_heads", "model.head_dim", "model.dtype_bytes": required` {
+		t.Errorf("a profile without model: %v", err)
+	}
+	p.Model = ModelShape{Layers: 2, KVHeads: 1, HeadDim: 64}
+	if err := p.CheckModel(); err == nil || err.Error() != `field "model.dtype_bytes": required` {
+		t.Errorf("a model without dtype_bytes: %v", err)
+	}
+}
+
+// TestDeepProfile: a profile nested 100,000 deep, under a known key or an
+// unknown one, is refused at its first wrong value, allocating a small
+// multiple of its length (a reader that built a path per level would
+// allocate with the depth squared) on a stack of at most 1 MB (one that
+// recursed per level would overflow it: a fatal error of the test binary).
+func TestDeepProfile(t *testing.T) {
+	deep := strings.Repeat("[", 100000) + strings.Repeat("]", 100000)
+	for key, want := range map[string]string{
+		"step":  `field "step": expected an object, got an array`,
+		"model": `field "model": expected an object, got an array`,
+		"name":  `field "name": expected a string, got an array`,
+		"zzz":   `field "zzz": is not a profile key (name, source, step, model)`,
+	} {
+		data := []byte(`{"name": "x", "` + key + `": ` + deep + `}`)
+		if key == "name" {
+			data = []byte(`{"name": ` + deep + `}`)
+		}
+		var err error
+		alloc := allocated(func() { shallow(func() { _, err = ParseProfile(data) }) })
+		if err == nil || err.Error() != want {
+			t.Errorf("%s 100,000 deep: got %v, want %q", key, err, want)
+		}
+		if alloc > 8*uint64(len(data)) {
+			t.Errorf("%s 100,000 deep: %d bytes allocated for %d bytes", key, alloc, len(data))
 		}
 	}
 }

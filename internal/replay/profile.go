@@ -3,6 +3,9 @@ package replay
 import (
 	_ "embed"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/offline-router/offline-router/internal/wire"
 )
@@ -61,10 +64,15 @@ func DefaultProfile() Profile {
 
 // ParseProfile reads a profile strictly: every key known and given once,
 // the step model's coefficients finite and not negative, a step of some
-// time.
+// time. name and the four step keys are required (a coefficient of 0 must
+// be written, so that a key left out is not a free term); model is
+// optional, since only some runs use it (CheckModel), but given, it holds
+// its four keys. A missing key is named by its dotted path
+// ("step.per_prefill_token_ms").
 func ParseProfile(data []byte) (Profile, error) {
 	var p Profile
 	var rd wire.ObjectReader
+	var given []string // the keys met, dotted
 	coefficient := func(v *wire.Value, to *float64) error {
 		x, err := v.Float()
 		if err != nil {
@@ -77,6 +85,7 @@ func ParseProfile(data []byte) (Profile, error) {
 		return nil
 	}
 	err := rd.Read(data, func(key string, v *wire.Value) error {
+		given = append(given, key)
 		var err error
 		switch key {
 		case "name":
@@ -84,13 +93,15 @@ func ParseProfile(data []byte) (Profile, error) {
 		case "source":
 			p.Source, err = v.Str()
 		case "step":
-			// A nested object: read through the raw text.
+			// A nested object: read through the raw text (Raw follows
+			// nesting on a stack, so a deep value costs its length).
 			raw, rerr := v.Raw()
 			if rerr != nil {
 				return rerr
 			}
 			var inner wire.ObjectReader
 			return inner.Read(raw, func(key string, v *wire.Value) error {
+				given = append(given, "step."+key)
 				switch key {
 				case "base_ms":
 					return coefficient(v, &p.Step.BaseMS)
@@ -101,7 +112,7 @@ func ParseProfile(data []byte) (Profile, error) {
 				case "per_kv_token_read_ms":
 					return coefficient(v, &p.Step.PerKVTokenReadMS)
 				}
-				return fmt.Errorf("is not a step key (base_ms, per_prefill_token_ms, per_decode_seq_ms, per_kv_token_read_ms)")
+				return fmt.Errorf("is not a step key (%s)", strings.Join(stepKeys, ", "))
 			})
 		case "model":
 			raw, rerr := v.Raw()
@@ -110,6 +121,7 @@ func ParseProfile(data []byte) (Profile, error) {
 			}
 			var inner wire.ObjectReader
 			return inner.Read(raw, func(key string, v *wire.Value) error {
+				given = append(given, "model."+key)
 				var at *uint64
 				switch key {
 				case "layers":
@@ -121,7 +133,7 @@ func ParseProfile(data []byte) (Profile, error) {
 				case "dtype_bytes":
 					at = &p.Model.DTypeBytes
 				default:
-					return fmt.Errorf("is not a model key (layers, kv_heads, head_dim, dtype_bytes)")
+					return fmt.Errorf("is not a model key (%s)", strings.Join(modelKeys, ", "))
 				}
 				x, err := v.U64()
 				if err != nil {
@@ -141,8 +153,68 @@ func ParseProfile(data []byte) (Profile, error) {
 	if err != nil {
 		return p, err
 	}
+	required := []string{"name", "step"}
+	if slices.Contains(given, "step") {
+		required = append(required[:1], dotted("step", stepKeys)...)
+	}
+	if slices.Contains(given, "model") {
+		required = append(required, dotted("model", modelKeys)...)
+	}
+	var missing []string
+	for _, k := range required {
+		if !slices.Contains(given, k) {
+			missing = append(missing, k)
+		}
+	}
+	if err := requiredErr(missing); err != nil {
+		return p, err
+	}
 	if p.Step.BaseMS+p.Step.PerPrefillTokenMS+p.Step.PerDecodeSeqMS == 0 {
 		return p, fmt.Errorf("field \"step\": a step must take some time: give base_ms, per_prefill_token_ms or per_decode_seq_ms above 0")
 	}
 	return p, nil
+}
+
+// The keys of a profile's step and model.
+var (
+	stepKeys  = []string{"base_ms", "per_prefill_token_ms", "per_decode_seq_ms", "per_kv_token_read_ms"}
+	modelKeys = []string{"layers", "kv_heads", "head_dim", "dtype_bytes"}
+)
+
+// CheckModel says which model keys the profile lacks, for a run that sizes
+// KV by them (disaggregated serving's transfer): ParseProfile takes a
+// profile without model, as most runs do not read it. A key written is
+// at least 1, so a 0 is one left out.
+func (p Profile) CheckModel() error {
+	var missing []string
+	for i, x := range []uint64{p.Model.Layers, p.Model.KVHeads, p.Model.HeadDim, p.Model.DTypeBytes} {
+		if x == 0 {
+			missing = append(missing, "model."+modelKeys[i])
+		}
+	}
+	return requiredErr(missing)
+}
+
+// dotted is each of keys under group: "step.base_ms".
+func dotted(group string, keys []string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = group + "." + k
+	}
+	return out
+}
+
+// requiredErr names the keys that are missing, or is nil for none.
+func requiredErr(missing []string) error {
+	switch len(missing) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("field %q: required", missing[0])
+	}
+	quoted := make([]string, len(missing))
+	for i, k := range missing {
+		quoted[i] = strconv.Quote(k)
+	}
+	return fmt.Errorf("fields %s: required", strings.Join(quoted, ", "))
 }

@@ -6,9 +6,12 @@ package replay
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 
@@ -54,13 +57,33 @@ type Request struct {
 // field's only in case or in '_' and '-' ("INPUT_LENGTH", "inputLength",
 // "hash-ids") is an error. Integers are exact: one past its type's range is
 // an error, never wrapped. Lines are read by wire's strict reader, not a
-// reflection decoder, for those rules.
+// reflection decoder, for those rules. A line longer than
+// wire.DefaultMaxLineBytes (serve's default line limit) is refused;
+// ReadMooncakeDigest takes another limit.
 func ReadMooncake(r io.Reader, blockSize uint64) ([]Request, error) {
-	if blockSize == 0 {
-		return nil, errors.New("the block size must be at least 1 token")
+	reqs, _, err := ReadMooncakeDigest(r, blockSize, wire.DefaultMaxLineBytes)
+	return reqs, err
+}
+
+// ReadMooncakeDigest reads a trace as ReadMooncake does, streaming r: it
+// holds at most maxLineBytes of a line (its newline not counted, a \r
+// before it counted, as serve counts), refuses a longer line by its number
+// without reading further, and returns with the requests the SHA-256, in
+// hex, of every byte of r, which it reads to its end. A trace is thus read
+// once, from a file or a pipe alike, in memory its requests and one line
+// take.
+func ReadMooncakeDigest(r io.Reader, blockSize uint64, maxLineBytes int) ([]Request, string, error) {
+	switch {
+	case blockSize == 0:
+		return nil, "", errors.New("the block size must be at least 1 token")
+	case maxLineBytes < 1 || maxLineBytes == math.MaxInt:
+		return nil, "", fmt.Errorf("the line limit must be 1 to %d bytes, got %d", math.MaxInt-1, maxLineBytes)
 	}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<16), 256<<20)
+	digest := sha256.New()
+	sc := bufio.NewScanner(io.TeeReader(r, digest))
+	// The token may be maxLineBytes and its newline; a longer line stops
+	// the scan with bufio.ErrTooLong, the buffer grown no further.
+	sc.Buffer(make([]byte, min(1<<16, maxLineBytes+1)), maxLineBytes+1)
 	var out []Request
 	var rd wire.ObjectReader
 	var m mooncakeLine
@@ -73,28 +96,30 @@ func ReadMooncake(r io.Reader, blockSize uint64) ([]Request, error) {
 		}
 		m = mooncakeLine{req: Request{ID: "r" + strconv.Itoa(len(out))}}
 		if err := rd.Read(line, m.field); err != nil {
-			return nil, fmt.Errorf("trace line %d: %w", n, err)
+			return nil, "", fmt.Errorf("trace line %d: %w", n, err)
 		}
 		if err := m.check(blockSize); err != nil {
-			return nil, fmt.Errorf("trace line %d: %w", n, err)
+			return nil, "", fmt.Errorf("trace line %d: %w", n, err)
 		}
 		// A later turn follows its session's previous turn: one must come
 		// before it, or it would never arrive.
 		if s := m.req.Session; s != "" {
 			if m.req.DelayMS != nil && !sessions[s] {
-				return nil, fmt.Errorf("trace line %d: field \"delay_ms\": the first turn of session %q has a delay, which counts from a previous turn; give it a timestamp", n, s)
+				return nil, "", fmt.Errorf("trace line %d: field \"delay_ms\": the first turn of session %q has a delay, which counts from a previous turn; give it a timestamp", n, s)
 			}
 			sessions[s] = true
 		}
 		out = append(out, m.req)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("trace line %d: %w (a line holds at most 256 MB)", n, err)
+	switch err := sc.Err(); {
+	case errors.Is(err, bufio.ErrTooLong):
+		return nil, "", fmt.Errorf("trace line %d: longer than %d bytes, the longest line taken (--max-line-bytes)", n, maxLineBytes)
+	case err != nil:
+		return nil, "", fmt.Errorf("trace line %d: %w", n, err)
+	case len(out) == 0:
+		return nil, "", fmt.Errorf("the trace has no requests")
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("the trace has no requests")
-	}
-	return out, nil
+	return out, hex.EncodeToString(digest.Sum(nil)), nil
 }
 
 // maxTraceMS bounds a timestamp and a delay: half the latest time the

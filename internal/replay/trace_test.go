@@ -2,12 +2,18 @@ package replay
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -139,6 +145,9 @@ func TestMooncakeRefusesBadLines(t *testing.T) {
 		line(`, "session_id": true`):                                                            {`field "session_id": expected a string or an integer, got a boolean`},
 		line(`, "parent_session_id": {}`):                                                       {`field "parent_session_id": expected a string or an integer, got an object`},
 		line(", \"session_id\": \"a\xffb\""):                                                    {`field "session_id": expected a string of valid UTF-8`},
+		line("") + "\n" + line(`, "session_id": "a\ud800b"`):                                    {`trace line 2: field "session_id": expected a string of valid UTF-8, got a lone surrogate escape`},
+		line("") + "\n\n" + line(`, "parent_session_id": "\udc00"`):                             {`trace line 3: field "parent_session_id": expected a string of valid UTF-8, got a lone surrogate escape`},
+		line(`, "role": "decode\udbff"`):                                                        {`trace line 1: field "role": expected a string of valid UTF-8, got a lone surrogate escape`},
 		line(`, "parent_session_id": 01`):                                                       {`field "parent_session_id"`, "not a JSON number"},
 		`{"timestamp": -1, "input_length": 1, "output_length": 1}`:                              {`field "timestamp": expected a time from 0 to 4503599627370496 ms, got -1`},
 		`{"timestamp": 4503599627370497, "input_length": 1, "output_length": 1}`:                {`field "timestamp": expected a time from 0 to`},
@@ -250,6 +259,12 @@ func TestMooncakeSkipsUnknownKeys(t *testing.T) {
 	// Skipped, but still JSON.
 	wantErr(t, line(`, "extra": {"a": [1,]}`), "trace line 1:", "not JSON")
 	wantErr(t, line(", \"extra\": [\"\xff\"]"), `field "extra": expected a string of valid UTF-8`)
+	// A skipped value is not decoded, so a lone surrogate escape in it is
+	// no character anyone reads; a key is decoded, and refused with one.
+	if got := readOne(t, line(`, "extra": ["\ud800", {"k": "\udc00"}]`)); got.InputTokens != 1024 {
+		t.Fatalf("got %+v", got)
+	}
+	wantErr(t, line(`, "x\ud800": 1`), "trace line 1:", "a key is not valid UTF-8: it holds a lone surrogate escape")
 }
 
 // TestMooncakeReadsTheSharedTrace: the real trace reads whole, at 512
@@ -297,8 +312,20 @@ func FuzzReadMooncake(f *testing.F) {
 		`{"input_length": 900, "output_length": 1, "hash_ids": [1, 2], "session_id": 7, "delay_ms": 5, "priority": 1, "role": "aggregated"}`))
 	f.Add([]byte(`{"timestamp": 1e300, "INPUT_LENGTH": 1, "hash_ids": [18446744073709551616]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		reqs, err := ReadMooncake(bytes.NewReader(data), 512)
-		if err != nil || len(reqs) > 50 {
+		const limit = 200
+		reqs, sum, err := ReadMooncakeDigest(bytes.NewReader(data), 512, limit)
+		if err != nil {
+			return
+		}
+		if want := sha256.Sum256(data); sum != hex.EncodeToString(want[:]) {
+			t.Fatalf("digest %s, want the input's %x", sum, want)
+		}
+		for i, l := range bytes.Split(data, []byte("\n")) {
+			if len(l) > limit {
+				t.Fatalf("line %d of %d bytes taken, over the limit of %d", i+1, len(l), limit)
+			}
+		}
+		if len(reqs) > 50 {
 			return
 		}
 		cluster := DefaultCluster(2)
@@ -310,4 +337,130 @@ func FuzzReadMooncake(f *testing.F) {
 			t.Fatalf("%d completed and %d rejected of %d requests", m.Completed, m.Rejected, len(reqs))
 		}
 	})
+}
+
+// TestMooncakeLineLimit: a line of the limit's length (newline excluded,
+// a \r counted) is read, one byte longer is refused by its number; and the
+// refusal holds one line's worth: of an endless line the reader reads and
+// keeps about the limit, not the line (a reader that read the whole input
+// first, or grew its buffer past the limit, would read and allocate its
+// 64 MiB).
+func TestMooncakeLineLimit(t *testing.T) {
+	good := line("")
+	limit := len(good) + 10
+	padded := good + strings.Repeat(" ", 10)
+	reqs, _, err := ReadMooncakeDigest(strings.NewReader(good+"\n"+padded+"\n"+padded[:limit-1]+"\r\n"+padded), 512, limit)
+	if err != nil || len(reqs) != 4 {
+		t.Fatalf("lines of at most %d bytes: %d requests, %v", limit, len(reqs), err)
+	}
+	for _, trace := range []string{good + "\n" + padded + " \n" + good, good + "\n" + padded + "\r\n", good + "\n" + padded + " "} {
+		_, _, err := ReadMooncakeDigest(strings.NewReader(trace), 512, limit)
+		if want := fmt.Sprintf("trace line 2: longer than %d bytes", limit); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want %q", trace, err, want)
+		}
+	}
+	const mib = 1 << 20
+	endless := &counting{r: io.MultiReader(strings.NewReader(good+"\n"), io.LimitReader(repeatByte('x'), 64*mib))}
+	alloc := allocated(func() { _, _, err = ReadMooncakeDigest(endless, 512, mib) })
+	if err == nil || !strings.Contains(err.Error(), "trace line 2: longer than 1048576 bytes") {
+		t.Errorf("a 64 MiB line: %v", err)
+	}
+	if endless.n > 2*mib || alloc > 8*mib {
+		t.Errorf("a 64 MiB line over a 1 MiB limit: read %d bytes, allocated %d", endless.n, alloc)
+	}
+	if _, _, err := ReadMooncakeDigest(strings.NewReader(good), 512, 0); err == nil || !strings.Contains(err.Error(), "line limit") {
+		t.Errorf("a limit of 0: %v", err)
+	}
+}
+
+// TestMooncakeDigest: the digest is the SHA-256 of every byte read, blank
+// lines, comments, \r and a last line without its newline included, however
+// the reader hands them out (a digest of the lines read, or of what the
+// scanner kept, would miss some).
+func TestMooncakeDigest(t *testing.T) {
+	trace := "# a comment\n\n" + line("") + "\r\n   \n" + line(`, "session_id": "s"`)
+	want := sha256.Sum256([]byte(trace))
+	for name, r := range map[string]io.Reader{
+		"whole":        strings.NewReader(trace),
+		"byte by byte": iotest.OneByteReader(strings.NewReader(trace)),
+	} {
+		reqs, sum, err := ReadMooncakeDigest(r, 512, 1<<10)
+		if err != nil || len(reqs) != 2 || sum != hex.EncodeToString(want[:]) {
+			t.Errorf("%s: %d requests, digest %s, %v; want 2 and %x", name, len(reqs), sum, err, want)
+		}
+	}
+	_, other, _ := ReadMooncakeDigest(strings.NewReader(strings.Replace(trace, "a comment", "a Comment", 1)), 512, 1<<10)
+	if _, sum, _ := ReadMooncakeDigest(strings.NewReader(trace), 512, 1<<10); other == sum {
+		t.Errorf("a comment edited, the same digest %s", sum)
+	}
+}
+
+// TestDeepTraceLine: a trace line nested 100,000 deep is answered, read
+// when the depth is under a key the reader skips and refused at its first
+// wrong value under a field, allocating a small multiple of the line on a
+// stack of at most 1 MB (see TestDeepProfile).
+func TestDeepTraceLine(t *testing.T) {
+	deep := strings.Repeat("[", 100000) + strings.Repeat("]", 100000)
+	for key, want := range map[string]string{
+		"extra":      "",
+		"hash_ids":   `trace line 1: field "hash_ids[0]": expected an unsigned 64-bit integer, got an array`,
+		"session_id": `trace line 1: field "session_id": expected a string or an integer, got an array`,
+		"priority":   `trace line 1: field "priority": expected a number, got an array`,
+	} {
+		data := []byte(`{"timestamp": 0, "input_length": 1, "output_length": 1, "` + key + `": ` + deep + "}\n")
+		var err error
+		alloc := allocated(func() {
+			shallow(func() { _, _, err = ReadMooncakeDigest(bytes.NewReader(data), 512, wire.DefaultMaxLineBytes) })
+		})
+		if (want == "" && err != nil) || (want != "" && (err == nil || err.Error() != want)) {
+			t.Errorf("%s 100,000 deep: got %v, want %q", key, err, want)
+		}
+		if alloc > 8*uint64(len(data)) {
+			t.Errorf("%s 100,000 deep: %d bytes allocated for %d bytes", key, alloc, len(data))
+		}
+	}
+}
+
+// counting counts the bytes read through it.
+type counting struct {
+	r io.Reader
+	n uint64
+}
+
+func (c *counting) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += uint64(n)
+	return n, err
+}
+
+// repeatByte is an endless stream of one byte, which costs no memory.
+type repeatByte byte
+
+func (b repeatByte) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(b)
+	}
+	return len(p), nil
+}
+
+// shallow runs f on a goroutine whose stack may not pass 1 MB: a reader
+// that recursed per level of a deep input would overflow it, which ends
+// the test binary (a fatal error, not a panic) naming the recursion.
+func shallow(f func()) {
+	defer debug.SetMaxStack(debug.SetMaxStack(1 << 20))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
+}
+
+// allocated is how many bytes f allocates.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }

@@ -100,54 +100,123 @@ func scalars(raw json.RawMessage) ([]string, error) {
 	return out, nil
 }
 
+// MaxDepth bounds how deep a spec nests. A spec needs four levels
+// ("objective"."subject_to".METRIC."min", or "grid"[i].FLAG[j]); anything
+// past the bound is no spec, and is refused before any reader walks it.
+const MaxDepth = 64
+
+// level is one container the walk of noRepeatedKeys is in: an object's
+// keys so far and the key whose value is read, or an array's index. Only
+// these are kept, and the path is spelt out only for an error: a path per
+// level, built as the walk goes down, made the walk quadratic in depth.
+type level struct {
+	seen  map[string]bool // nil for an array
+	key   string
+	index int
+}
+
+// path names where the walk is, as the top-level object's keys and the
+// arrays' indexes below it: grid[0].workers.
+func path(levels []level) string {
+	var b strings.Builder
+	for _, l := range levels {
+		if l.seen != nil {
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(l.key)
+		} else {
+			fmt.Fprintf(&b, "[%d]", l.index)
+		}
+	}
+	return b.String()
+}
+
 // noRepeatedKeys refuses a JSON document in which an object gives a key
-// twice, naming the key and where it is.
-func noRepeatedKeys(data []byte) error {
+// twice, naming the key and where it is, and one nested deeper than
+// maxDepth (Parse gives MaxDepth). It walks on an explicit stack, not by
+// recursion: its cost is linear in the document's size, whatever its
+// depth. A document that is not JSON is left to the decoder that follows,
+// which says why.
+func noRepeatedKeys(data []byte, maxDepth int) error {
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
-	var walk func(path string) error
-	walk = func(path string) error {
+	var stack []level
+	for {
 		t, err := d.Token()
 		if err != nil {
-			return err
+			return notEOF(err)
 		}
-		switch t {
-		case json.Delim('{'):
-			seen := map[string]bool{}
-			for d.More() {
-				k, err := d.Token()
-				if err != nil {
-					return err
-				}
-				key := k.(string)
-				if seen[key] {
-					return fmt.Errorf("%s%q appears twice", where(path), key)
-				}
-				seen[key] = true
-				if err := walk(path + "." + key); err != nil {
-					return err
-				}
+		if t == json.Delim('{') || t == json.Delim('[') {
+			if len(stack) == maxDepth {
+				return fmt.Errorf("the spec nests deeper than %d levels (at byte %d%s); a spec needs 4", maxDepth, d.InputOffset(), under(stack))
 			}
-			_, err = d.Token()
-		case json.Delim('['):
-			for i := 0; d.More(); i++ {
-				if err := walk(fmt.Sprintf("%s[%d]", path, i)); err != nil {
-					return err
-				}
+			l := level{index: -1}
+			if t == json.Delim('{') {
+				l.seen = map[string]bool{}
 			}
-			_, err = d.Token()
+			stack = append(stack, l)
 		}
-		return err
+		more, err := nextValue(d, &stack)
+		if !more || err != nil {
+			return notEOF(err)
+		}
 	}
-	if err := walk(""); err != nil && !errors.Is(err, io.EOF) {
-		return err
+}
+
+// nextValue moves the walk from a value just read, or a container just
+// entered, to the next value: it closes the containers that end there,
+// and reads the key before an object's value, refusing one seen before. It
+// reports whether there is a next value.
+func nextValue(d *json.Decoder, stack *[]level) (bool, error) {
+	for len(*stack) > 0 {
+		top := &(*stack)[len(*stack)-1]
+		if !d.More() {
+			if _, err := d.Token(); err != nil {
+				return false, err
+			}
+			*stack = (*stack)[:len(*stack)-1]
+			continue
+		}
+		if top.seen == nil {
+			top.index++
+			return true, nil
+		}
+		k, err := d.Token()
+		if err != nil {
+			return false, err
+		}
+		key := k.(string)
+		if top.seen[key] {
+			return false, fmt.Errorf("%s%q appears twice", where(path((*stack)[:len(*stack)-1])), key)
+		}
+		top.seen[key], top.key = true, key
+		return true, nil
 	}
-	return nil
+	return false, nil
+}
+
+// notEOF is err but for a document cut short, which the decoder that
+// follows names better.
+func notEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+// under names the top-level key the walk is under, for an error far
+// below it, whose whole path would be as long as its depth.
+func under(stack []level) string {
+	if len(stack) == 0 || stack[0].seen == nil {
+		return ""
+	}
+	return fmt.Sprintf(", under %q", stack[0].key)
 }
 
 func where(path string) string {
 	if path == "" {
 		return "key "
 	}
-	return "in " + strings.TrimPrefix(path, ".") + ", key "
+	return "in " + path + ", key "
 }

@@ -113,12 +113,14 @@ func Load(path string) (*Spec, error) {
 }
 
 // Parse reads a spec from its JSON. A key given twice, at any depth, is
-// refused: encoding/json would keep the last silently.
+// refused: encoding/json would keep the last silently. So is a spec nested
+// deeper than MaxDepth, before encoding/json reads it (which would go to
+// 10,000 levels).
 func Parse(data []byte) (*Spec, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, errors.New("the spec is empty: an object with workloads, flags, grid and objective (docs/sweep.md)")
 	}
-	if err := noRepeatedKeys(data); err != nil {
+	if err := noRepeatedKeys(data, MaxDepth); err != nil {
 		return nil, err
 	}
 	var s Spec

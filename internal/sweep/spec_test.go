@@ -2,8 +2,11 @@ package sweep
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -84,22 +87,25 @@ func TestPointsExpansion(t *testing.T) {
 // TestSpecRefusals: what a spec may not say is refused, naming it.
 func TestSpecRefusals(t *testing.T) {
 	for spec, want := range map[string]string{
-		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttft_ms"},"grids":[]}`:                          `unknown field "grids"`,
-		`{"workloads":[],` + objective + `}`:                                                                   `"workloads"`,
-		`{"workloads":[""],` + objective + `}`:                                                                 `"workloads"[0]`,
-		`{"workloads":["builtin"],"flags":{"report":"x.json"},` + objective + `}`:                              `flag "report": the sweep writes`,
-		`{"workloads":["builtin"],"grid":[{"compare":true}],` + objective + `}`:                                `flag "compare": a point is one policy`,
-		`{"workloads":["builtin"],"grid":[{"--workers":[1]}],` + objective + `}`:                               `without their dashes`,
-		`{"workloads":["builtin"],"flags":{"workers":[1,2]},` + objective + `}`:                                `"flags".workers: one value`,
-		`{"workloads":["builtin"],"flags":{"workers":8},"grid":[{"workers":[1,2]}],` + objective + `}`:         `"grid"[0].workers: also in "flags"`,
-		`{"workloads":["builtin"],"grid":[{"workers":[]}],` + objective + `}`:                                  `"grid"[0].workers: no values`,
-		`{"workloads":["builtin"],"grid":[{"workers":[1],"workers":[2]}],` + objective + `}`:                   `in grid[0], key "workers" appears twice`,
-		`{"workloads":["builtin"],"grid":[{"workers":[{}]}],` + objective + `}`:                                `not a number, string or boolean`,
-		`{"workloads":["builtin"],"objective":{}}`:                                                             `give one of "minimize" and "maximize"`,
-		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttf_ms"}}`:                                      `"p99_ttf_ms" is not a metric`,
-		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttft_ms","subject_to":{"worker_share_cv":{}}}}`: `give "min", "max" or both`,
-		`{"workloads":["builtin"],` + objective + `} {}`:                                                       `follows the spec`,
-		`{"workloads":["builtin"],"grid":[{"policy":"kv"},{"policy":["kv"]}],` + objective + `}`:               `grid blocks repeat a point`,
+		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttft_ms"},"grids":[]}`:                           `unknown field "grids"`,
+		`{"workloads":[],` + objective + `}`:                                                                    `"workloads"`,
+		`{"workloads":[""],` + objective + `}`:                                                                  `"workloads"[0]`,
+		`{"workloads":["builtin"],"flags":{"report":"x.json"},` + objective + `}`:                               `flag "report": the sweep writes`,
+		`{"workloads":["builtin"],"grid":[{"compare":true}],` + objective + `}`:                                 `flag "compare": a point is one policy`,
+		`{"workloads":["builtin"],"grid":[{"--workers":[1]}],` + objective + `}`:                                `without their dashes`,
+		`{"workloads":["builtin"],"flags":{"workers":[1,2]},` + objective + `}`:                                 `"flags".workers: one value`,
+		`{"workloads":["builtin"],"flags":{"workers":8},"grid":[{"workers":[1,2]}],` + objective + `}`:          `"grid"[0].workers: also in "flags"`,
+		`{"workloads":["builtin"],"grid":[{"workers":[]}],` + objective + `}`:                                   `"grid"[0].workers: no values`,
+		`{"workloads":["builtin"],"grid":[{"workers":[1],"workers":[2]}],` + objective + `}`:                    `in grid[0], key "workers" appears twice`,
+		`{"workloads":["builtin"],"grid":[{},{"x":[1,{"k":1,"k":2}]}],` + objective + `}`:                       `in grid[1].x[1], key "k" appears twice`,
+		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttft_ms","subject_to":{"m":{"min":1,"min":2}}}}`: `in objective.subject_to.m, key "min" appears twice`,
+		`{"workloads":["builtin"],"workloads":["builtin"],` + objective + `}`:                                   `key "workloads" appears twice`,
+		`{"workloads":["builtin"],"grid":[{"workers":[{}]}],` + objective + `}`:                                 `not a number, string or boolean`,
+		`{"workloads":["builtin"],"objective":{}}`:                                                              `give one of "minimize" and "maximize"`,
+		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttf_ms"}}`:                                       `"p99_ttf_ms" is not a metric`,
+		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttft_ms","subject_to":{"worker_share_cv":{}}}}`:  `give "min", "max" or both`,
+		`{"workloads":["builtin"],` + objective + `} {}`:                                                        `follows the spec`,
+		`{"workloads":["builtin"],"grid":[{"policy":"kv"},{"policy":["kv"]}],` + objective + `}`:                `grid blocks repeat a point`,
 	} {
 		s, err := Parse([]byte(spec))
 		if err == nil {
@@ -109,6 +115,61 @@ func TestSpecRefusals(t *testing.T) {
 			t.Errorf("%s: got %v, want %q", spec, err, want)
 		}
 	}
+}
+
+// TestDeepSpec: a spec nested past MaxDepth is refused naming the bound,
+// and one at the bound is read (the decoder then says what is wrong with
+// it); at 100,000 levels the refusal costs a few bytes per byte of the
+// spec (the eager path per level of the recursive walk allocated 2 GB at
+// 30,000). The walk itself, unbounded, is linear: a repeated key at depth
+// 10,000 is found, with its path, in a small multiple of the input (the
+// recursive walk allocated 8,000 times the input there), on a stack of at
+// most 1 MB (a walk that recursed per level would overflow it).
+func TestDeepSpec(t *testing.T) {
+	nested := func(n int, inner string) []byte {
+		return []byte(`{"description":` + strings.Repeat("[", n) + inner + strings.Repeat("]", n) + `}`)
+	}
+	_, err := Parse(nested(MaxDepth, ""))
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("nests deeper than %d levels", MaxDepth)) || !strings.Contains(err.Error(), `under "description"`) {
+		t.Errorf("%d levels (the object and %d arrays): %v", MaxDepth+1, MaxDepth, err)
+	}
+	if _, err := Parse(nested(MaxDepth-1, "")); err == nil || strings.Contains(err.Error(), "nests deeper") {
+		t.Errorf("%d levels are read, and refused as no string: %v", MaxDepth, err)
+	}
+	deep := nested(100000, "")
+	if alloc := allocated(func() { _, err = Parse(deep) }); err == nil || !strings.Contains(err.Error(), "nests deeper") || alloc > 16*uint64(len(deep)) {
+		t.Errorf("100,000 levels: %v, %d bytes allocated for %d bytes of spec", err, alloc, len(deep))
+	}
+	deep = nested(10000, `{"k":1,"k":2}`)
+	alloc := allocated(func() { shallow(func() { err = noRepeatedKeys(deep, math.MaxInt) }) })
+	if want := `in description` + strings.Repeat("[0]", 10000) + `, key "k" appears twice`; err == nil || err.Error() != want {
+		t.Errorf("unbounded walk at depth 10,000: %.80v", err)
+	}
+	if alloc > 500*uint64(len(deep)) {
+		t.Errorf("unbounded walk at depth 10,000 allocated %d bytes for %d bytes of spec", alloc, len(deep))
+	}
+}
+
+// shallow runs f on a goroutine whose stack may not pass 1 MB: a walk
+// that recursed per level of a deep input would overflow it, which ends
+// the test binary (a fatal error, not a panic) naming the recursion.
+func shallow(f func()) {
+	defer debug.SetMaxStack(debug.SetMaxStack(1 << 20))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
+}
+
+// allocated is how many bytes f allocates.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }
 
 // TestShardsCoverEveryPointOnce: shards 1..N of any number of points hold

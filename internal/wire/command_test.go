@@ -84,7 +84,8 @@ func TestDecodeNastyLines(t *testing.T) {
 		{`{"op":"observe","events":[{"event":{"event_id":1,"data":"cleared"}}]}`, "invalid_field", `events[0].worker_id`},
 		{`{"op":"observe","events":[{"worker_id":1,"event":{"event_id":1}}]}`, "invalid_field", `events[0].event.data`},
 		{`{"op":"observe","events":[{"worker_id":1,"event":{"event_id":1,"data":{"removed":{}}}}]}`, "invalid_field", `removed.block_hashes`},
-		{`{"op":"place","request_id":"a\u0000b\ud800","input_tokens":1}`, "", ""}, // escapes decode; a lone surrogate becomes U+FFFD
+		{`{"op":"place","request_id":"a\u0000b\ud83d\ude00","input_tokens":1}`, "", ""}, // escapes decode, a surrogate pair to its character
+		{`{"op":"place","request_id":"a\u0000b\ud800","input_tokens":1}`, "invalid_field", `"request_id": expected a string of valid UTF-8, got a lone surrogate escape`},
 		{`{"op":"place","request_id":"r"}`, "invalid_field", `"input_tokens": required: give the prompt as tokens`},
 		{`{"op":"worker_ready","worker_id":1,"events":5}`, "unknown_field", `"events": is not a field of op "worker_ready"`},
 		{`{"events":5,"op":"worker_ready","worker_id":1}`, "unknown_field", `"events": is not a field of op "worker_ready"`},
@@ -100,8 +101,8 @@ func TestDecodeNastyLines(t *testing.T) {
 		{"{\"op\":\"place\",\"request_id\":\"a\nb\"}", "parse_error", "control character"},
 		{deep, "invalid_field", `"id"`},
 		// An id is echoed as written, so it must be JSON a strict reader takes.
-		{`{"op":"inspect","id":"\ud800"}`, "invalid_field", `"id": holds a lone surrogate`},
-		{`{"op":"config","id":"a\udc00b"}`, "invalid_field", `"id": holds a lone surrogate`},
+		{`{"op":"inspect","id":"\ud800"}`, "invalid_field", `"id": expected a string of valid UTF-8, got a lone surrogate escape`},
+		{`{"op":"config","id":"a\udc00b"}`, "invalid_field", `"id": expected a string of valid UTF-8, got a lone surrogate escape`},
 		{`{"op":"inspect","id":"\ud83d\ude00"}`, "", ""},
 		{"{\"op\":\"inspect\",\"id\":\"\xff\"}", "invalid_field", `"id": expected a string of valid UTF-8`},
 		// The op decides what fields mean: a field it does not take is named,
@@ -155,6 +156,73 @@ func TestDecodeRecoversOpAndID(t *testing.T) {
 	d = decode(t, `{"id":"x","op":"place"`)
 	if d.Op != nil || d.ID != nil {
 		t.Fatalf("an unreadable line has no op or id, got op=%v id=%s", d.Op, d.ID)
+	}
+}
+
+// TestLoneSurrogatesRefused: a string holding a surrogate escape without
+// its pair is refused in every field that takes a string, on every op that
+// takes the field, naming the field, with the line's op and id echoed: it
+// stands for no character, and read as U+FFFD two ids differing only there
+// were one request. A pair, or a lone surrogate's neighbour written
+// plainly, still reads.
+func TestLoneSurrogatesRefused(t *testing.T) {
+	event := func(session string) string {
+		return `"events":[{"worker_id":1,"session_id":` + session + `,"event":{"event_id":1,"data":"cleared"}}]`
+	}
+	type field struct {
+		op, path string
+		line     func(v string) string // the line's fields after op and id, the string field holding v
+	}
+	var fields []field
+	for _, op := range []protocol.Op{protocol.OpPlace, protocol.OpDispatchCommitted, protocol.OpDispatchAborted,
+		protocol.OpPrefillCompleted, protocol.OpRequestTerminal, protocol.OpCancelPending} {
+		fields = append(fields, field{string(op), "request_id", func(v string) string { return `"request_id":` + v + `,"input_tokens":1` }})
+	}
+	fields = append(fields,
+		field{"place", "session_id", func(v string) string { return `"request_id":"r","input_tokens":1,"session_id":` + v }},
+		field{"place", "parent_session_id", func(v string) string { return `"request_id":"r","input_tokens":1,"parent_session_id":` + v }},
+		field{"place", "role", func(v string) string { return `"request_id":"r","input_tokens":1,"role":` + v }},
+		field{"worker_ready", "role", func(v string) string { return `"worker_id":1,"role":` + v }},
+		field{"observe", "events[0].session_id", event},
+		field{"observe", "events[0].storage_tier", func(v string) string {
+			return `"events":[{"worker_id":1,"storage_tier":` + v + `,"event":{"event_id":1,"data":"cleared"}}]`
+		}},
+		field{"observe", "events[0].residency_domain", func(v string) string {
+			return `"events":[{"worker_id":1,"residency_domain":` + v + `,"event":{"event_id":1,"data":"cleared"}}]`
+		}},
+		field{"observe", "events[0].event.tier", func(v string) string {
+			return `"events":[{"worker_id":1,"event":{"event_id":1,"tier":` + v + `,"data":"cleared"}}]`
+		}},
+		field{"observe", "events[0].event.data", func(v string) string { return `"events":[{"worker_id":1,"event":{"event_id":1,"data":` + v + `}}]` }},
+		field{"config", "policy", func(v string) string { return `"policy":` + v }},
+		field{"config", "affinity.key", func(v string) string { return `"affinity":{"key":` + v + `}` }},
+	)
+	for _, f := range fields {
+		for _, v := range []string{`"\ud800"`, `"\udc00"`, `"a\ud800b"`, `"a\udbff\u0041"`, `"\udc00\ud800"`} {
+			line := `{"op":"` + f.op + `","id":"q",` + f.line(v) + `}`
+			d := decode(t, line)
+			if d.Err == nil || d.Err.Code != protocol.CodeInvalidField || !strings.Contains(d.Err.Message, `field "`+f.path+`": expected a string of valid UTF-8, got a lone surrogate escape`) {
+				t.Errorf("%s: got %v, want invalid_field naming %q and the lone surrogate", line, d.Err, f.path)
+			}
+			if d.Op == nil || *d.Op != f.op || string(d.ID) != `"q"` {
+				t.Errorf("%s: op and id not echoed: op %v, id %s", line, d.Op, d.ID)
+			}
+		}
+	}
+	// The same keys, whose strings read well: what refuses above is the
+	// surrogate alone.
+	d := decode(t, `{"op":"place","id":"q","request_id":"\ud83d\ude00","input_tokens":1,"session_id":"\uD83D\uDE00x","parent_session_id":"\u0041"}`)
+	if d.Err != nil || d.Cmd.RequestID != "😀" || *d.Cmd.SessionID != "😀x" || *d.Cmd.ParentSessionID != "A" {
+		t.Errorf("surrogate pairs: %v, %+v", d.Err, d.Cmd)
+	}
+	d = decode(t, `{"op":"observe",`+event(`"\ud83d\ude00"`)+`}`)
+	if d.Err != nil {
+		t.Errorf("an event's session_id with a pair: %v", d.Err)
+	}
+	// A key: refused as one that is not UTF-8, saying why.
+	d = decode(t, `{"op":"inspect","id":"q","k\ud800":1}`)
+	if d.Err == nil || d.Err.Code != protocol.CodeInvalidField || !strings.Contains(d.Err.Message, "a key is not valid UTF-8: it holds a lone surrogate escape") || d.Op == nil || string(d.ID) != `"q"` {
+		t.Errorf("a key with a lone surrogate: op %v, id %s, %v", d.Op, d.ID, d.Err)
 	}
 }
 

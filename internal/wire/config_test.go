@@ -249,6 +249,7 @@ func TestConfigFileIsAsStrictAsACommand(t *testing.T) {
 		`{"block_size":18446744073709551617}`:                          `(above 18446744073709551615)`,
 		`{"block_size":16} {}`:                                         `unexpected data after the config object`,
 		`{"affinity":{"mode":"hard"},"affinity.mode":"soft"}`:          `config file line 1: field "affinity.mode": is not a config key`,
+		"{\n  \"affinity\": {\"key\": \"a\\udc00\"}\n}":                `config file line 2: field "affinity.key": expected a string of valid UTF-8, got a lone surrogate escape`,
 	} {
 		if _, err := LoadConfig([]byte(file), nil); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want %q", file, err, want)

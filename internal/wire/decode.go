@@ -226,20 +226,16 @@ func (h *header) recoverFrom(line []byte, at int, out *Decoded) (readable bool, 
 }
 
 // scanID reads an id value, which is echoed verbatim: a string or a number,
-// and a string without a lone surrogate escape ("\ud800"), which a strict
-// JSON reader of the response would refuse. On success it returns the
-// value's bytes.
+// and a string the scanner takes (no lone surrogate escape, "\ud800",
+// which a strict JSON reader of the response would refuse). On success it
+// returns the value's bytes.
 func scanID(s *scanner) ([]byte, *fieldError) {
 	c := s.peek()
 	start := s.i
 	switch {
 	case c == '"':
-		s.loneSurrogate = false
 		if _, err := s.rawString(); err != nil {
 			return nil, err
-		}
-		if s.loneSurrogate {
-			return nil, &fieldError{code: protocol.CodeInvalidField, msg: "holds a lone surrogate escape, which would be echoed as invalid JSON"}
 		}
 	case c == '-' || (c >= '0' && c <= '9'):
 		if _, _, err := s.number("a number"); err != nil {

@@ -112,7 +112,10 @@ func decodeEventBody(s *scanner, ev *protocol.KVEvent) *fieldError {
 
 func decodeEventData(s *scanner, ev *protocol.KVEvent) *fieldError {
 	if s.peek() == '"' {
-		v, _ := s.str()
+		v, err := s.str()
+		if err != nil {
+			return err
+		}
 		if v != "cleared" {
 			return &fieldError{code: protocol.CodeInvalidField, msg: fmt.Sprintf(`expected "cleared" or an object with "stored" or "removed", got %q`, v)}
 		}

@@ -23,9 +23,6 @@ type scanner struct {
 	i int
 	// allowRepeats accepts a key twice; only header recovery wants that.
 	allowRepeats bool
-	// loneSurrogate is set when a string decoded a lone surrogate escape
-	// (to U+FFFD); an id, echoed as written, must not hold one.
-	loneSurrogate bool
 }
 
 func (s *scanner) peek() byte {
@@ -158,7 +155,7 @@ func (s *scanner) members(field func(key string) *fieldError) *fieldError {
 		case err.code != protocol.CodeInvalidField:
 			return err // a broken string
 		case !s.allowRepeats:
-			return &fieldError{code: protocol.CodeInvalidField, msg: "a key is not valid UTF-8"}
+			return &fieldError{code: protocol.CodeInvalidField, msg: keyNotUTF8(err)}
 		default:
 			key = "" // header recovery reads on past a key it cannot name
 		}
@@ -478,7 +475,10 @@ func (s *scanner) key() (string, *fieldError) {
 }
 
 // rawString reads the string at the cursor, unescaping it and refusing
-// invalid UTF-8 so that everything echoed back is valid JSON.
+// invalid UTF-8 and lone surrogate escapes, so that every string read is
+// what the host wrote and everything echoed back is valid JSON. Every
+// string a line holds is read here (keys and values, of commands, events,
+// config and trace lines): a field added later is refused the same way.
 func (s *scanner) rawString() (string, *fieldError) {
 	start := s.i + 1
 	j := start
@@ -506,13 +506,17 @@ func (s *scanner) rawString() (string, *fieldError) {
 
 func (s *scanner) escapedString(start int) (string, *fieldError) {
 	out := make([]byte, 0, 32)
+	lone := false // a lone surrogate escape: refused once the string is read to its end, as invalid UTF-8 is
 	j := start
 	for j < len(s.b) {
 		c := s.b[j]
 		switch {
 		case c == '"':
 			s.i = j + 1
-			if !utf8.Valid(out) {
+			switch {
+			case lone:
+				return "", loneSurrogate()
+			case !utf8.Valid(out):
 				return "", notUTF8()
 			}
 			return string(out), nil
@@ -554,12 +558,14 @@ func (s *scanner) escapedString(start int) (string, *fieldError) {
 				if j+6 <= len(s.b) && s.b[j] == '\\' && s.b[j+1] == 'u' {
 					r2, ok = hex4(s.b, j+2)
 				}
+				// Decoded as U+FFFD (as encoding/json does), two ids that
+				// differ only there would be one, and an answer would name
+				// an id the host never sent.
 				if dec := utf16.DecodeRune(r, r2); ok && dec != utf8.RuneError {
 					r = dec
 					j += 6
 				} else {
-					r = utf8.RuneError
-					s.loneSurrogate = true
+					lone = true
 				}
 			}
 			out = utf8.AppendRune(out, r)
@@ -573,9 +579,27 @@ func (s *scanner) escapedString(start int) (string, *fieldError) {
 }
 
 // notUTF8 is a well-formed string whose bytes are not UTF-8: a wrong value
-// (invalid_field), not broken JSON; the only such error a string read gives.
+// (invalid_field), not broken JSON; it and loneSurrogate are the only such
+// errors a string read gives.
 func notUTF8() *fieldError {
 	return &fieldError{code: protocol.CodeInvalidField, msg: "expected a string of valid UTF-8"}
+}
+
+const loneSurrogateMsg = `expected a string of valid UTF-8, got a lone surrogate escape (one of \ud800 to \udfff without its pair)`
+
+// loneSurrogate is a well-formed string holding a surrogate escape
+// without its pair, which stands for no character: as notUTF8.
+func loneSurrogate() *fieldError {
+	return &fieldError{code: protocol.CodeInvalidField, msg: loneSurrogateMsg}
+}
+
+// keyNotUTF8 is the message for a key whose string read failed with err,
+// which notUTF8 or loneSurrogate made.
+func keyNotUTF8(err *fieldError) string {
+	if err.msg == loneSurrogateMsg {
+		return "a key is not valid UTF-8: it holds a lone surrogate escape (one of \\ud800 to \\udfff without its pair)"
+	}
+	return "a key is not valid UTF-8"
 }
 
 func hex4(b []byte, j int) (rune, bool) {
