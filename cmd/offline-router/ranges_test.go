@@ -78,6 +78,7 @@ var replayBadValues = []badValue{
 	{"workers", "65537", nil},
 	{"emit-commands", "@dir", nil},
 	{"emit-responses", "@dir", nil},
+	{"max-line-bytes", "0", nil},
 }
 
 // noRange are the replay flags that take any value of their type.
@@ -183,5 +184,23 @@ func TestEverySweepRangeIsCheckedUpFront(t *testing.T) {
 				t.Errorf("%q made the sweep's folder", args)
 			}
 		})
+	}
+}
+
+// TestTraceLineLimit: a trace line past --max-line-bytes is refused by its
+// number, exit 2, from a file and from stdin alike.
+func TestTraceLineLimit(t *testing.T) {
+	good := `{"timestamp":0,"input_length":10,"output_length":1,"hash_ids":[1]}` + "\n"
+	long := `{"timestamp":1,"input_length":10,"output_length":1,"hash_ids":[1],"note":"` + strings.Repeat("x", 4000) + `"}` + "\n"
+	trace := filepath.Join(t.TempDir(), "trace.jsonl")
+	os.WriteFile(trace, []byte(good+good+long), 0o644)
+	for _, c := range []struct{ stdin, arg string }{{"", trace}, {good + good + long, "-"}} {
+		_, stderr, code := run(t, c.stdin, "replay", c.arg, "-q", "--max-line-bytes", "1000")
+		if code != 2 || !strings.Contains(stderr, "trace line 3: longer than 1000 bytes") {
+			t.Errorf("replay %s: exit %d: %s", c.arg, code, stderr)
+		}
+		if _, stderr, code := run(t, c.stdin, "replay", c.arg, "-q", "--max-line-bytes", "5000"); code != 0 {
+			t.Errorf("replay %s under a limit it keeps: exit %d: %s", c.arg, code, stderr)
+		}
 	}
 }

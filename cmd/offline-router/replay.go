@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +46,7 @@ type replayOptions struct {
 	emitResponses string
 	plotFile      string
 	profileFile   string
+	maxLineBytes  int
 	quiet         bool
 }
 
@@ -142,6 +141,7 @@ says why; --emit-commands and --emit-responses keep what was sent).`,
 	f.StringVar(&o.emitCommands, "emit-commands", "", "write every command sent to the router to this file (one policy only)")
 	f.StringVar(&o.emitResponses, "emit-responses", "", "write every response the router gave to this file (one policy only)")
 	f.StringVar(&o.plotFile, "plot", "", "draw the policies side by side (hit rate, TTFT, hit rate over time, per-worker load) to this .png or .svg")
+	f.IntVar(&o.maxLineBytes, "max-line-bytes", wire.DefaultMaxLineBytes, "a longer trace line is refused by its number (the trace is read as it streams, never whole)")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress bar")
 	return cmd, o
 }
@@ -354,6 +354,9 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	case o.workload.BuiltinSessions < 1:
 		return fmt.Errorf("--sessions %d: the built-in workload needs at least 1 session", o.workload.BuiltinSessions)
 	}
+	if o.maxLineBytes < 1 {
+		return fmt.Errorf("--max-line-bytes %d: expected at least 1 byte", o.maxLineBytes)
+	}
 	if o.workload.BuiltinSessions > maxSessions {
 		return fmt.Errorf("--sessions %d: at most %d (a few requests each, held in memory)", o.workload.BuiltinSessions, maxSessions)
 	}
@@ -470,8 +473,8 @@ func (o *replayOptions) checkPools(flags *pflag.FlagSet) error {
 		return fmt.Errorf("--prefill-workers %d, --decode-workers %d: expected 1 to %d each", c.PrefillWorkers, c.DecodeWorkers, protocol.MaxRanks)
 	case c.Engine != replay.EngineIteration:
 		return fmt.Errorf("disaggregated serving runs the iteration engine: drop --engine simple")
-	case c.Profile.Model.Layers == 0 || c.Profile.Model.KVHeads == 0 || c.Profile.Model.HeadDim == 0 || c.Profile.Model.DTypeBytes == 0:
-		return fmt.Errorf("disaggregated serving sizes the KV it sends by the profile's model shape: give \"model\" in --engine-profile")
+	case c.Profile.CheckModel() != nil:
+		return fmt.Errorf("disaggregated serving sizes the KV it sends by the profile's model shape: --engine-profile %s: %v", o.profileFile, c.Profile.CheckModel())
 	case !(c.KVTransferGBps >= 1e-3 && c.KVTransferGBps <= 1e6):
 		return fmt.Errorf("--kv-transfer-gbps %v: expected 0.001 to 1e6 GB/s", c.KVTransferGBps)
 	}
@@ -668,21 +671,23 @@ func (o *replayOptions) load(args []string, cfg protocol.Config) ([]replay.Reque
 	case len(args) == 0:
 		trace, info.Source = replay.Builtin(cfg.Seed, o.workload.BuiltinSessions, cfg.BlockSize), "builtin"
 	default:
-		var data []byte
+		// Streamed: a line past --max-line-bytes is refused by its number
+		// in as much memory, and the digest is taken as it is read.
+		in := io.Reader(os.Stdin)
+		if args[0] != "-" {
+			f, err := os.Open(args[0])
+			if err != nil {
+				return nil, info, err
+			}
+			defer f.Close()
+			in = f
+		}
+		var sum string
 		var err error
-		if args[0] == "-" {
-			data, err = io.ReadAll(os.Stdin)
-		} else {
-			data, err = os.ReadFile(args[0])
-		}
-		if err != nil {
-			return nil, info, err
-		}
-		if trace, err = replay.ReadMooncake(bytes.NewReader(data), cfg.BlockSize); err != nil {
+		if trace, sum, err = replay.ReadMooncakeDigest(in, cfg.BlockSize, o.maxLineBytes); err != nil {
 			return nil, info, fmt.Errorf("%s: %w", args[0], err)
 		}
-		sum := sha256.Sum256(data)
-		info.Source, info.SHA256 = "file", hex.EncodeToString(sum[:])
+		info.Source, info.SHA256 = "file", sum
 	}
 	info.Requests = len(trace)
 	replay.SpeedUp(trace, o.workload.ArrivalSpeedupRatio)
