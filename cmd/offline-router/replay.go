@@ -569,18 +569,18 @@ func (f placedFile) same(g placedFile) bool {
 	return f.path == g.path
 }
 
-// writable checks that path is not a folder and that its folder takes a
-// new file, by creating and removing a scratch file there.
+// writable checks that path is not a folder and that its folder takes the
+// file, by starting it as the run will (beside it) and discarding it.
 func writable(path string) error {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return fmt.Errorf("is a folder: give a file name")
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".offline-router-*")
+	f, err := outfile.Create(path)
 	if err != nil {
-		return fmt.Errorf("its folder cannot take a new file (%v)", err)
+		return fmt.Errorf("its folder cannot take a new file (%v)", errors.Unwrap(err))
 	}
-	f.Close()
-	return os.Remove(f.Name())
+	f.Discard()
+	return nil
 }
 
 // policyNames lists the policies for a message.

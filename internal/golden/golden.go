@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/offline-router/offline-router/internal/outfile"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files with the current output (review every diff before committing)")
@@ -17,7 +19,7 @@ var update = flag.Bool("update", false, "rewrite golden files with the current o
 func Check(t *testing.T, path string, got []byte) {
 	t.Helper()
 	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
+		if err := outfile.Write(path, got); err != nil {
 			t.Fatal(err)
 		}
 		return
