@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/offline-router/offline-router/internal/costtest"
 	"github.com/offline-router/offline-router/internal/engine"
 	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/protocol"
@@ -278,7 +279,7 @@ func TestDeepProfile(t *testing.T) {
 			data = []byte(`{"name": ` + deep + `}`)
 		}
 		var err error
-		alloc := allocated(func() { shallow(func() { _, err = ParseProfile(data) }) })
+		alloc := costtest.Allocated(func() { costtest.Shallow(func() { _, err = ParseProfile(data) }) })
 		if err == nil || err.Error() != want {
 			t.Errorf("%s 100,000 deep: got %v, want %q", key, err, want)
 		}

@@ -9,14 +9,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"testing"
 	"testing/iotest"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/offline-router/offline-router/internal/costtest"
 	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
 )
@@ -361,7 +360,7 @@ func TestMooncakeLineLimit(t *testing.T) {
 	}
 	const mib = 1 << 20
 	endless := &counting{r: io.MultiReader(strings.NewReader(good+"\n"), io.LimitReader(repeatByte('x'), 64*mib))}
-	alloc := allocated(func() { _, _, err = ReadMooncakeDigest(endless, 512, mib) })
+	alloc := costtest.Allocated(func() { _, _, err = ReadMooncakeDigest(endless, 512, mib) })
 	if err == nil || !strings.Contains(err.Error(), "trace line 2: longer than 1048576 bytes") {
 		t.Errorf("a 64 MiB line: %v", err)
 	}
@@ -409,8 +408,8 @@ func TestDeepTraceLine(t *testing.T) {
 	} {
 		data := []byte(`{"timestamp": 0, "input_length": 1, "output_length": 1, "` + key + `": ` + deep + "}\n")
 		var err error
-		alloc := allocated(func() {
-			shallow(func() { _, _, err = ReadMooncakeDigest(bytes.NewReader(data), 512, wire.DefaultMaxLineBytes) })
+		alloc := costtest.Allocated(func() {
+			costtest.Shallow(func() { _, _, err = ReadMooncakeDigest(bytes.NewReader(data), 512, wire.DefaultMaxLineBytes) })
 		})
 		if (want == "" && err != nil) || (want != "" && (err == nil || err.Error() != want)) {
 			t.Errorf("%s 100,000 deep: got %v, want %q", key, err, want)
@@ -441,26 +440,4 @@ func (b repeatByte) Read(p []byte) (int, error) {
 		p[i] = byte(b)
 	}
 	return len(p), nil
-}
-
-// shallow runs f on a goroutine whose stack may not pass 1 MB: a reader
-// that recursed per level of a deep input would overflow it, which ends
-// the test binary (a fatal error, not a panic) naming the recursion.
-func shallow(f func()) {
-	defer debug.SetMaxStack(debug.SetMaxStack(1 << 20))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	<-done
-}
-
-// allocated is how many bytes f allocates.
-func allocated(f func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
 }

@@ -5,13 +5,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/offline-router/offline-router/internal/costtest"
 )
 
 func mustParse(t *testing.T, spec string) *Spec {
@@ -137,39 +137,17 @@ func TestDeepSpec(t *testing.T) {
 		t.Errorf("%d levels are read, and refused as no string: %v", MaxDepth, err)
 	}
 	deep := nested(100000, "")
-	if alloc := allocated(func() { _, err = Parse(deep) }); err == nil || !strings.Contains(err.Error(), "nests deeper") || alloc > 16*uint64(len(deep)) {
+	if alloc := costtest.Allocated(func() { _, err = Parse(deep) }); err == nil || !strings.Contains(err.Error(), "nests deeper") || alloc > 16*uint64(len(deep)) {
 		t.Errorf("100,000 levels: %v, %d bytes allocated for %d bytes of spec", err, alloc, len(deep))
 	}
 	deep = nested(10000, `{"k":1,"k":2}`)
-	alloc := allocated(func() { shallow(func() { err = noRepeatedKeys(deep, math.MaxInt) }) })
+	alloc := costtest.Allocated(func() { costtest.Shallow(func() { err = noRepeatedKeys(deep, math.MaxInt) }) })
 	if want := `in description` + strings.Repeat("[0]", 10000) + `, key "k" appears twice`; err == nil || err.Error() != want {
 		t.Errorf("unbounded walk at depth 10,000: %.80v", err)
 	}
 	if alloc > 500*uint64(len(deep)) {
 		t.Errorf("unbounded walk at depth 10,000 allocated %d bytes for %d bytes of spec", alloc, len(deep))
 	}
-}
-
-// shallow runs f on a goroutine whose stack may not pass 1 MB: a walk
-// that recursed per level of a deep input would overflow it, which ends
-// the test binary (a fatal error, not a panic) naming the recursion.
-func shallow(f func()) {
-	defer debug.SetMaxStack(debug.SetMaxStack(1 << 20))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	<-done
-}
-
-// allocated is how many bytes f allocates.
-func allocated(f func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
 }
 
 // TestShardsCoverEveryPointOnce: shards 1..N of any number of points hold
