@@ -17,6 +17,13 @@ class is that object, over one offline-router process:
 The binary is $OFFLINE_ROUTER_BIN, else offline-router on PATH. Times are
 float milliseconds; JSON strings in and out, as the bridge passes them.
 
+timeout (seconds, None for none; by default $OFFLINE_ROUTER_TIMEOUT_S, unset
+or empty: none) bounds each wait for the router, as in the driver: a router
+that does not answer in time is killed and the callback raises RouterTimeout,
+a RouterDied, which like any RouterDied is not turned into a ValueError; later
+callbacks raise RouterClosed. close() or the with block ends the process; a
+policy dropped without close() ends it when collected, or at exit.
+
 config_json: {"policy": "kv_router" (Dynamo's cost; also "round_robin",
 "random", "least_loaded", "session_hash", "sglang_cache_aware", "llmd"; their
 knobs go in "sglang" and "llmd" objects as in the router's config), "affinity": {"mode": "session" | "sibling_group",
@@ -43,7 +50,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from offline_router import OfflineRouter, RouterError  # noqa: E402  (the driver beside this file)
+from offline_router import FROM_ENV, OfflineRouter, RouterError  # noqa: E402  (the driver beside this file)
 
 __all__ = ["OfflineRouterPolicy"]
 
@@ -104,7 +111,10 @@ class OfflineRouterPolicy:
         return {"api_version": API_VERSION, "roles": list(ROLES), "policies": sorted(POLICIES),
                 "affinity_modes": sorted(AFFINITY_KEYS), "implementation": "offline-router"}
 
-    def __init__(self, role, config_json, workers_json):
+    def __init__(self, role, config_json, workers_json, timeout=FROM_ENV):
+        """timeout: seconds to wait for each router response (see the module
+        docstring); the bridge passes only the first three arguments, so
+        $OFFLINE_ROUTER_TIMEOUT_S is its way to set one."""
         if role not in ROLES:
             raise ValueError(f"role {role!r}: expected one of {', '.join(ROLES)}")
         config = json.loads(config_json) if config_json else {}
@@ -121,7 +131,7 @@ class OfflineRouterPolicy:
         self._affinity_key, router_config = self._router_config(config, workers)
         binary = _binary()
         try:
-            self._router = OfflineRouter(binary, config=router_config)
+            self._router = OfflineRouter(binary, config=router_config, timeout=timeout)
         except RouterError as e:
             raise ValueError(f"config: {e.code}: {e.message}") from e
         try:

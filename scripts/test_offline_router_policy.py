@@ -1,4 +1,5 @@
-"""Tests of OfflineRouterPolicy, called as AISimulate's policy bridge calls it.
+"""Tests of OfflineRouterPolicy, called as AISimulate's policy bridge calls it,
+and of the driver's process handling under it (finalizer, timeouts).
 
 Needs the binary: OFFLINE_ROUTER_BIN, or offline-router on PATH. Run:
     go build -o /tmp/offline-router ./cmd/offline-router
@@ -6,17 +7,26 @@ Needs the binary: OFFLINE_ROUTER_BIN, or offline-router on PATH. Run:
 (`go test ./cmd/offline-router/` builds the binary and runs this suite.)
 """
 
+import contextlib
+import gc
 import json
 import os
 import random
+import shlex
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 from unittest import mock
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from offline_router import RouterDied  # noqa: E402
-from offline_router_policy import MAX_GROUP_KEY_BYTES, OfflineRouterPolicy  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from offline_router import (TIMEOUT_ENV, OfflineRouter, RouterClosed, RouterDied,  # noqa: E402
+                            RouterTimeout)
+from offline_router_policy import MAX_GROUP_KEY_BYTES, OfflineRouterPolicy, _binary  # noqa: E402
 
 SELECTED = {"request_id", "worker_id", "dp_rank", "cached_tokens", "overlap_blocks",
             "best_available_overlap_blocks", "isl_blocks"}
@@ -312,6 +322,231 @@ class HostLoop(PolicyTest):
         self.assertEqual(len(placed), 400)
         self.assertEqual((p.pending_count(), p.next_wakeup_ms()), (0, None))
         self.assertEqual(self.evidence(p)["decision_count"], 400)
+
+
+def open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def our_child(pid):
+    """pid is a process (running, stopped or a zombie) whose parent is this
+    one: a router not reaped. A reused pid has another parent."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return False
+    return int(fields[1]) == os.getpid()
+
+
+@contextlib.contextmanager
+def no_hang(seconds=10):
+    """A call that blocks (the bug) fails the test instead of hanging it."""
+    def hung(signum, frame):
+        raise AssertionError(f"still blocked after {seconds} s")
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@unittest.skipUnless(os.path.isdir("/proc/self/fd"), "needs /proc to count processes and descriptors")
+class Process(PolicyTest):
+    def setUp(self):
+        self.bin = _binary()
+        OfflineRouter(self.bin, timeout=None).close()  # whatever the first start opens for good, before counting
+        gc.collect()
+        self.fds = open_fds()
+
+    def stop(self, pid):
+        os.kill(pid, signal.SIGSTOP)
+        self.addCleanup(lambda: our_child(pid) and os.kill(pid, signal.SIGKILL))  # only if a test failed
+
+    def assert_gone(self, pid):
+        self.assertFalse(our_child(pid), f"router {pid} is still a child of this process (alive or unreaped)")
+
+    def test_dropped_objects_leave_no_process_nor_descriptor(self):
+        pids = []
+        for i in range(8):
+            p = OfflineRouterPolicy("aggregated", config(), workers())
+            p.place(req("a"), 0.0)
+            pids.append(p._router._proc.pid)
+            del p
+        for i in range(4):
+            r = OfflineRouter(self.bin, config={"block_size": 4}, timeout=None)
+            r.itself = r  # a cycle: only the collector can free it
+            pids.append(r._proc.pid)
+            del r
+        gc.collect()
+        self.assertEqual([pid for pid in pids if our_child(pid)], [], "routers left behind")
+        self.assertEqual(open_fds(), self.fds, "descriptors left behind")
+
+    def test_a_stopped_router_is_killed_at_interpreter_exit(self):
+        script = (f"import os, signal, sys; sys.path.insert(0, {HERE!r})\n"
+                  "from offline_router import OfflineRouter\n"
+                  f"r = OfflineRouter({self.bin!r}, timeout=None)\n"
+                  "os.kill(r._proc.pid, signal.SIGSTOP)\n"
+                  "print(r._proc.pid, open(f'/proc/{r._proc.pid}/stat').read().rsplit(')', 1)[1].split()[19])\n")
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=20)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        pid, started = out.stdout.split()
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                left = f.read().rsplit(")", 1)[1].split()[19] == started
+        except FileNotFoundError:
+            left = False
+        if left:
+            os.kill(int(pid), signal.SIGKILL)
+        self.assertFalse(left, f"the stopped router {pid} outlived the interpreter that started it")
+
+    def chatty_binary(self):
+        """The router, after a line on stderr."""
+        with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as f:
+            f.write(f"#!/bin/sh\necho 'router started' >&2\nexec {shlex.quote(self.bin)} \"$@\"\n")
+        self.addCleanup(os.unlink, f.name)
+        os.chmod(f.name, 0o755)
+        return f.name
+
+    def test_a_stopped_router_times_out_killed_and_reaped(self):
+        with mock.patch.dict(os.environ, {"OFFLINE_ROUTER_BIN": self.chatty_binary()}):
+            p = OfflineRouterPolicy("aggregated", config(), workers(), timeout=0.5)
+        pid = p._router._proc.pid
+        self.stop(pid)
+        t = time.monotonic()
+        with no_hang(), self.assertRaises(RouterTimeout) as e:
+            p.place(req("a"), 0.0)
+        self.assertLess(time.monotonic() - t, 2.5)
+        self.assertIsInstance(e.exception, RouterDied)
+        self.assertIn("router started", e.exception.stderr)
+        self.assertIn("0.5 s", str(e.exception))
+        self.assertEqual((e.exception.timeout, e.exception.returncode), (0.5, -signal.SIGKILL))
+        self.assert_gone(pid)
+        self.assertEqual(open_fds(), self.fds, "the dead router's pipes are still open")
+        with no_hang(), self.assertRaises(RouterClosed) as later:
+            p.advance_clock(1.0)
+        self.assertIn("0.5 s", str(later.exception))
+        p.close()  # harmless
+
+    def test_a_write_to_a_stopped_router_times_out(self):
+        r = OfflineRouter(self.bin, timeout=0.5)
+        self.stop(r._proc.pid)
+        t = time.monotonic()
+        with no_hang(), self.assertRaises(RouterTimeout):
+            r.place("a", input_tokens=4, block_hashes=list(range(200_000)))  # far more than a pipe holds
+        self.assertLess(time.monotonic() - t, 2.5)
+        self.assert_gone(r._proc.pid)
+
+    def test_a_batch_to_a_stopped_router_times_out(self):
+        r = OfflineRouter(self.bin, timeout=0.5)
+        self.stop(r._proc.pid)
+        threads = threading.active_count()
+        with no_hang(), self.assertRaises(RouterTimeout) as e:
+            r.send_many([{"op": "advance_clock", "now_ms": i} for i in range(10_000)])  # more than a pipe holds
+        self.assertEqual(e.exception.responses, [])
+        self.assertEqual(threading.active_count(), threads, "the batch's writer is still running")
+        self.assert_gone(r._proc.pid)
+        self.assertEqual(open_fds(), self.fds)
+
+    def test_a_big_batch_under_a_timeout(self):
+        r = OfflineRouter(self.bin, config={"block_size": 4, "evidence": "none"}, timeout=10)
+        self.addCleanup(r.close)
+        r.worker_ready(1, max_num_batched_tokens=8192)
+        batch = [{"op": "place", "request_id": f"m{i}", "input_tokens": 200, "block_hashes": list(range(i, i + 50))}
+                 for i in range(3000)]
+        batch += [{"op": "request_terminal", "request_id": f"m{i}"} for i in range(3000)]
+        with no_hang(60):
+            out = r.send_many(batch)
+        self.assertEqual((len(out), all(o["ok"] for o in out)), (6000, True))
+
+    def test_a_line_in_pieces_is_one_response(self):
+        script = ("read l; printf '{\"ok\":'; sleep 0.3; printf 'true,\"n\":1}\\n{\"ok\":true,\"n\":2}\\n'; "
+                  "read l; read l; printf '{\"ok\":tr'; exec sleep 30")
+        r = OfflineRouter("sh", args=("-c", script), timeout=5)
+        self.assertEqual(r.send({"op": "inspect"}), {"ok": True, "n": 1})
+        self.assertEqual(r.send({"op": "inspect"}), {"ok": True, "n": 2})
+        r.timeout = 0.5
+        with no_hang(), self.assertRaises(RouterTimeout):
+            r.send({"op": "inspect"})  # a line begun, never ended
+        self.assert_gone(r._proc.pid)
+
+    def test_an_interrupted_batch_ends_the_router(self):
+        r = OfflineRouter(self.bin, timeout=None)
+        pid = r._proc.pid
+        # Without the fix the batch's writer blocks for good: this ends it,
+        # late, so that the test fails instead of hanging.
+        rescue = threading.Timer(8, lambda: our_child(pid) and os.kill(pid, signal.SIGKILL))
+        rescue.start()
+        self.addCleanup(rescue.cancel)
+        self.stop(pid)
+        # 350 KB, more than a pipe holds; built before the alarm, and encoded
+        # in milliseconds, so that the alarm comes in the wait.
+        batch = [{"op": "advance_clock", "now_ms": i} for i in range(10_000)]
+        t = time.monotonic()
+        with self.assertRaises(AssertionError), no_hang(1):  # the host's own deadline, or Ctrl-C
+            r.send_many(batch)
+        self.assertLess(time.monotonic() - t, 3)
+        self.assert_gone(pid)
+        with self.assertRaises(RouterClosed):
+            r.inspect()
+        self.assertEqual(open_fds(), self.fds)
+
+    def test_a_line_not_json_ends_the_router(self):
+        r = OfflineRouter("sh", args=("-c", "read l; echo nope; exec sleep 30"), timeout=5)
+        with self.assertRaises(json.JSONDecodeError):
+            r.send({"op": "inspect"})
+        self.assert_gone(r._proc.pid)
+        with self.assertRaises(RouterClosed):
+            r.send({"op": "inspect"})  # not the next line taken as its answer
+        self.assertEqual(open_fds(), self.fds)
+
+    def test_close_of_a_stopped_router_kills_it_after_a_second(self):
+        r = OfflineRouter(self.bin, timeout=None)
+        self.stop(r._proc.pid)
+        t = time.monotonic()
+        with no_hang(), self.assertRaises(RouterDied) as e:
+            r.close()
+        self.assertGreater(time.monotonic() - t, 0.9)
+        self.assertEqual(e.exception.returncode, -signal.SIGKILL)
+        self.assert_gone(r._proc.pid)
+        r.close()  # twice is harmless
+        self.assertEqual(open_fds(), self.fds)
+
+
+class TimeoutSetting(unittest.TestCase):
+    def test_the_variable_is_the_default(self):
+        with mock.patch.dict(os.environ, {TIMEOUT_ENV: " 0.25 "}):
+            with OfflineRouter(_binary()) as r:
+                self.assertEqual(r.timeout, 0.25)
+            with OfflineRouter(_binary(), timeout=None) as r:  # the argument wins
+                self.assertIsNone(r.timeout)
+            with OfflineRouterPolicy("aggregated", config(), workers()) as p:
+                self.assertEqual(p._router.timeout, 0.25)
+            with OfflineRouterPolicy("aggregated", config(), workers(), timeout=3) as p:
+                self.assertEqual(p._router.timeout, 3.0)
+        with mock.patch.dict(os.environ, {TIMEOUT_ENV: ""}):
+            with OfflineRouter(_binary()) as r:
+                self.assertIsNone(r.timeout)
+            del os.environ[TIMEOUT_ENV]
+            with OfflineRouter(_binary()) as r:
+                self.assertIsNone(r.timeout)
+
+    def test_bad_values_are_refused_by_name_before_a_start(self):
+        with mock.patch("subprocess.Popen", side_effect=AssertionError("a router was started")):
+            for bad in ("abc", "0", "-1", "nan", "inf", "1s"):
+                with mock.patch.dict(os.environ, {TIMEOUT_ENV: bad}):
+                    for make in (lambda: OfflineRouter(_binary()),
+                                 lambda: OfflineRouterPolicy("aggregated", config(), workers())):
+                        with self.assertRaises(ValueError) as e:
+                            make()
+                        self.assertIn(TIMEOUT_ENV, str(e.exception))
+                        self.assertIn(repr(bad), str(e.exception))
+            for bad in (0, -1, float("nan"), float("inf"), "1", True):
+                with self.assertRaises(ValueError) as e:
+                    OfflineRouter(_binary(), timeout=bad)
+                self.assertIn("timeout", str(e.exception))
 
 
 if __name__ == "__main__":

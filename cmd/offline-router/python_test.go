@@ -194,12 +194,13 @@ func jsonInts(v []int) string {
 }
 
 // TestPythonPolicy runs the unittest suite of scripts/offline_router_policy.py,
-// AISimulate's policy bridge adapter, against the binary.
+// AISimulate's policy bridge adapter, and of the driver's process handling,
+// against the binary. The driver's timeout turns a hang into a failure.
 func TestPythonPolicy(t *testing.T) {
 	py := python(t)
 	cmd := exec.Command(py, "-m", "unittest", "test_offline_router_policy")
 	cmd.Dir = "../../scripts"
-	cmd.Env = append(os.Environ(), "OFFLINE_ROUTER_BIN="+binary, "PYTHONDONTWRITEBYTECODE=1")
+	cmd.Env = append(os.Environ(), "OFFLINE_ROUTER_BIN="+binary, "OFFLINE_ROUTER_TIMEOUT_S=60", "PYTHONDONTWRITEBYTECODE=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
