@@ -262,3 +262,107 @@ func TestIndexShard(t *testing.T) {
 		}
 	}
 }
+
+// distrolessPath is the PATH of gcr.io/distroless images, where the Job's
+// command "offline-router" is looked up.
+var distrolessPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+// TestDockerfileMatchesTheJob: no Docker engine runs here to build the
+// image, so the Dockerfile is held to what the Job and go.mod need: a Go
+// builder of go.mod's language version, a static build of the router, a
+// base pinned to one version, the binary on the PATH under the name the
+// Job runs, and the numeric user the pods run as.
+func TestDockerfileMatchesTheJob(t *testing.T) {
+	stages := dockerfile(t, filepath.Join("..", "..", "Dockerfile"))
+	mod, err := os.ReadFile(filepath.Join("..", "..", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goLine := regexp.MustCompile(`(?m)^go (\d+\.\d+)\.(\d+)$`).FindSubmatch(mod)
+	if goLine == nil || len(stages) != 2 {
+		t.Fatalf("go.mod's go line %q; %d stages, want a builder and the image", goLine, len(stages))
+	}
+	builder := regexp.MustCompile(`^golang:(\d+\.\d+)\.(\d+)(-[a-z]+)?(@sha256:[0-9a-f]{64})? AS (\w+)$`).FindStringSubmatch(stages[0].from)
+	if builder == nil || builder[1] != string(goLine[1]) || atoi(t, builder[2]) < atoi(t, string(goLine[2])) {
+		t.Fatalf("builder %q: want golang:%s.N (N >= %s) by exact tag, as go.mod's go line", stages[0].from, goLine[1], goLine[2])
+	}
+	build := strings.Join(stages[0].get("RUN"), "\n")
+	if !regexp.MustCompile(`(?m)^CGO_ENABLED=0 go build -trimpath .*-o (\S+) \./cmd/offline-router$`).MatchString(build) {
+		t.Errorf("no static, trimmed build of ./cmd/offline-router in\n%s", build)
+	}
+	built := regexp.MustCompile(`-o (\S+) \./cmd/offline-router`).FindStringSubmatch(build)
+	if !regexp.MustCompile(`^gcr\.io/distroless/static-debian\d+:nonroot(@sha256:[0-9a-f]{64})?$`).MatchString(stages[1].from) {
+		t.Errorf("base %q: want distroless static, nonroot, by tag", stages[1].from)
+	}
+	entry := stages[1].get("ENTRYPOINT")
+	copied := stages[1].get("COPY")
+	if len(entry) != 1 || len(copied) != 1 || built == nil {
+		t.Fatalf("ENTRYPOINT %q, COPY %q, built %q", entry, copied, built)
+	}
+	bin := regexp.MustCompile(`^\["([^"]+)"\]$`).FindStringSubmatch(entry[0])
+	if bin == nil || copied[0] != "--from="+builder[5]+" "+built[1]+" "+bin[1] || filepath.Base(bin[1]) != "offline-router" ||
+		!slices.Contains(distrolessPath, filepath.Dir(bin[1])) {
+		t.Errorf("ENTRYPOINT %q, COPY %q: the built binary, as offline-router on the PATH", entry, copied)
+	}
+	if user := stages[1].get("USER"); len(user) != 1 || user[0] != strconv.Itoa(KubeUser)+":"+strconv.Itoa(KubeUser) {
+		t.Errorf("USER %q, want %d:%d, the pods' runAsUser and runAsGroup", user, KubeUser, KubeUser)
+	}
+}
+
+// dockerStage is one FROM of a Dockerfile and its instructions.
+type dockerStage struct {
+	from         string
+	instructions [][2]string // keyword, arguments
+}
+
+func (s dockerStage) get(keyword string) []string {
+	var args []string
+	for _, in := range s.instructions {
+		if in[0] == keyword {
+			args = append(args, in[1])
+		}
+	}
+	return args
+}
+
+// dockerfile reads a Dockerfile's stages. Hand-written: the one parser
+// there is (moby/buildkit's) would bring a module graph of hundreds for a
+// file of a dozen one-line instructions, and a line continued by \ is
+// joined here too.
+func dockerfile(t *testing.T, path string) []dockerStage {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(data), "\\\n", " ")
+	var stages []dockerStage
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		keyword, args, _ := strings.Cut(line, " ")
+		keyword, args = strings.ToUpper(keyword), strings.TrimSpace(args)
+		switch {
+		case keyword == "FROM":
+			stages = append(stages, dockerStage{from: args})
+		case len(stages) == 0:
+			if keyword != "ARG" {
+				t.Fatalf("%s before FROM", keyword)
+			}
+		default:
+			s := &stages[len(stages)-1]
+			s.instructions = append(s.instructions, [2]string{keyword, args})
+		}
+	}
+	return stages
+}
+
+func atoi(t *testing.T, s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
