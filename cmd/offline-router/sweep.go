@@ -9,9 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 
@@ -76,14 +74,16 @@ point's replay failed (the others stop starting; rerun to resume).`,
 	f.StringVar(&o.out, "out", "", "the sweep's folder (required): plan, reports, table and figure")
 	f.IntVar(&o.jobs, "jobs", runtime.NumCPU(), "points replayed at once")
 	f.StringVar(&o.shard, "shard", "1/1", "run only shard I of N (1-based), as a job array's task")
+	f.Var(sweep.IndexShard{Shard: &o.shard}, "shard-index", "--shard K+1/N, K counted from 0 as a Kubernetes Indexed Job's completion index (the emitted Job's pods)")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress")
 	f.StringVar(&o.emit, "emit", "", "print a job for a cluster instead of running: slurm (job-array script) or kubernetes (Indexed Job manifest)")
 	f.IntVar(&o.shards, "shards", 0, "--emit: shards (array tasks, pods); default one per point, at most 64")
 	f.IntVar(&o.cpus, "cpus-per-task", 1, "--emit: CPUs per shard, and so its --jobs")
-	f.StringVar(&o.image, "image", "offline-router:latest", "--emit kubernetes: a container image with offline-router on its PATH")
-	f.StringVar(&o.claim, "volume-claim", "offline-router-sweep", "--emit kubernetes: a PersistentVolumeClaim holding the spec's folder, mounted at /sweep")
-	f.StringVar(&o.jobName, "job-name", "offline-router-sweep", "--emit kubernetes: the Job's name")
+	f.StringVar(&o.image, "image", "", "--emit kubernetes (required): the image built from the Dockerfile, pushed where the cluster pulls, by version tag or digest")
+	f.StringVar(&o.claim, "volume-claim", "offline-router-sweep", "--emit kubernetes: the ReadWriteMany PersistentVolumeClaim the manifest makes, mounted at /sweep (a DNS-1123 subdomain)")
+	f.StringVar(&o.jobName, "job-name", "offline-router-sweep", "--emit kubernetes: the Job's name (a DNS-1123 label); its staging pod is NAME-stage")
 	cmd.MarkFlagRequired("out")
+	cmd.MarkFlagsMutuallyExclusive("shard", "shard-index")
 	cmd.AddCommand(newSweepMergeCommand())
 	return cmd
 }
@@ -297,11 +297,8 @@ func (o *sweepOptions) progress(total int) sweep.Progress {
 	}
 }
 
-// dnsLabel is a Kubernetes object name (RFC 1123 label).
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-
 // emitJob prints the Slurm script or the Kubernetes manifest.
-func (o *sweepOptions) emitJob(w io.Writer, specPath string, spec *sweep.Spec, plan *sweep.Plan) error {
+func (o *sweepOptions) emitJob(w io.Writer, specPath string, _ *sweep.Spec, plan *sweep.Plan) error {
 	points := len(plan.Points)
 	if o.shard != "1/1" {
 		return &exitError{2, errors.New("--emit writes a job for every shard: drop --shard")}
@@ -338,25 +335,12 @@ func (o *sweepOptions) emitJob(w io.Writer, specPath string, spec *sweep.Spec, p
 		_, err = w.Write(script.Bytes())
 		return err
 	case "kubernetes":
-		inside := func(p string) bool {
-			return !filepath.IsAbs(p) && !slices.Contains(strings.Split(filepath.ToSlash(p), "/"), "..")
+		job := sweep.KubernetesJob{Name: o.jobName, Image: o.image, Claim: o.claim, SpecPath: specPath, Points: plan.Points,
+			Out: o.out, Shards: shards, CPUs: o.cpus}
+		if err := job.Check(); err != nil {
+			return &exitError{2, err}
 		}
-		if !inside(o.out) {
-			return &exitError{2, fmt.Errorf("--out %s: with --emit kubernetes, a folder inside the volume, relative to its root (e.g. out)", o.out)}
-		}
-		for _, w := range spec.Workloads {
-			if w != sweep.Builtin && !inside(w) {
-				return &exitError{2, fmt.Errorf("workload %s: the pod reads the spec's folder from the volume, so a trace must lie under it (a relative path without ..)", w)}
-			}
-		}
-		if !dnsLabel.MatchString(o.jobName) {
-			return &exitError{2, fmt.Errorf("--job-name %q: a Kubernetes name: up to 63 lowercase letters, digits and '-', starting and ending with a letter or digit", o.jobName)}
-		}
-		if strings.TrimSpace(o.image) == "" || strings.ContainsAny(o.image, " \t\n") {
-			return &exitError{2, fmt.Errorf("--image %q: a container image reference, e.g. registry.example.com/offline-router:v1", o.image)}
-		}
-		return sweep.WriteKubernetes(w, sweep.KubernetesJob{Name: o.jobName, Image: o.image, Claim: o.claim,
-			Spec: filepath.Base(specPath), Out: filepath.ToSlash(o.out), Shards: shards, CPUs: o.cpus})
+		return sweep.WriteKubernetes(w, job)
 	}
 	return &exitError{2, fmt.Errorf("--emit %q: slurm or kubernetes", o.emit)}
 }
