@@ -143,7 +143,9 @@ var sweepBadValues = []badValue{
 	{"cpus-per-task", "0", []string{"--emit", "slurm"}},
 	{"out", "@file", nil},
 	{"image", "bad image", []string{"--emit", "kubernetes"}},
-	{"job-name", "Bad_Name", []string{"--emit", "kubernetes"}},
+	{"job-name", "Bad_Name", []string{"--emit", "kubernetes", "--image", "registry.example.com/offline-router:v1"}},
+	{"volume-claim", "Bad Claim", []string{"--emit", "kubernetes", "--image", "registry.example.com/offline-router:v1"}},
+	{"shard-index", "3/2", nil},
 }
 
 // TestEverySweepRangeIsCheckedUpFront: as for replay, each sweep flag with
@@ -155,7 +157,7 @@ func TestEverySweepRangeIsCheckedUpFront(t *testing.T) {
 		listed[b.flag] = true
 	}
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Name != "quiet" && f.Name != "help" && f.Name != "volume-claim" && !listed[f.Name] {
+		if f.Name != "quiet" && f.Name != "help" && !listed[f.Name] {
 			t.Errorf("--%s has no out-of-range case here", f.Name)
 		}
 	})

@@ -98,9 +98,14 @@ reason.
 --report FILE.json (or - for stdout, the table then going to stderr) writes
 the report: docs/report.schema.json describes it.
 
-Exit status: 0 when every policy ran; 2 for bad flags, config or trace,
-found before anything runs; 1 when a run failed on its way (the message
-says why; --emit-commands and --emit-responses keep what was sent).`,
+Every file is written beside its path and renamed: whole or not at all.
+
+Exit status: 0 when every policy ran; 2 for bad flags, config, profile or
+trace, found before anything runs or any file is made; 1 when a run failed
+on its way or an output could not be written (the message says why;
+--emit-commands and --emit-responses keep what was sent, closed by a
+"# incomplete" comment); 128+n when signal n (SIGHUP, SIGINT, SIGTERM)
+stopped it between two commands (no report; the streams end the same way).`,
 		Args: replayArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runReplay(cmd, o, args)

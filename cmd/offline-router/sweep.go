@@ -53,18 +53,24 @@ report, written whole or not at all), and once every point has one,
 sweep.json (the merged table: every point's deterministic report, the
 Pareto front of prefix hit rate against TTFT p99, the recommended point)
 and sweep.png (the figure). The table is printed. Points run --jobs at a
-time (one per CPU by default); results do not depend on --jobs. A sweep run
-again skips the points whose report exists, so an interrupted sweep resumes.
+time (one per CPU by default); results do not depend on --jobs. Every file
+is written whole or not at all. A sweep run again skips the points whose
+file is their whole report (any other file there is named and its point
+replayed), so an interrupted sweep resumes.
 
 Beyond one machine: --shard I/N runs only shard I of N (point k, counted
 from 0 in spec order, is in shard k mod N + 1), and "sweep merge DIR..."
 merges the folders' reports. --emit slurm prints a job-array script whose
-task I runs --shard I/N; --emit kubernetes prints an Indexed Job whose pod
-k runs --shard k+1/N. Each says how to submit, wait and merge.
+task I runs --shard I/N; --emit kubernetes (with --image) prints a
+ReadWriteMany claim, a staging pod and an Indexed Job whose pod k runs
+--shard-index k/N (docs/sweep.md). Each says how to submit, wait and merge.
 
 Exit status: 0 when the points ran (or were found done); 2 for a bad spec
-or a point whose flags replay refuses, found before anything runs; 1 when a
-point's replay failed (the others stop starting; rerun to resume).`,
+or a point whose flags replay refuses, found before any point runs; 1 when
+a point's replay failed (the others stop starting; rerun to resume) or an
+output could not be written; 128+n when signal n (SIGHUP, SIGINT, SIGTERM)
+stopped it: the points under way stop and write nothing, and the same
+command resumes.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSweep(cmd, o, args[0])
