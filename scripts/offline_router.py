@@ -46,8 +46,13 @@ __all__ = ["OfflineRouter", "RouterError", "RouterDied", "RouterTimeout", "Route
 TIMEOUT_ENV = "OFFLINE_ROUTER_TIMEOUT_S"
 # The default of every timeout argument: take it from TIMEOUT_ENV.
 FROM_ENV = object()
-# How long close() and the finalizer let a router finish after its stdin closes.
+# How long the finalizer of a dropped object lets its router finish after its
+# stdin closes, before killing it.
 CLOSE_GRACE_S = 1.0
+# How long close() lets it finish when no timeout is set: a router at the
+# end of its input exits at once, but a loaded machine (CI) can take longer
+# than the finalizer's second.
+CLOSE_WAIT_S = 10.0
 READ_CHUNK = 1 << 16
 
 
@@ -111,17 +116,18 @@ def _timeout_seconds(value):
     return float(value)
 
 
-def _end_child(proc, stderr):
-    """End proc (close its stdin, give it CLOSE_GRACE_S, kill it), reap it,
-    close its pipes and the stderr file. Returns (status, stderr text).
+def _end_child(proc, stderr, grace):
+    """End proc (close its stdin, give it grace[0] seconds, kill it), reap
+    it, close its pipes and the stderr file. Returns (status, stderr text).
     A module function, not a method: the finalizer must not hold the
-    object it finalizes."""
+    object it finalizes; grace is a one-item list so that close() can
+    give the router longer than a dropped object's finalizer does."""
     try:
         proc.stdin.close()
     except OSError:
         pass
     try:
-        code = proc.wait(CLOSE_GRACE_S)
+        code = proc.wait(grace[0])
     except subprocess.TimeoutExpired:
         proc.kill()
         code = proc.wait()
@@ -163,7 +169,8 @@ class OfflineRouter:
         except BaseException:
             self._stderr.close()
             raise
-        self._end = weakref.finalize(self, _end_child, self._proc, self._stderr)
+        self._grace = [CLOSE_GRACE_S]
+        self._end = weakref.finalize(self, _end_child, self._proc, self._stderr, self._grace)
         # stdin is non-blocking so that a write to a stopped router can give up.
         os.set_blocking(self._proc.stdin.fileno(), False)
         # poll, not epoll: no descriptor of its own to leak or close.
@@ -271,10 +278,12 @@ class OfflineRouter:
     # -- the process --------------------------------------------------------
 
     def close(self):
-        """Close stdin, let the router finish (1 s, then it is killed), reap
-        it, and check its status. Again, or after a timeout: nothing."""
+        """Close stdin, let the router finish (the timeout, or CLOSE_WAIT_S
+        without one; then it is killed), reap it, and check its status.
+        Again, or after a timeout: nothing."""
         if self._closed is None:
             self._closed = "the router was closed"
+        self._grace[0] = self.timeout if self.timeout is not None else CLOSE_WAIT_S
         ended = self._end()  # None when it already ran
         if ended is not None and ended[0] != 0:
             raise RouterDied(*ended)

@@ -503,7 +503,7 @@ class Process(PolicyTest):
         self.assertEqual(open_fds(), self.fds)
 
     def test_close_of_a_stopped_router_kills_it_after_a_second(self):
-        r = OfflineRouter(self.bin, timeout=None)
+        r = OfflineRouter(self.bin, timeout=1)
         self.stop(r._proc.pid)
         t = time.monotonic()
         with no_hang(), self.assertRaises(RouterDied) as e:
