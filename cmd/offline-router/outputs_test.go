@@ -323,3 +323,53 @@ func TestResumedSweepReplaysACutReport(t *testing.T) {
 		t.Fatalf("the replayed report: %v", err)
 	}
 }
+
+// TestOutputsThatCannotBeWrittenWholeAreRefused: an output that is a
+// device, a path through a missing folder, a disaggregated stream that is
+// an input, a sweep folder whose table would be its spec or is a folder,
+// an empty --out, a merge of no folder: each exit 2 before anything runs,
+// the input and the device untouched.
+func TestOutputsThatCannotBeWrittenWholeAreRefused(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	trace := filepath.Join(dir, "tr.prefill")
+	line := `{"timestamp":0,"input_length":10,"output_length":1,"hash_ids":[1]}` + "\n"
+	os.WriteFile(trace, []byte(line), 0o644)
+	specDir := filepath.Join(dir, "s")
+	os.Mkdir(specDir, 0o755)
+	spec := filepath.Join(specDir, sweep.TableFile)
+	os.WriteFile(spec, []byte(smallSpec), 0o644)
+	os.MkdirAll(filepath.Join(dir, "y", sweep.FigureFile), 0o755)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replay", "--sessions", "3", "--emit-commands", fifo}, "not a regular file (a named pipe)"},
+		{[]string{"replay", "--sessions", "3", "--report", dir + "/nosub/../r.json"}, "no such file or directory"},
+		{[]string{"replay", trace, "--prefill-workers", "2", "--decode-workers", "2", "--emit-commands", filepath.Join(dir, "tr")}, "is also the trace"},
+		{[]string{"sweep", spec, "--out", specDir}, "which is the spec"},
+		{[]string{"sweep", spec, "--out", filepath.Join(dir, "y")}, "is not a regular file"},
+		{[]string{"sweep", spec, "--out", ""}, "--out '': give the sweep's folder"},
+		{[]string{"sweep", "merge", filepath.Join(dir, "none"), "--report", filepath.Join(dir, "m.json")}, "not a sweep's folder"},
+	} {
+		_, stderr, code := run(t, "", c.args...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%q: exit %d: %s", c.args, code, stderr)
+		}
+	}
+	if st, _ := os.Lstat(fifo); st.Mode()&os.ModeNamedPipe == 0 {
+		t.Error("the named pipe was replaced")
+	}
+	if got, _ := os.ReadFile(trace); string(got) != line {
+		t.Error("the trace was written over")
+	}
+	if got, _ := os.ReadFile(spec); string(got) != smallSpec {
+		t.Error("the spec was written over")
+	}
+	if _, err := os.Stat(filepath.Join(specDir, sweep.PointsDir)); err == nil {
+		t.Error("a refused sweep made its points folder")
+	}
+}

@@ -418,8 +418,16 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	if o.serve.configFile != "" {
 		inputs = append(inputs, output{"--config", o.serve.configFile})
 	}
-	return checkOutputs(inputs, []output{{"report", o.reportFile}, {"plot", o.plotFile},
-		{"emit-commands", o.emitCommands}, {"emit-responses", o.emitResponses}})
+	outs := []output{{"report", o.reportFile}, {"plot", o.plotFile}}
+	for _, stream := range []output{{"emit-commands", o.emitCommands}, {"emit-responses", o.emitResponses}} {
+		switch {
+		case stream.path == "" || !o.cluster.Disaggregated():
+			outs = append(outs, stream)
+		default: // one file per router, as run writes them
+			outs = append(outs, output{stream.flag, stream.path + ".prefill"}, output{stream.flag, stream.path + ".decode"})
+		}
+	}
+	return checkOutputs(inputs, outs)
 }
 
 // checkEngine refuses the flags of the engine not chosen, and loads the
@@ -582,7 +590,7 @@ func writable(path string) error {
 	}
 	f, err := outfile.Create(path)
 	if err != nil {
-		return fmt.Errorf("its folder cannot take a new file (%v)", errors.Unwrap(err))
+		return err // names the path and why
 	}
 	f.Discard()
 	return nil

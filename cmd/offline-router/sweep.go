@@ -106,6 +106,11 @@ point's deterministic report, the Pareto front and the recommended point
 table is printed; --plot draws the figure (.png or .svg).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, dirs []string) error {
+			for _, dir := range dirs {
+				if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+					return &exitError{2, fmt.Errorf("%s: not a sweep's folder", dir)}
+				}
+			}
 			if err := checkMergeOutputs(dirs, o.report, o.plotFile); err != nil {
 				return &exitError{2, err}
 			}
@@ -144,6 +149,9 @@ func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
 	plan := &sweep.Plan{Description: spec.Description, Objective: spec.Objective, Points: points}
 	if o.emit != "" {
 		return o.emitJob(cmd.OutOrStdout(), specPath, spec, plan)
+	}
+	if err := checkSweepFolder(o.out, specPath, points); err != nil {
+		return &exitError{2, err}
 	}
 	if err := sweep.Prepare(o.out, plan); err != nil {
 		return &exitError{2, fmt.Errorf("--out %s: %w", o.out, err)}
@@ -196,6 +204,35 @@ func (o *sweepOptions) writeTable(w io.Writer, t *sweep.Table, specDir string) e
 	if o.plotFile != "" {
 		if err := saveSweepPlot(o.plotFile, t); err != nil {
 			return &exitError{1, err}
+		}
+	}
+	return nil
+}
+
+// checkSweepFolder refuses, before any point runs, a folder whose files
+// the sweep could not write at the end (its table or figure a folder) or
+// that would write over one of its inputs (the spec, a trace), however
+// spelt.
+func checkSweepFolder(out, specPath string, points []sweep.Point) error {
+	if out == "" {
+		return errors.New("--out '': give the sweep's folder")
+	}
+	inputs := []placedFile{place("the spec", specPath)}
+	for i := range points {
+		if p := &points[i]; p.TraceSHA256 != "" {
+			inputs = append(inputs, place("the trace "+p.Workload, p.Args()[0]))
+		}
+	}
+	for _, name := range []string{sweep.PlanFile, sweep.TableFile, sweep.FigureFile} {
+		path := filepath.Join(out, name)
+		if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+			return fmt.Errorf("--out %s: %s is not a regular file: remove it, or give another --out", out, path)
+		}
+		f := place(path, path)
+		for _, in := range inputs {
+			if f.same(in) {
+				return fmt.Errorf("--out %s: the sweep writes %s, which is %s: give another --out", out, path, in.label)
+			}
 		}
 	}
 	return nil

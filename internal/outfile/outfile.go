@@ -34,12 +34,23 @@ type File struct {
 // run as PID 1 on one shared volume, and the router's own random stream is
 // seeded (the same in every pod), so neither alone is unique.
 func Create(path string) (*File, error) {
+	// A link is written through, to the file it names; a device, a pipe
+	// or a socket cannot be replaced whole without destroying it (a rename
+	// over /dev/null replaces the device).
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("writing %s: not a regular file (%s): it is written whole by a rename over it, so give a file's path", path, kind(st.Mode()))
+	}
 	var tail [4]byte
 	if _, err := rand.Read(tail[:]); err != nil {
 		return nil, fmt.Errorf("writing %s: %w", path, err)
 	}
 	dir, name := filepath.Split(path)
-	tmp := filepath.Join(dir, "."+name+tempMark+strconv.Itoa(os.Getpid())+"-"+hex.EncodeToString(tail[:]))
+	// Not filepath.Join, which would clean "missing/../" away: the
+	// temporary file must be made through the same folders as the target.
+	tmp := dir + "." + name + tempMark + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(tail[:])
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return nil, pathError(path, err)
@@ -97,10 +108,12 @@ func (f *File) Write(p []byte) (int, error) {
 // file is removed and the target is as it was.
 func (f *File) Commit() error {
 	defer f.closed()
-	err := f.err
-	if err == nil {
-		err = f.tmp.Sync()
+	if f.err != nil { // named already
+		f.tmp.Close()
+		os.Remove(f.tmp.Name())
+		return f.err
 	}
+	err := f.tmp.Sync()
 	if cerr := f.tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -151,6 +164,21 @@ func IsTemp(name string) bool {
 	}
 	_, err := hex.DecodeString(hexTail)
 	return err == nil
+}
+
+// kind names what a path that is not a regular file is.
+func kind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a folder"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "not a plain file"
 }
 
 // syncDir makes a rename in dir durable. A folder that cannot be opened or

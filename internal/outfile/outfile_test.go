@@ -142,3 +142,35 @@ func assertOnly(t *testing.T, dir string, names ...string) {
 		t.Errorf("%s holds %q, want %q", dir, got, names)
 	}
 }
+
+// A link is written through to its file; a named pipe (as a device) is
+// refused, not replaced by a regular file.
+func TestLinksAreFollowedAndDevicesRefused(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real.json")
+	os.WriteFile(real, []byte("old"), 0o644)
+	link := filepath.Join(dir, "link.json")
+	if err := os.Symlink("real.json", link); err != nil {
+		t.Skip(err)
+	}
+	if err := Write(link, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Lstat(link); st.Mode()&os.ModeSymlink == 0 {
+		t.Error("the link was replaced by a file")
+	}
+	if got, _ := os.ReadFile(real); string(got) != "new" {
+		t.Errorf("the link's file reads %q", got)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := Write(fifo, []byte("x"))
+	if err == nil || !strings.Contains(err.Error(), "not a regular file (a named pipe)") {
+		t.Fatalf("writing a named pipe: %v", err)
+	}
+	if st, _ := os.Lstat(fifo); st.Mode()&os.ModeNamedPipe == 0 {
+		t.Fatal("the named pipe was replaced")
+	}
+}

@@ -176,9 +176,7 @@ func (e *PointError) Unwrap() error { return e.Err }
 // may, and the plan is then rewritten.
 func Prepare(out string, plan *Plan) error {
 	plan.SchemaVersion = PlanSchemaVersion
-	if err := os.MkdirAll(filepath.Join(out, PointsDir), 0o755); err != nil {
-		return err
-	}
+	// The plan is read first: a folder refused is left as it was.
 	old, err := readPlan(out)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -187,8 +185,12 @@ func Prepare(out string, plan *Plan) error {
 	case !samePoints(old.Points, plan.Points):
 		return fmt.Errorf("%s holds another sweep (its %s lists other points, or a trace changed since): give another --out, or remove it",
 			out, PlanFile)
-	case old.Description == plan.Description && reflect.DeepEqual(old.Objective, plan.Objective): // the same points, above
-		return nil
+	}
+	if err := os.MkdirAll(filepath.Join(out, PointsDir), 0o755); err != nil {
+		return err
+	}
+	if old != nil && old.Description == plan.Description && reflect.DeepEqual(old.Objective, plan.Objective) {
+		return nil // the same points, above
 	}
 	data, err := json.MarshalIndent(plan, "", "  ")
 	if err != nil {

@@ -112,7 +112,7 @@ func Merge(dirs ...string) (*Table, error) {
 		}
 		rep, err := CheckReport(filepath.Join(dir, PointsDir, p.ID+".json"), &p)
 		if err != nil {
-			return nil, fmt.Errorf("%w: remove it and run the sweep again, which replays that point", err)
+			return nil, fmt.Errorf("%w: run the sweep again, which replays that point over it", err)
 		}
 		t.Deterministic.Points = append(t.Deterministic.Points,
 			PointResult{Point: p, Policy: rep.Deterministic.Policies[0].Policy, Report: rep.Deterministic})
