@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Object is a JSON object of flag names to values, in the order written,
@@ -219,4 +222,58 @@ func where(path string) string {
 		return "key "
 	}
 	return "in " + path + ", key "
+}
+
+// checkText refuses a spec that is not UTF-8, or one of whose strings
+// holds a lone surrogate escape ("\ud800"): encoding/json would read
+// either as U+FFFD, silently, so a workload would name another file and a
+// description or flag value would not be what was written. (The router's
+// own readers refuse the same, docs/PROTOCOL.md §1.)
+func checkText(data []byte) error {
+	if !utf8.Valid(data) {
+		at := 0
+		for at < len(data) {
+			r, n := utf8.DecodeRune(data[at:])
+			if r == utf8.RuneError && n == 1 {
+				break
+			}
+			at += n
+		}
+		return fmt.Errorf("byte %d: the spec is not UTF-8", at)
+	}
+	inString := false
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case !inString:
+			inString = c == '"'
+		case c == '"':
+			inString = false
+		case c == '\\' && i+5 < len(data) && data[i+1] == 'u':
+			r := escapedRune(data[i+2 : i+6])
+			if !utf16.IsSurrogate(r) {
+				i += 5
+				continue
+			}
+			if r < 0xdc00 && i+11 < len(data) && data[i+6] == '\\' && data[i+7] == 'u' {
+				if low := escapedRune(data[i+8 : i+12]); low >= 0xdc00 && low <= 0xdfff {
+					i += 11 // a pair: one character
+					continue
+				}
+			}
+			return fmt.Errorf("byte %d: a string holds a lone surrogate escape (%s), which is no character", i, data[i:i+6])
+		case c == '\\':
+			i++ // an escaped character: a quote here does not end the string
+		}
+	}
+	return nil
+}
+
+// escapedRune reads the 4 hex digits of a \u escape; -1 if they are not
+// (encoding/json then refuses the string).
+func escapedRune(hexDigits []byte) rune {
+	v, err := strconv.ParseUint(string(hexDigits), 16, 32)
+	if err != nil {
+		return -1
+	}
+	return rune(v)
 }

@@ -120,6 +120,9 @@ func Parse(data []byte) (*Spec, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, errors.New("the spec is empty: an object with workloads, flags, grid and objective (docs/sweep.md)")
 	}
+	if err := checkText(data); err != nil {
+		return nil, err
+	}
 	if err := noRepeatedKeys(data, MaxDepth); err != nil {
 		return nil, err
 	}

@@ -88,6 +88,10 @@ func TestPointsExpansion(t *testing.T) {
 func TestSpecRefusals(t *testing.T) {
 	for spec, want := range map[string]string{
 		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttft_ms"},"grids":[]}`:                           `unknown field "grids"`,
+		`{"description":"a\ud800b","workloads":["builtin"],` + objective + `}`:                                  `byte 17: a string holds a lone surrogate escape (\ud800)`,
+		`{"workloads":["\udc00.jsonl"],` + objective + `}`:                                                      `lone surrogate escape (\udc00)`,
+		`{"workloads":["builtin"],"flags":{"policy":"\ud83d"},` + objective + `}`:                               `lone surrogate escape (\ud83d)`,
+		"{\"description\":\"\xff\",\"workloads\":[\"builtin\"]," + objective + `}`:                              `byte 16: the spec is not UTF-8`,
 		`{"workloads":[],` + objective + `}`:                                                                    `"workloads"`,
 		`{"workloads":[""],` + objective + `}`:                                                                  `"workloads"[0]`,
 		`{"workloads":["builtin"],"flags":{"report":"x.json"},` + objective + `}`:                               `flag "report": the sweep writes`,
