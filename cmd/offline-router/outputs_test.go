@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goccy/go-json"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/offline-router/offline-router/internal/outfile"
 	"github.com/offline-router/offline-router/internal/sweep"
@@ -371,5 +372,44 @@ func TestOutputsThatCannotBeWrittenWholeAreRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(specDir, sweep.PointsDir)); err == nil {
 		t.Error("a refused sweep made its points folder")
+	}
+}
+
+// TestResumedSweepReplaysAnotherPointsReport: a point's file that is
+// another point's whole report (same policy, another setup) is not taken
+// for done: the sweep names it and replays the point, and the table is
+// that of a sweep never tampered with.
+func TestResumedSweepReplaysAnotherPointsReport(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	spec := writeSpec(t, smallSpec)
+	if _, stderr, code := run(t, "", "sweep", spec, "--out", out, "-q"); code != 0 {
+		t.Fatalf("sweep: %s", stderr)
+	}
+	var plan sweep.Plan
+	data, _ := os.ReadFile(filepath.Join(out, sweep.PlanFile))
+	json.Unmarshal(data, &plan)
+	a, b := plan.Points[0], plan.Points[1]
+	if a.Policy != b.Policy {
+		t.Fatalf("points 1 and 2 run %s and %s: the test wants one policy", a.Policy, b.Policy)
+	}
+	report := func(p sweep.Point) string { return filepath.Join(out, sweep.PointsDir, p.ID+".json") }
+	whole, _ := os.ReadFile(filepath.Join(out, sweep.TableFile))
+	copied, _ := os.ReadFile(report(a))
+	os.WriteFile(report(b), copied, 0o644)
+	_, stderr, code := run(t, "", "sweep", spec, "--out", out)
+	if code != 0 || !strings.Contains(stderr, report(b)+" is the report of another setup") {
+		t.Fatalf("resume: exit %d: %s", code, stderr)
+	}
+	if _, stderr, code := run(t, "", "sweep", "merge", out, "--report", filepath.Join(out, "again.json")); code != 0 {
+		t.Fatalf("merge: %s", stderr)
+	}
+	a1, a2 := readTable(t, filepath.Join(out, sweep.TableFile)), readTable(t, filepath.Join(out, "again.json"))
+	var w sweep.Table
+	json.Unmarshal(whole, &w)
+	if d := cmp.Diff(w.Deterministic, a1.Deterministic, samePoints); d != "" {
+		t.Errorf("the resumed table differs from the whole one:\n%s", d)
+	}
+	if d := cmp.Diff(a1.Deterministic, a2.Deterministic, samePoints); d != "" {
+		t.Errorf("merge differs:\n%s", d)
 	}
 }

@@ -237,8 +237,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	}
 	rep := &replay.Report{
 		SchemaVersion: protocol.ReportSchemaVersion,
-		Deterministic: replay.Deterministic{ProtocolVersion: protocol.Version, Trace: info, Workload: o.workload,
-			Cluster: o.cluster, Replicas: o.replicas, Router: cfg, Seed: cfg.Seed, Goodput: slo},
+		Deterministic: o.setup(info, cfg, slo),
 		Run: replay.RunInfo{ToolVersion: toolVersion(),
 			Host: replay.Host{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}},
 	}
@@ -288,6 +287,13 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 		return &exitError{1, err}
 	}
 	return nil
+}
+
+// setup is the report's deterministic part before any policy ran: what
+// the flags set up.
+func (o *replayOptions) setup(info replay.TraceInfo, cfg protocol.Config, slo replay.SLO) replay.Deterministic {
+	return replay.Deterministic{ProtocolVersion: protocol.Version, Trace: info, Workload: o.workload,
+		Cluster: o.cluster, Replicas: o.replicas, Router: cfg, Seed: cfg.Seed, Goodput: slo}
 }
 
 // replayFailed is the exit of a run that did not end: 128+n when signal n

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/offline-router/offline-router/internal/outfile"
+	"github.com/offline-router/offline-router/internal/replay"
 	"github.com/offline-router/offline-router/internal/sweep"
 )
 
@@ -289,6 +290,8 @@ func checkPoints(points []sweep.Point, objective *sweep.Objective) error {
 			return fail(err)
 		}
 		p.Policy = string(pl.cfg.Policy)
+		setup := o.setup(replay.TraceInfo{}, pl.cfg, pl.slo)
+		p.Setup = setup.SetupDigest()
 		if needsGoodput && !pl.slo.Set() {
 			return fail(errors.New("the objective names request_goodput, which a point reports only with --goodput: give goodput in the spec's flags"))
 		}

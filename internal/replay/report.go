@@ -1,6 +1,9 @@
 package replay
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -122,4 +125,21 @@ func rejections(m *Metrics) string {
 		why = append(why, fmt.Sprintf("%s %d", code, m.RejectedByReason[code]))
 	}
 	return fmt.Sprintf("%d (%s)", m.Rejected, strings.Join(why, ", "))
+}
+
+// SetupDigest is the SHA-256 of what a replay was set up to run: its
+// workload, cluster, router replicas and router config, seed and goodput
+// levels (not the trace, digested apart, nor what it measured). Two
+// reports of one setup have the same; a sweep checks a point's report by
+// it, so a report copied from another point is not taken for its own.
+func (d *Deterministic) SetupDigest() string {
+	setup := *d
+	setup.Trace, setup.Policies = TraceInfo{}, nil
+	setup.Router.Policy = "" // a report of many policies ran each
+	data, err := json.Marshal(&setup)
+	if err != nil {
+		panic(err) // plain data
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }

@@ -86,6 +86,11 @@ type Point struct {
 	// (the caller's to fill: this package does not parse replay's flags).
 	// A report of another policy is not the point's.
 	Policy string `json:"policy,omitempty"`
+	// Setup is the SHA-256 of the setup the point's flags give
+	// (replay.Deterministic.SetupDigest; the caller's to fill, as Policy):
+	// a report of another setup, another point's copied here, is not the
+	// point's.
+	Setup string `json:"setup_sha256,omitempty"`
 
 	trace string // the trace's path as this machine opens it; "" for builtin
 }

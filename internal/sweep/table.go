@@ -168,6 +168,8 @@ func CheckReport(path string, p *Point) (*replay.Report, error) {
 			path, rep.SchemaVersion, len(d.Policies), protocol.ReportSchemaVersion)
 	case p.Policy != "" && string(d.Policies[0].Policy) != p.Policy:
 		return nil, fmt.Errorf("%s replayed policy %s, where its point runs %s", path, d.Policies[0].Policy, p.Policy)
+	case p.Setup != "" && d.SetupDigest() != p.Setup:
+		return nil, fmt.Errorf("%s is the report of another setup than its point's (another point's report, or one edited)", path)
 	case p.TraceSHA256 != "" && d.Trace.SHA256 != p.TraceSHA256:
 		return nil, fmt.Errorf("%s replayed a trace (SHA-256 %.12s...) other than the plan's %s (%.12s...)",
 			path, d.Trace.SHA256, p.Workload, p.TraceSHA256)
