@@ -58,25 +58,27 @@ func (s *runStop) watchSignals() context.Context {
 	go func() {
 		sig := (<-sigs).(syscall.Signal)
 		cancel(stoppedBy{sig})
+		why := "a second signal"
 		select {
-		case <-sigs:
+		case again := <-sigs:
+			sig = again.(syscall.Signal)
 		case <-time.After(stopGrace):
+			why = "it did not stop within " + stopGrace.String()
 		}
-		s.exitNow(sig)
+		s.exitNow(sig, why)
 	}()
 	return ctx
 }
 
 // exitNow ends the process that did not end on its own after sig.
-func (s *runStop) exitNow(sig syscall.Signal) {
+func (s *runStop) exitNow(sig syscall.Signal, why string) {
 	s.mu.Lock()
-	note := "it did not stop in time"
 	if s.forcedNote != nil {
-		note = s.forcedNote()
+		why += "; " + s.forcedNote()
 	}
 	s.mu.Unlock()
 	outfile.DiscardAll()
-	fmt.Fprintf(os.Stderr, "offline-router: %v: exiting now (%s)\n", sig, note)
+	fmt.Fprintf(os.Stderr, "offline-router: %v: exiting now (%s; files being written are discarded)\n", sig, why)
 	os.Exit(128 + int(sig))
 }
 
