@@ -206,3 +206,23 @@ func TestTraceLineLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepRefusesIgnoredFlags: a job's flags without --emit, and --jobs
+// with it, would be ignored: each is refused (exit 2) naming it.
+func TestSweepRefusesIgnoredFlags(t *testing.T) {
+	spec := writeSpec(t, smallSpec)
+	out := filepath.Join(t.TempDir(), "out")
+	for _, c := range [][]string{
+		{"--shards", "2"}, {"--cpus-per-task", "2"}, {"--image", "r.example/or:v1"}, {"--volume-claim", "c"}, {"--job-name", "j"},
+		{"--emit", "slurm", "--jobs", "2"},
+	} {
+		_, stderr, code := run(t, "", append([]string{"sweep", spec, "--out", out}, c...)...)
+		name := c[0]
+		if name == "--emit" {
+			name = "--jobs"
+		}
+		if code != 2 || !strings.Contains(stderr, name) {
+			t.Errorf("%q: exit %d: %s", c, code, stderr)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/offline-router/offline-router/internal/outfile"
 	"github.com/offline-router/offline-router/internal/replay"
@@ -136,6 +137,9 @@ func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
 	if o.jobs < 1 {
 		return &exitError{2, fmt.Errorf("--jobs %d: expected at least 1", o.jobs)}
 	}
+	if err := o.noIgnoredFlags(cmd.Flags()); err != nil {
+		return &exitError{2, err}
+	}
 	spec, err := sweep.Load(specPath)
 	if err != nil {
 		return &exitError{2, err}
@@ -206,6 +210,24 @@ func (o *sweepOptions) writeTable(w io.Writer, t *sweep.Table, specDir string) e
 		if err := saveSweepPlot(o.plotFile, t); err != nil {
 			return &exitError{1, err}
 		}
+	}
+	return nil
+}
+
+// noIgnoredFlags refuses the flags of the mode not chosen, as replay does:
+// a job's flags without --emit, and --jobs with it (each shard's is
+// --cpus-per-task).
+func (o *sweepOptions) noIgnoredFlags(flags *pflag.FlagSet) error {
+	if o.emit == "" {
+		for _, name := range []string{"shards", "cpus-per-task", "image", "volume-claim", "job-name"} {
+			if flags.Changed(name) {
+				return fmt.Errorf("--%s shapes the job --emit prints: give --emit slurm or kubernetes, or drop it", name)
+			}
+		}
+		return nil
+	}
+	if flags.Changed("jobs") {
+		return errors.New("--jobs is each shard's --cpus-per-task with --emit: give that instead")
 	}
 	return nil
 }
