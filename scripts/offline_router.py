@@ -49,8 +49,8 @@ FROM_ENV = object()
 # How long the finalizer of a dropped object lets its router finish after its
 # stdin closes, before killing it.
 CLOSE_GRACE_S = 1.0
-# How long close() lets it finish when no timeout is set: a router at the
-# end of its input exits at once, but a loaded machine (CI) can take longer
+# How long close() lets it finish: a router at the end of its input exits
+# at once, but a loaded machine (CI, a race-built binary) can take longer
 # than the finalizer's second.
 CLOSE_WAIT_S = 10.0
 READ_CHUNK = 1 << 16
@@ -278,12 +278,12 @@ class OfflineRouter:
     # -- the process --------------------------------------------------------
 
     def close(self):
-        """Close stdin, let the router finish (the timeout, or CLOSE_WAIT_S
-        without one; then it is killed), reap it, and check its status.
-        Again, or after a timeout: nothing."""
+        """Close stdin, let the router finish (CLOSE_WAIT_S: the per-call
+        timeout bounds answers, not an exit; then it is killed), reap it,
+        and check its status. Again, or after a timeout: nothing."""
         if self._closed is None:
             self._closed = "the router was closed"
-        self._grace[0] = self.timeout if self.timeout is not None else CLOSE_WAIT_S
+        self._grace[0] = CLOSE_WAIT_S
         ended = self._end()  # None when it already ran
         if ended is not None and ended[0] != 0:
             raise RouterDied(*ended)
