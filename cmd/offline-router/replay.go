@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -248,9 +247,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	if o.reportFile == "-" {
 		table = cmd.ErrOrStderr()
 	}
-	var head bytes.Buffer
-	fmt.Fprintf(&head, "replay of %s: %d requests on %s\n\n", describe(args, &o.workload), len(trace), o.describeCluster())
-	if _, err := table.Write(head.Bytes()); err != nil {
+	if _, err := fmt.Fprintf(table, "replay of %s: %d requests on %s\n\n", describe(args, &o.workload), len(trace), o.describeCluster()); err != nil {
 		return &exitError{1, fmt.Errorf("writing the table: %w", err)}
 	}
 	var results []*replay.Result

@@ -153,7 +153,7 @@ func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
 	}
 	plan := &sweep.Plan{Description: spec.Description, Objective: spec.Objective, Points: points}
 	if o.emit != "" {
-		return o.emitJob(cmd.OutOrStdout(), specPath, spec, plan)
+		return o.emitJob(cmd.OutOrStdout(), specPath, plan)
 	}
 	if err := checkSweepFolder(o.out, specPath, points); err != nil {
 		return &exitError{2, err}
@@ -241,8 +241,10 @@ func checkSweepFolder(out, specPath string, points []sweep.Point) error {
 		return errors.New("--out '': give the sweep's folder")
 	}
 	inputs := []placedFile{place("the spec", specPath)}
+	traces := map[string]bool{} // each workload once: every point of it reads the same file
 	for i := range points {
-		if p := &points[i]; p.TraceSHA256 != "" {
+		if p := &points[i]; p.TraceSHA256 != "" && !traces[p.Workload] {
+			traces[p.Workload] = true
 			inputs = append(inputs, place("the trace "+p.Workload, p.Args()[0]))
 		}
 	}
@@ -366,7 +368,7 @@ func (o *sweepOptions) progress(total int) sweep.Progress {
 }
 
 // emitJob prints the Slurm script or the Kubernetes manifest.
-func (o *sweepOptions) emitJob(w io.Writer, specPath string, _ *sweep.Spec, plan *sweep.Plan) error {
+func (o *sweepOptions) emitJob(w io.Writer, specPath string, plan *sweep.Plan) error {
 	points := len(plan.Points)
 	if o.shard != "1/1" {
 		return &exitError{2, errors.New("--emit writes a job for every shard: drop --shard")}
