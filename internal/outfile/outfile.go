@@ -87,9 +87,6 @@ func (f *File) closed() {
 	open.Unlock()
 }
 
-// Path is the file's target path.
-func (f *File) Path() string { return f.path }
-
 // Write writes to the temporary file. After an error every later write
 // fails with it, and so does Commit.
 func (f *File) Write(p []byte) (int, error) {
@@ -109,8 +106,7 @@ func (f *File) Write(p []byte) (int, error) {
 func (f *File) Commit() error {
 	defer f.closed()
 	if f.err != nil { // named already
-		f.tmp.Close()
-		os.Remove(f.tmp.Name())
+		f.Discard()
 		return f.err
 	}
 	err := f.tmp.Sync()
