@@ -7,17 +7,16 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 
-	"github.com/goccy/go-json"
 	"github.com/mattn/go-isatty"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
+	"github.com/offline-router/offline-router/internal/figure"
 	"github.com/offline-router/offline-router/internal/outfile"
 	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/replay"
@@ -223,59 +222,65 @@ func (o *replayOptions) plan(cmd *cobra.Command, args []string) (*replayPlan, er
 	return &replayPlan{args: args, cfg: cfg, policies: policies, slo: slo}, nil
 }
 
-func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
-	ctx := cmd.Context()
+// experiment is the replay the flags describe, checked as far as can be
+// without reading the trace.
+func (o *replayOptions) experiment(cmd *cobra.Command, args []string) (*replay.Experiment, error) {
 	pl, err := o.plan(cmd, args)
 	if err != nil {
-		return &exitError{2, err}
+		return nil, err
 	}
-	args, cfg, policies, slo := pl.args, pl.cfg, pl.policies, pl.slo
-	trace, info, err := o.load(args, cfg)
+	e := &replay.Experiment{Workload: o.workload, MaxLineBytes: o.maxLineBytes, Cluster: o.cluster, Replicas: o.replicas,
+		Router: pl.cfg, Goodput: pl.slo}
+	if len(pl.args) == 1 {
+		e.TracePath = pl.args[0]
+	}
+	for _, p := range pl.policies {
+		c := pl.cfg
+		c.Policy = p
+		e.Contenders = append(e.Contenders, replay.Contender{Name: string(p), Router: c})
+	}
+	return e, nil
+}
+
+func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) {
+	ctx := cmd.Context()
+	exp, err := o.experiment(cmd, args)
 	if err != nil {
 		return &exitError{2, err}
 	}
-	rep := &replay.Report{
-		SchemaVersion: protocol.ReportSchemaVersion,
-		Deterministic: o.setup(info, cfg, slo),
-		Run: replay.RunInfo{ToolVersion: toolVersion(),
-			Host: replay.Host{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}},
-	}
-	if len(args) == 1 {
-		rep.Run.TracePath = args[0]
+	trace, info, err := exp.Load()
+	if err != nil {
+		return &exitError{2, err}
 	}
 	table, out := cmd.OutOrStdout(), cmd.OutOrStdout()
 	if o.reportFile == "-" {
 		table = cmd.ErrOrStderr()
 	}
-	if _, err := fmt.Fprintf(table, "replay of %s: %d requests on %s\n\n", describe(args, &o.workload), len(trace), o.describeCluster()); err != nil {
+	title := describe(exp.TracePath, &o.workload)
+	if _, err := fmt.Fprintf(table, "replay of %s: %d requests on %s\n\n", title, len(trace), o.describeCluster()); err != nil {
 		return &exitError{1, fmt.Errorf("writing the table: %w", err)}
 	}
-	var results []*replay.Result
-	for _, p := range policies {
-		c := cfg
-		c.Policy = p
-		res, err := o.run(ctx, trace, c, slo)
-		if err != nil {
-			return replayFailed(ctx, fmt.Sprintf("replay of policy %s", p), err)
-		}
-		if o.replicas.Count > 1 { // what the replicas cost, against one router
-			one := *o
-			one.replicas = replay.Replicas{Count: 1}
-			base, err := one.run(ctx, trace, c, slo)
-			if err != nil {
-				return replayFailed(ctx, fmt.Sprintf("replay of policy %s with one router", p), err)
-			}
-			res.Metrics.OneRouter = replay.OneRouterOf(&base.Metrics)
-		}
-		results = append(results, res)
-		rep.Deterministic.Policies = append(rep.Deterministic.Policies, res.Metrics)
-		rep.Run.Policies = append(rep.Run.Policies, res.Cost)
+	streams, open, err := o.openStreams()
+	if err != nil {
+		return &exitError{1, err}
 	}
+	exp.Streams = streams
+	if !o.quiet && isatty.IsTerminal(os.Stderr.Fd()) {
+		exp.Progress = progressBar
+	}
+	rep, results, err := exp.Run(ctx, trace, info)
+	for _, s := range open {
+		err = errors.Join(err, s.close(ctx, err))
+	}
+	if err != nil {
+		return replayFailed(ctx, err)
+	}
+	rep.Run.ToolVersion = toolVersion()
 	// The files first: a table cut by its reader (| head) still leaves
 	// them whole.
 	err = o.writeReport(rep, out)
 	if err == nil && o.plotFile != "" {
-		err = savePlot(o.plotFile, "replay of "+describe(args, &o.workload), results)
+		err = figure.SaveReplay(o.plotFile, "replay of "+title, results)
 	}
 	if terr := replay.WriteTable(table, rep); terr != nil {
 		err = errors.Join(err, fmt.Errorf("writing the table: %w", terr))
@@ -286,20 +291,57 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	return nil
 }
 
-// setup is the report's deterministic part before any policy ran: what
-// the flags set up.
-func (o *replayOptions) setup(info replay.TraceInfo, cfg protocol.Config, slo replay.SLO) replay.Deterministic {
-	return replay.Deterministic{ProtocolVersion: protocol.Version, Trace: info, Workload: o.workload,
-		Cluster: o.cluster, Replicas: o.replicas, Router: cfg, Seed: cfg.Seed, Goodput: slo}
+// progressBar is a contender's bar on a terminal.
+func progressBar(contender string, total int) func(done, total int) {
+	bar := progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr),
+		progressbar.OptionSetDescription("replay "+contender), progressbar.OptionShowCount(),
+		progressbar.OptionThrottle(100e6), progressbar.OptionClearOnFinish())
+	return func(done, total int) {
+		bar.Set(done)
+		if done == total {
+			bar.Finish()
+		}
+	}
+}
+
+// openStreams opens the --emit-commands and --emit-responses files: one
+// stream per router, FILE.prefill and FILE.decode, disaggregated.
+func (o *replayOptions) openStreams() (replay.Streams, []*emitStream, error) {
+	var s replay.Streams
+	type stream struct {
+		path string
+		to   *io.Writer
+	}
+	streams := []stream{{o.emitCommands, &s.Commands}, {o.emitResponses, &s.Responses}}
+	if o.cluster.Disaggregated() {
+		streams = []stream{{o.emitCommands + ".prefill", &s.Commands}, {o.emitResponses + ".prefill", &s.Responses},
+			{o.emitCommands + ".decode", &s.DecodeCommands}, {o.emitResponses + ".decode", &s.DecodeResponses}}
+	}
+	var open []*emitStream
+	for _, out := range streams {
+		if out.path == "" || out.path == ".prefill" || out.path == ".decode" {
+			continue
+		}
+		f, err := createStream(out.path)
+		if err != nil {
+			for _, s := range open {
+				s.f.Discard()
+			}
+			return s, nil, err
+		}
+		open = append(open, f)
+		*out.to = f
+	}
+	return s, open, nil
 }
 
 // replayFailed is the exit of a run that did not end: 128+n when signal n
 // stopped it, else 1 (the flags were good: the run itself failed).
-func replayFailed(ctx context.Context, what string, err error) error {
+func replayFailed(ctx context.Context, err error) error {
 	if sig := signalOf(ctx); sig != 0 && errors.Is(err, replay.ErrStopped) {
-		return &exitError{exitCodeFor(sig), fmt.Errorf("%s: stopped by %s; no report or figure was written", what, unix.SignalName(sig))}
+		return &exitError{exitCodeFor(sig), fmt.Errorf("%s; no report or figure was written", strings.Replace(err.Error(), replay.ErrStopped.Error(), "stopped by "+unix.SignalName(sig), 1))}
 	}
-	return &exitError{1, fmt.Errorf("%s: %w", what, err)}
+	return &exitError{1, err}
 }
 
 // writeReport writes the JSON report where --report says, if it does.
@@ -307,11 +349,10 @@ func (o *replayOptions) writeReport(rep *replay.Report, stdout io.Writer) error 
 	if o.reportFile == "" {
 		return nil
 	}
-	data, err := json.MarshalIndent(rep, "", "  ")
+	data, err := rep.Encode()
 	if err != nil {
 		return err
 	}
-	data = append(data, '\n')
 	if o.reportFile == "-" {
 		if _, err = stdout.Write(data); err != nil {
 			return fmt.Errorf("writing the report to stdout: %w", err)
@@ -404,7 +445,7 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 		return err
 	}
 	if o.plotFile != "" {
-		if err := plotFormat(o.plotFile); err != nil {
+		if err := figure.CheckFormat(o.plotFile); err != nil {
 			return err
 		}
 	}
@@ -633,83 +674,6 @@ func (o *replayOptions) policySet(configured protocol.Policy) ([]protocol.Policy
 	return out, nil
 }
 
-// run replays one policy, with the outputs and the progress bar it asked
-// for; it ends early, between two commands, when ctx ends.
-func (o *replayOptions) run(ctx context.Context, trace []replay.Request, cfg protocol.Config, slo replay.SLO) (res *replay.Result, err error) {
-	opt := replay.Options{Cluster: o.cluster, Router: cfg, Goodput: slo, Concurrency: o.workload.ReplayConcurrency, Replicas: o.replicas,
-		Stop: ctx.Done()}
-	// Each run gets its own copy: later turns' arrival times are filled in.
-	trace = append([]replay.Request(nil), trace...)
-	type stream struct {
-		path string
-		to   *io.Writer
-	}
-	streams := []stream{{o.emitCommands, &opt.Commands}, {o.emitResponses, &opt.Responses}}
-	if o.cluster.Disaggregated() { // one stream per router: FILE.prefill and FILE.decode
-		streams = []stream{{o.emitCommands + ".prefill", &opt.Commands}, {o.emitResponses + ".prefill", &opt.Responses},
-			{o.emitCommands + ".decode", &opt.DecodeCommands}, {o.emitResponses + ".decode", &opt.DecodeResponses}}
-	}
-	var open []*emitStream
-	defer func() {
-		for _, s := range open {
-			err = errors.Join(err, s.close(ctx, err))
-		}
-	}()
-	for _, out := range streams {
-		if out.path == "" || out.path == ".prefill" || out.path == ".decode" {
-			continue
-		}
-		s, err := createStream(out.path)
-		if err != nil {
-			return nil, err
-		}
-		open = append(open, s)
-		*out.to = s
-	}
-	if !o.quiet && isatty.IsTerminal(os.Stderr.Fd()) {
-		bar := progressbar.NewOptions(len(trace), progressbar.OptionSetWriter(os.Stderr),
-			progressbar.OptionSetDescription("replay "+string(cfg.Policy)), progressbar.OptionShowCount(),
-			progressbar.OptionThrottle(100e6), progressbar.OptionClearOnFinish())
-		opt.Progress = func(done, _ int) { bar.Set(done) }
-		defer bar.Finish()
-	}
-	return replay.Run(trace, opt)
-}
-
-// load makes the requests to replay, shaped by the workload's flags, and
-// says what they are.
-func (o *replayOptions) load(args []string, cfg protocol.Config) ([]replay.Request, replay.TraceInfo, error) {
-	var trace []replay.Request
-	var info replay.TraceInfo
-	switch {
-	case o.workload.Synthetic != nil:
-		trace, info.Source = o.synthetic.Requests(cfg.Seed, cfg.BlockSize), "synthetic"
-	case len(args) == 0:
-		trace, info.Source = replay.Builtin(cfg.Seed, o.workload.BuiltinSessions, cfg.BlockSize), "builtin"
-	default:
-		// Streamed: a line past --max-line-bytes is refused by its number
-		// in as much memory, and the digest is taken as it is read.
-		in := io.Reader(os.Stdin)
-		if args[0] != "-" {
-			f, err := os.Open(args[0])
-			if err != nil {
-				return nil, info, err
-			}
-			defer f.Close()
-			in = f
-		}
-		var sum string
-		var err error
-		if trace, sum, err = replay.ReadMooncakeDigest(in, cfg.BlockSize, o.maxLineBytes); err != nil {
-			return nil, info, fmt.Errorf("%s: %w", args[0], err)
-		}
-		info.Source, info.SHA256 = "file", sum
-	}
-	info.Requests = len(trace)
-	replay.SpeedUp(trace, o.workload.ArrivalSpeedupRatio)
-	return trace, info, nil
-}
-
 // describeCluster names the cluster for the table's first line.
 func (o *replayOptions) describeCluster() string {
 	c := &o.cluster
@@ -727,13 +691,13 @@ func (o *replayOptions) describeCluster() string {
 }
 
 // describe names the workload for the table's first line.
-func describe(args []string, w *replay.Workload) string {
+func describe(tracePath string, w *replay.Workload) string {
 	switch {
 	case w.Synthetic != nil:
 		s := w.Synthetic
 		return fmt.Sprintf("a synthetic workload (%d requests of %d input and %d output tokens)", s.RequestCount, s.InputTokens, s.OutputTokens)
-	case len(args) == 0:
+	case tracePath == "":
 		return fmt.Sprintf("the built-in workload (%d sessions)", w.BuiltinSessions)
 	}
-	return args[0]
+	return tracePath
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/offline-router/offline-router/internal/figure"
 	"github.com/offline-router/offline-router/internal/outfile"
 	"github.com/offline-router/offline-router/internal/replay"
 	"github.com/offline-router/offline-router/internal/sweep"
@@ -148,7 +149,8 @@ func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
 	if err != nil {
 		return &exitError{2, fmt.Errorf("%s: %w", specPath, err)}
 	}
-	if err := checkPoints(points, &spec.Objective); err != nil {
+	experiments, err := checkPoints(points, &spec.Objective)
+	if err != nil {
 		return &exitError{2, fmt.Errorf("%s: %w", specPath, err)}
 	}
 	plan := &sweep.Plan{Description: spec.Description, Objective: spec.Objective, Points: points}
@@ -165,7 +167,7 @@ func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
 	stderr := cmd.ErrOrStderr()
 	redo := func(path string, why error) { fmt.Fprintf(stderr, "sweep: %v: replaying that point again\n", why) }
 	ran, resumed, err := sweep.Run(ctx, plan, sweep.Options{Out: o.out, Jobs: o.jobs, Shard: shard,
-		Progress: o.progress(len(shard.Of(points))), Redo: redo}, runPoint)
+		Progress: o.progress(len(shard.Of(points))), Redo: redo}, pointRunner(experiments))
 	if sig := signalOf(ctx); sig != 0 {
 		return &exitError{exitCodeFor(sig), fmt.Errorf("sweep stopped by %v: %d points replayed, %d found done; the same command resumes it", sig, ran, resumed)}
 	}
@@ -192,7 +194,7 @@ func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
 // cannot write is a failure of the run (exit 1), not of the flags.
 func (o *sweepOptions) writeTable(w io.Writer, t *sweep.Table, specDir string) error {
 	if o.plotFile != "" {
-		if err := plotFormat(o.plotFile); err != nil {
+		if err := figure.CheckFormat(o.plotFile); err != nil {
 			return &exitError{2, err}
 		}
 	}
@@ -207,7 +209,7 @@ func (o *sweepOptions) writeTable(w io.Writer, t *sweep.Table, specDir string) e
 		return &exitError{1, err}
 	}
 	if o.plotFile != "" {
-		if err := saveSweepPlot(o.plotFile, t); err != nil {
+		if err := figure.SaveSweep(o.plotFile, t); err != nil {
 			return &exitError{1, err}
 		}
 	}
@@ -271,7 +273,7 @@ func checkMergeOutputs(dirs []string, report, plot string) error {
 		return fmt.Errorf("--report %s: the file must end in .json", report)
 	}
 	if plot != "" {
-		if err := plotFormat(plot); err != nil {
+		if err := figure.CheckFormat(plot); err != nil {
 			return err
 		}
 	}
@@ -288,14 +290,16 @@ func checkMergeOutputs(dirs []string, report, plot string) error {
 
 // checkPoints runs every point's flags through replay's own checks before
 // any point runs, so that a typo in the last block fails the sweep at once,
-// and reads each trace at each block size the points give it.
-func checkPoints(points []sweep.Point, objective *sweep.Objective) error {
+// and reads each trace at each block size the points give it. It gives
+// each point's experiment, by point ID.
+func checkPoints(points []sweep.Point, objective *sweep.Objective) (map[string]*replay.Experiment, error) {
 	needsGoodput := objective.Names("request_goodput")
 	type read struct {
 		trace     string
 		blockSize uint64
 	}
 	traces := map[read]bool{}
+	experiments := map[string]*replay.Experiment{}
 	for i := range points {
 		p := &points[i]
 		cmd, o := replayCommand()
@@ -303,47 +307,54 @@ func checkPoints(points []sweep.Point, objective *sweep.Objective) error {
 			return fmt.Errorf("point %d (%s): %w", i+1, strings.Join(p.Varied, " "), err)
 		}
 		if err := cmd.ParseFlags(p.Args()); err != nil {
-			return fail(err)
+			return nil, fail(err)
 		}
 		args := cmd.Flags().Args()
 		if err := replayArgs(cmd, args); err != nil {
-			return fail(err)
+			return nil, fail(err)
 		}
-		pl, err := o.plan(cmd, args)
+		exp, err := o.experiment(cmd, args)
 		if err != nil {
-			return fail(err)
+			return nil, fail(err)
 		}
-		p.Policy = string(pl.cfg.Policy)
-		setup := o.setup(replay.TraceInfo{}, pl.cfg, pl.slo)
+		p.Policy = string(exp.Router.Policy)
+		setup := exp.Setup(replay.TraceInfo{})
 		p.Setup = setup.SetupDigest()
-		if needsGoodput && !pl.slo.Set() {
-			return fail(errors.New("the objective names request_goodput, which a point reports only with --goodput: give goodput in the spec's flags"))
+		if needsGoodput && !exp.Goodput.Set() {
+			return nil, fail(errors.New("the objective names request_goodput, which a point reports only with --goodput: give goodput in the spec's flags"))
 		}
-		if key := (read{p.Workload, pl.cfg.BlockSize}); len(pl.args) == 1 && !traces[key] {
-			if _, _, err := o.load(pl.args, pl.cfg); err != nil {
-				return fmt.Errorf("workload %s at block size %d: %w", p.Workload, pl.cfg.BlockSize, err)
+		if key := (read{p.Workload, exp.Router.BlockSize}); exp.TracePath != "" && !traces[key] {
+			if _, _, err := exp.Load(); err != nil {
+				return nil, fmt.Errorf("workload %s at block size %d: %w", p.Workload, exp.Router.BlockSize, err)
 			}
 			traces[key] = true
 		}
+		experiments[p.ID] = exp
 	}
-	return nil
+	return experiments, nil
 }
 
-// runPoint replays one point in this process, as "offline-router replay
-// ARGS --report PATH --quiet" would.
-func runPoint(ctx context.Context, p *sweep.Point, report string) error {
-	cmd, _ := replayCommand()
-	cmd.SetArgs(append(p.Args(), "--report", report, "--quiet"))
-	// Its table and notes are the point's report's business; a failure
-	// comes back as the error.
-	cmd.SetOut(io.Discard)
-	cmd.SetErr(io.Discard)
-	cmd.SilenceUsage, cmd.SilenceErrors = true, true
-	err := cmd.ExecuteContext(ctx)
-	if err != nil {
-		return fmt.Errorf("replay %s: %w", strings.Join(p.Args(), " "), err)
+// pointRunner runs each point's experiment in this process, and writes
+// its report whole or not at all.
+func pointRunner(experiments map[string]*replay.Experiment) sweep.RunPoint {
+	return func(ctx context.Context, p *sweep.Point, report string) error {
+		exp := experiments[p.ID]
+		fail := func(err error) error { return fmt.Errorf("replay %s: %w", strings.Join(p.Args(), " "), err) }
+		trace, info, err := exp.Load()
+		if err != nil {
+			return fail(err)
+		}
+		rep, _, err := exp.Run(ctx, trace, info)
+		if err != nil {
+			return fail(err)
+		}
+		rep.Run.ToolVersion = toolVersion()
+		data, err := rep.Encode()
+		if err != nil {
+			return fail(err)
+		}
+		return outfile.Write(report, data)
 	}
-	return nil
 }
 
 // progress shows the shard's points as they end: a bar on a terminal, a

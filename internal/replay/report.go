@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	gojson "github.com/goccy/go-json"
+
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
@@ -68,6 +70,16 @@ type Host struct {
 	Arch      string `json:"arch"`
 	CPUs      int    `json:"cpus"`
 	GoVersion string `json:"go_version"`
+}
+
+// Encode is the report as --report writes it: indented JSON, a newline
+// at its end.
+func (r *Report) Encode() ([]byte, error) {
+	data, err := gojson.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
 }
 
 // WriteTable prints the policies side by side, one column each.

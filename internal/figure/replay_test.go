@@ -1,4 +1,4 @@
-package main
+package figure
 
 import (
 	"bytes"
@@ -45,7 +45,7 @@ func plotResults(t testing.TB, sessions, workers int, stretch float64, policies 
 func checkPlot(t *testing.T, dir, name string, results []*replay.Result) {
 	t.Helper()
 	path := filepath.Join(dir, name)
-	if err := savePlot(path, "replay test", results); err != nil {
+	if err := SaveReplay(path, "replay test", results); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(path)
@@ -87,9 +87,6 @@ func checkPlot(t *testing.T, dir, name string, results []*replay.Result) {
 }
 
 func TestSavePlot(t *testing.T) {
-	if raceBuild {
-		t.Skip("draws in one goroutine: nothing for -race to check")
-	}
 	dir := t.TempDir()
 	results := plotResults(t, 60, 8, 1, allPolicies...)
 	checkPlot(t, dir, "figure.png", results)
@@ -99,8 +96,8 @@ func TestSavePlot(t *testing.T) {
 // The size bound's case: 4 policies on 16 workers, 12k requests over an
 // hour.
 func TestSavePlotLongTrace(t *testing.T) {
-	if testing.Short() || raceBuild {
-		t.Skip("replays 12k requests four times (and no goroutine is involved for -race to check)")
+	if testing.Short() {
+		t.Skip("replays 12k requests four times")
 	}
 	dir := t.TempDir()
 	results := plotResults(t, 3000, 16, 9, allPolicies...)
@@ -114,9 +111,6 @@ func TestSavePlotLongTrace(t *testing.T) {
 // One policy on one worker, and eight on 64: the layout must hold at both
 // ends of what replay runs.
 func TestSavePlotExtremes(t *testing.T) {
-	if raceBuild {
-		t.Skip("draws in one goroutine: nothing for -race to check")
-	}
 	dir := t.TempDir()
 	checkPlot(t, dir, "one.png", plotResults(t, 5, 1, 1, protocol.PolicyKV))
 	many := append(plotResults(t, 40, 64, 1, allPolicies...), plotResults(t, 40, 64, 1, allPolicies...)...)
@@ -128,19 +122,19 @@ func TestSavePlotExtremes(t *testing.T) {
 }
 
 func TestSavePlotRefuses(t *testing.T) {
-	err := plotFormat("figure.jpg")
+	err := CheckFormat("figure.jpg")
 	if err == nil || !strings.Contains(err.Error(), "--plot") {
-		t.Errorf("plotFormat(figure.jpg) = %v, want an error naming --plot", err)
+		t.Errorf("CheckFormat(figure.jpg) = %v, want an error naming --plot", err)
 	}
 	for _, ok := range []string{"a.png", "b.svg", "C.PNG"} {
-		if err := plotFormat(ok); err != nil {
-			t.Errorf("plotFormat(%s) = %v", ok, err)
+		if err := CheckFormat(ok); err != nil {
+			t.Errorf("CheckFormat(%s) = %v", ok, err)
 		}
 	}
-	if err := savePlot(filepath.Join(t.TempDir(), "x.svg"), "none", nil); err == nil {
-		t.Error("savePlot with no results succeeded")
+	if err := SaveReplay(filepath.Join(t.TempDir(), "x.svg"), "none", nil); err == nil {
+		t.Error("SaveReplay with no results succeeded")
 	}
-	if err := savePlot(filepath.Join(t.TempDir(), "x.jpg"), "none", plotResults(t, 2, 1, 1, protocol.PolicyKV)); err == nil {
-		t.Error("savePlot wrote a .jpg")
+	if err := SaveReplay(filepath.Join(t.TempDir(), "x.jpg"), "none", plotResults(t, 2, 1, 1, protocol.PolicyKV)); err == nil {
+		t.Error("SaveReplay wrote a .jpg")
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package figure
 
 import (
 	"fmt"
@@ -51,13 +51,13 @@ func policyColor(name string) color.RGBA {
 	return seriesColors[max(slices.Index(protocol.Policies, protocol.Policy(name)), 0)%len(seriesColors)]
 }
 
-// savePlot draws the replay's figure to path (.png or .svg by extension).
+// SaveReplay draws the replay's figure to path (.png or .svg by extension).
 // From the top: the title and one legend of the policies' colours, which
 // every panel shares; hit rate and TTFT percentiles per policy; the TTFT
 // distribution and the hit rate over time; one heatmap of per-worker load
 // per policy, on one colour scale.
-func savePlot(path, title string, results []*replay.Result) error {
-	if err := plotFormat(path); err != nil {
+func SaveReplay(path, title string, results []*replay.Result) error {
+	if err := CheckFormat(path); err != nil {
 		return err
 	}
 	if len(results) == 0 {
@@ -578,8 +578,8 @@ func formatWindow(ms float64) string {
 	return fmt.Sprintf("%g s", ms/1000)
 }
 
-// plotFormat checks that path names a format the plot can be drawn in.
-func plotFormat(path string) error {
+// CheckFormat checks that path names a format the plot can be drawn in.
+func CheckFormat(path string) error {
 	if ext := strings.ToLower(filepath.Ext(path)); ext != ".png" && ext != ".svg" {
 		return fmt.Errorf("--plot %s: the file must end in .png or .svg", path)
 	}

@@ -1,4 +1,4 @@
-package main
+package figure
 
 import (
 	"cmp"
@@ -27,14 +27,14 @@ const (
 
 var recommendedColor = color.RGBA{0xc0, 0, 0, 255}
 
-// saveSweepPlot draws a sweep: per workload, a row of two panels of prefix
+// SaveSweep draws a sweep: per workload, a row of two panels of prefix
 // hit rate (x, higher is better) against TTFT p99 (y, lower is better), all
 // the points on the left and, on the right, the region of the Pareto front
 // and the recommended point, where they crowd. One colour per policy as the
 // legend says, a hollow circle for a point outside the objective's bounds,
 // a black square around each point of the front (joined and numbered, the
 // settings listed under the row), a red cross on the recommended point.
-func saveSweepPlot(path string, t *sweep.Table) error {
+func SaveSweep(path string, t *sweep.Table) error {
 	r := &t.Deterministic
 	var policies []string
 	for _, pt := range r.Points {
