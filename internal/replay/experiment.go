@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"sync"
 
 	"github.com/offline-router/offline-router/internal/protocol"
+	"golang.org/x/sync/errgroup"
 )
 
 // Experiment is one replay experiment, typed: the workload, the cluster,
@@ -26,6 +28,17 @@ type Experiment struct {
 	Router     protocol.Config
 	Contenders []Contender
 	Goodput    SLO
+	// Repeats runs each contender this many times (at least 1): repeat k
+	// at seed Router.Seed+k, for the router's ties and sampling and for a
+	// generated workload, the same for every contender (common random
+	// numbers). Repeat 0 is the run of Router.Seed itself.
+	Repeats int
+	// Baseline names the contender the others are measured against ("":
+	// none).
+	Baseline string
+	// Jobs is how many runs go at once (at least 1); the report does not
+	// depend on it.
+	Jobs int
 	// Streams, when set, receive the one contender's command and response
 	// streams.
 	Streams Streams
@@ -36,8 +49,9 @@ type Experiment struct {
 // Contender is what a comparison sets beside the others: a name and the
 // router config it runs.
 type Contender struct {
-	Name   string
-	Router protocol.Config
+	Name      string
+	Router    protocol.Config
+	Overrides []string // the config keys it sets over the experiment's, KEY=VALUE, for the report
 }
 
 // Streams are the router's command and response streams (the prefill
@@ -85,45 +99,144 @@ func (e *Experiment) Load() ([]Request, TraceInfo, error) {
 // Setup is the report's deterministic part before any contender ran: what
 // the experiment set up.
 func (e *Experiment) Setup(info TraceInfo) Deterministic {
-	return Deterministic{ProtocolVersion: protocol.Version, Trace: info, Workload: e.Workload,
-		Cluster: e.Cluster, Replicas: e.Replicas, Router: e.Router, Seed: e.Router.Seed, Goodput: e.Goodput}
+	d := Deterministic{ProtocolVersion: protocol.Version, Trace: info, Workload: e.Workload,
+		Cluster: e.Cluster, Replicas: e.Replicas, Router: e.Router, Seed: e.Router.Seed, Goodput: e.Goodput,
+		Repeats: e.repeats(), Baseline: e.Baseline}
+	for k := range d.Repeats {
+		d.Seeds = append(d.Seeds, e.seed(k))
+	}
+	return d
 }
 
-// Run replays the trace under each contender in turn and gives the
-// report (its run part's host and costs filled, the tool version and
-// trace path the caller's) and each contender's result, for the figures.
-// It ends early, between two commands, with ErrStopped when ctx ends.
+func (e *Experiment) repeats() int { return max(e.Repeats, 1) }
+
+// seed is repeat k's seed: the stated rule, Router.Seed + k (mod 2^64), so
+// that repeat k is the replay of --seed S+k.
+func (e *Experiment) seed(k int) uint64 { return e.Router.Seed + uint64(k) }
+
+// run is one contender's replay at one repeat.
+type run struct {
+	contender, repeat int
+	result            *Result
+}
+
+// Run replays the trace under each contender at each repeat, Jobs at a
+// time, and gives the report (its run part's host and costs filled, the
+// tool version the caller's) and repeat 0's result of each contender, for
+// the figures. The trace is repeat 0's; a generated workload is made
+// again at each later repeat's seed. It ends early, between two commands,
+// with ErrStopped when ctx ends; the first run that fails stops the
+// others.
 func (e *Experiment) Run(ctx context.Context, trace []Request, info TraceInfo) (*Report, []*Result, error) {
 	rep := &Report{SchemaVersion: protocol.ReportSchemaVersion, Deterministic: e.Setup(info),
 		Run: RunInfo{TracePath: e.TracePath, Host: Host{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}}}
-	var results []*Result
-	for _, c := range e.Contenders {
-		res, err := e.runOne(ctx, trace, c, e.Replicas, e.Streams)
-		if err != nil {
-			return nil, nil, fmt.Errorf("replay of policy %s: %w", c.Name, err)
-		}
-		if e.Replicas.Count > 1 { // what the replicas cost, against one router
-			base, err := e.runOne(ctx, trace, c, Replicas{Count: 1}, Streams{})
-			if err != nil {
-				return nil, nil, fmt.Errorf("replay of policy %s with one router: %w", c.Name, err)
+	traces := make([][]Request, e.repeats())
+	traces[0] = trace
+	for k := 1; k < len(traces); k++ {
+		traces[k] = trace
+		if e.TracePath == "" { // generated: the workload's own seed changes too
+			again := *e
+			again.Router.Seed = e.seed(k)
+			var err error
+			if traces[k], _, err = again.Load(); err != nil {
+				return nil, nil, err
 			}
-			res.Metrics.OneRouter = OneRouterOf(&base.Metrics)
 		}
-		results = append(results, res)
-		rep.Deterministic.Policies = append(rep.Deterministic.Policies, res.Metrics)
-		rep.Run.Policies = append(rep.Run.Policies, res.Cost)
 	}
+	runs := make([]run, 0, len(e.Contenders)*len(traces))
+	for c := range e.Contenders {
+		for k := range traces {
+			runs = append(runs, run{contender: c, repeat: k})
+		}
+	}
+	progress := e.progress(runs, traces)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(e.Jobs, 1))
+	for i := range runs {
+		r := &runs[i]
+		g.Go(func() error {
+			c := e.Contenders[r.contender]
+			c.Router.Seed = e.seed(r.repeat)
+			var streams Streams
+			if r.repeat == 0 {
+				streams = e.Streams
+			}
+			res, err := e.runOne(gctx, traces[r.repeat], c, e.Replicas, streams, progress)
+			if err != nil {
+				return fmt.Errorf("replay of policy %s%s: %w", c.Name, repeatLabel(r.repeat), err)
+			}
+			if e.Replicas.Count > 1 { // what the replicas cost, against one router
+				base, err := e.runOne(gctx, traces[r.repeat], c, Replicas{Count: 1}, Streams{}, nil)
+				if err != nil {
+					return fmt.Errorf("replay of policy %s%s with one router: %w", c.Name, repeatLabel(r.repeat), err)
+				}
+				res.Metrics.OneRouter = OneRouterOf(&base.Metrics)
+			}
+			r.result = res
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, nil, err
+	}
+	var results []*Result
+	for i := range runs {
+		if runs[i].repeat == 0 {
+			res := runs[i].result
+			results = append(results, res)
+			rep.Deterministic.Policies = append(rep.Deterministic.Policies, res.Metrics)
+			rep.Run.Policies = append(rep.Run.Policies, res.Cost)
+		}
+	}
+	e.compare(rep, runs)
 	return rep, results, nil
+}
+
+// repeatLabel names a repeat after the first in a message.
+func repeatLabel(k int) string {
+	if k == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (repeat %d)", k)
+}
+
+// progress is the callback each run reports its requests to: one run's
+// own, or for several a sum over them all.
+func (e *Experiment) progress(runs []run, traces [][]Request) func(int) func(done, total int) {
+	if e.Progress == nil {
+		return nil
+	}
+	if len(runs) == 1 {
+		bar := e.Progress(e.Contenders[0].Name, len(traces[0]))
+		return func(int) func(done, total int) { return bar }
+	}
+	total := 0
+	for _, r := range runs {
+		total += len(traces[r.repeat])
+	}
+	var mu sync.Mutex
+	sum := 0
+	bar := e.Progress(fmt.Sprintf("%d runs", len(runs)), total)
+	return func(int) func(done, total int) {
+		last := 0
+		return func(done, _ int) {
+			mu.Lock()
+			defer mu.Unlock()
+			sum += done - last
+			last = done
+			bar(sum, total)
+		}
+	}
 }
 
 // runOne replays one contender on its own copy of the trace (later turns'
 // arrival times are filled in as it runs).
-func (e *Experiment) runOne(ctx context.Context, trace []Request, c Contender, replicas Replicas, s Streams) (*Result, error) {
+func (e *Experiment) runOne(ctx context.Context, trace []Request, c Contender, replicas Replicas, s Streams, progress func(int) func(done, total int)) (*Result, error) {
 	opt := Options{Cluster: e.Cluster, Router: c.Router, Goodput: e.Goodput, Concurrency: e.Workload.ReplayConcurrency,
 		Replicas: replicas, Stop: ctx.Done(), Commands: s.Commands, Responses: s.Responses,
 		DecodeCommands: s.DecodeCommands, DecodeResponses: s.DecodeResponses}
-	if e.Progress != nil {
-		opt.Progress = e.Progress(c.Name, len(trace))
+	if progress != nil {
+		opt.Progress = progress(len(trace))
 	}
 	return Run(append([]Request(nil), trace...), opt)
 }

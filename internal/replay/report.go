@@ -39,10 +39,22 @@ type Deterministic struct {
 	Replicas        Replicas      `json:"router_replicas"`
 	// Router is the router's config in full; each entry of Policies ran it
 	// with its own policy.
-	Router   protocol.Config `json:"router"`
-	Seed     uint64          `json:"seed"`
-	Goodput  SLO             `json:"goodput"`
-	Policies []Metrics       `json:"policies"`
+	Router  protocol.Config `json:"router"`
+	Seed    uint64          `json:"seed"`
+	Goodput SLO             `json:"goodput"`
+	// Repeats is how many times each contender ran, repeat k at Seeds[k]
+	// (seed + k); Policies holds repeat 0's metrics, Contenders every
+	// repeat's with their intervals.
+	Repeats  int       `json:"repeats"`
+	Seeds    []uint64  `json:"seeds"`
+	Policies []Metrics `json:"policies"`
+	// Baseline is the contender the others are measured against ("": none).
+	Baseline   string            `json:"baseline"`
+	Contenders []ContenderReport `json:"contenders"`
+	// Verdicts say, one line per contender and verdict metric, who wins
+	// against the baseline, by how much and how sure: each interval is
+	// 95% for its own comparison (no correction for the many).
+	Verdicts []string `json:"verdicts"`
 }
 
 // TraceInfo identifies the requests replayed.
@@ -146,7 +158,7 @@ func rejections(m *Metrics) string {
 // it, so a report copied from another point is not taken for its own.
 func (d *Deterministic) SetupDigest() string {
 	setup := *d
-	setup.Trace, setup.Policies = TraceInfo{}, nil
+	setup.Trace, setup.Policies, setup.Contenders, setup.Verdicts = TraceInfo{}, nil, nil, nil
 	setup.Router.Policy = "" // a report of many policies ran each
 	data, err := json.Marshal(&setup)
 	if err != nil {

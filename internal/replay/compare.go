@@ -1,0 +1,198 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"slices"
+	"strings"
+)
+
+// Estimate is a metric's mean across repeats and its 95% Student-t
+// interval (none with one repeat).
+type Estimate struct {
+	Mean float64     `json:"mean"`
+	CI95 *[2]float64 `json:"ci95" jsonschema:"nullable"`
+}
+
+// Versus is a contender against the baseline on one metric: the ratio of
+// its value to the baseline's, on the requests of every repeat pooled, and
+// the 95% interval of that ratio from a paired bootstrap over sessions.
+type Versus struct {
+	Metric string     `json:"metric"` // a metric's JSON key
+	Ratio  float64    `json:"ratio"`
+	CI95   [2]float64 `json:"ci95"`
+	// Better is the metric's good direction (lower or higher); Verdict is
+	// better, worse or tie (the interval holds 1).
+	Better  string `json:"better"`
+	Verdict string `json:"verdict"`
+}
+
+// ContenderReport is one contender of a comparison: what it ran and, beside
+// the baseline, by how much it differs.
+type ContenderReport struct {
+	Name      string   `json:"name"`
+	Policy    string   `json:"policy"`
+	Overrides []string `json:"overrides"` // config keys it sets over the router's, KEY=VALUE as given
+	// Repeats are each repeat's metrics, repeat 0 (the report's policies
+	// entry) first, when there are several; Summary their mean and
+	// interval, by metric.
+	Repeats []Metrics           `json:"repeats,omitempty"`
+	Summary map[string]Estimate `json:"summary,omitempty"`
+	// Versus is against the baseline, on the verdict's metrics; none for
+	// the baseline itself or when there is none.
+	Versus []Versus `json:"versus_baseline,omitempty"`
+}
+
+// Verdict metrics: the ones a verdict line is given for, and whether less
+// is better.
+var verdictMetrics = []struct {
+	key, label string
+	lower      bool
+}{
+	{"mean_ttft_ms", "mean TTFT", true},
+	{"p99_ttft_ms", "p99 TTFT", true},
+	{"request_goodput", "goodput", false},
+	{"prefix_hit_rate", "prefix hit rate", false},
+}
+
+// tQuantile975 is Student's t distribution's 0.975 quantile by degrees of
+// freedom from 1 (a table: math's Exp, Log and Pow are not the same on
+// every platform, and no output may depend on them).
+var tQuantile975 = []float64{12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+	2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+	2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042}
+
+// tCritical is the 0.975 quantile for df degrees of freedom: the table's up
+// to 30, then the entry for 40, 60 or 120 at or below df (a wider interval,
+// never a narrower one), then the normal's.
+func tCritical(df int) float64 {
+	switch {
+	case df <= len(tQuantile975):
+		return tQuantile975[df-1]
+	case df < 40:
+		return 2.042
+	case df < 60:
+		return 2.021
+	case df < 120:
+		return 2.000
+	case df < 1000:
+		return 1.980
+	}
+	return 1.960
+}
+
+// estimate is the mean of xs and, with two or more, its 95% Student-t
+// interval.
+func estimate(xs []float64) Estimate {
+	n := float64(len(xs))
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	e := Estimate{Mean: sum / n}
+	if len(xs) < 2 {
+		return e
+	}
+	ss := 0.0
+	for _, x := range xs {
+		d := x - e.Mean
+		ss += float64(d * d) // rounded alone: no fused multiply-add
+	}
+	half := float64(tCritical(len(xs)-1) * math.Sqrt(ss/(n-1)/n))
+	e.CI95 = &[2]float64{e.Mean - half, e.Mean + half}
+	return e
+}
+
+// summarizeRepeats is each numeric metric's estimate across the repeats,
+// by JSON key.
+func summarizeRepeats(repeats []Metrics) map[string]Estimate {
+	out := map[string]Estimate{}
+	t := reflect.TypeFor[Metrics]()
+	for i := range t.NumField() {
+		key, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		xs := make([]float64, 0, len(repeats))
+		for r := range repeats {
+			v := reflect.ValueOf(&repeats[r]).Elem().Field(i)
+			if v.Kind() == reflect.Pointer && !v.IsNil() {
+				v = v.Elem()
+			}
+			switch v.Kind() {
+			case reflect.Float64:
+				xs = append(xs, v.Float())
+			case reflect.Int, reflect.Uint64:
+				xs = append(xs, float64(v.Convert(reflect.TypeFor[float64]()).Float()))
+			}
+		}
+		if len(xs) == len(repeats) {
+			out[key] = estimate(xs)
+		}
+	}
+	return out
+}
+
+// verdictLine says what one comparison found, in words: "kv beats
+// round_robin on p99 TTFT by 23% [19, 27]", or a tie with the signed
+// change when the interval holds no difference.
+func verdictLine(name, baseline, label string, v Versus) string {
+	pct := func(x float64) float64 { return float64(100 * (x - 1)) }
+	change, lo, hi := pct(v.Ratio), pct(v.CI95[0]), pct(v.CI95[1])
+	switch {
+	case v.Verdict == "tie":
+		return fmt.Sprintf("%s and %s tie on %s (%+.1f%% [%+.1f, %+.1f])", name, baseline, label, change, lo, hi)
+	case v.Better == "lower":
+		change, lo, hi = -change, -hi, -lo
+	}
+	if v.Verdict == "better" {
+		return fmt.Sprintf("%s beats %s on %s by %.1f%% [%.1f, %.1f]", name, baseline, label, change, lo, hi)
+	}
+	return fmt.Sprintf("%s loses to %s on %s by %.1f%% [%.1f, %.1f]", name, baseline, label, -change, -hi, -lo)
+}
+
+// judge sets v's verdict from its interval and direction.
+func judge(v *Versus, lower bool) {
+	v.Better = "higher"
+	if lower {
+		v.Better = "lower"
+	}
+	switch {
+	case v.CI95[0] <= 1 && v.CI95[1] >= 1, math.IsNaN(v.Ratio):
+		v.Verdict = "tie"
+	case (v.CI95[1] < 1) == lower:
+		v.Verdict = "better"
+	default:
+		v.Verdict = "worse"
+	}
+}
+
+// sortedFloats is xs sorted, a copy.
+func sortedFloats(xs []float64) []float64 {
+	out := slices.Clone(xs)
+	slices.Sort(out)
+	return out
+}
+
+// compare fills the report's contenders (each repeat's metrics and their
+// intervals) and, with a baseline, each contender's ratios to it and the
+// verdicts.
+func (e *Experiment) compare(rep *Report, runs []run) {
+	d := &rep.Deterministic
+	byContender := make([][]*Result, len(e.Contenders))
+	for _, r := range runs { // contender by contender, repeats in order
+		byContender[r.contender] = append(byContender[r.contender], r.result)
+	}
+	for c, ct := range e.Contenders {
+		cr := ContenderReport{Name: ct.Name, Policy: string(ct.Router.Policy), Overrides: ct.Overrides}
+		if cr.Overrides == nil {
+			cr.Overrides = []string{}
+		}
+		if len(byContender[c]) > 1 {
+			for _, res := range byContender[c] {
+				cr.Repeats = append(cr.Repeats, res.Metrics)
+			}
+			cr.Summary = summarizeRepeats(cr.Repeats)
+		}
+		d.Contenders = append(d.Contenders, cr)
+	}
+	d.Verdicts = []string{}
+}
