@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -39,6 +40,10 @@ type replayOptions struct {
 	goodput       []string
 	policies      []string
 	compare       bool
+	contenders    []string
+	repeats       int
+	baseline      string
+	jobs          int
 	reportFile    string
 	emitCommands  string
 	emitResponses string
@@ -140,6 +145,10 @@ stopped it between two commands (no report; the streams end the same way).`,
 	f.StringSliceVar(&o.goodput, "goodput", nil, "service levels for request_goodput, as vLLM's benchmark takes them: ttft:MS tpot:MS e2el:MS")
 	f.BoolVar(&o.compare, "compare", false, "run kv and the baselines (round_robin, random, least_loaded) side by side; same as --policies kv,round_robin,random,least_loaded")
 	f.StringSliceVar(&o.policies, "policies", nil, "run these policies side by side (comma-separated: "+policyList()+")")
+	f.StringArrayVar(&o.contenders, "contender", nil, "a contender to set beside the others: [NAME=]POLICY[:KEY=VALUE,...], KEY a config-file key (e.g. kv-scale4=kv:prefill_load_scale=4, kv-hard=kv:affinity.mode=hard); repeat the flag for more; after --compare's or --policies' if given")
+	f.IntVar(&o.repeats, "repeats", 1, "run each contender this many times, repeat k at --seed + k (the router's ties and sampling, the built-in workload), and give means with 95% intervals")
+	f.StringVar(&o.baseline, "baseline", "", "the contender the others are measured against, with ratios, intervals and verdicts (default round_robin when it runs; none otherwise)")
+	f.IntVar(&o.jobs, "jobs", runtime.NumCPU(), "runs (contenders × repeats) at once; the output does not depend on it")
 	f.StringVar(&o.reportFile, "report", "", "write the JSON report to this .json file, or - for stdout (the table then goes to stderr)")
 	f.StringVar(&o.emitCommands, "emit-commands", "", "write every command sent to the router to this file (one policy only)")
 	f.StringVar(&o.emitResponses, "emit-responses", "", "write every response the router gave to this file (one policy only)")
@@ -173,10 +182,10 @@ func replayArgs(cmd *cobra.Command, args []string) error {
 // replayPlan is a replay whose flags passed their checks: the trace (or
 // none), the router config, the policies and the goodput levels.
 type replayPlan struct {
-	args     []string
-	cfg      protocol.Config
-	policies []protocol.Policy
-	slo      replay.SLO
+	args       []string
+	cfg        protocol.Config
+	contenders []replay.Contender
+	slo        replay.SLO
 }
 
 // plan checks the flags and the config, as far as can be done without
@@ -210,8 +219,11 @@ func (o *replayOptions) plan(cmd *cobra.Command, args []string) (*replayPlan, er
 	if cfg.WorkerDefaults != (protocol.WorkerDefaults{}) {
 		return nil, fmt.Errorf("config worker_defaults: replay announces its own workers (--workers and the --worker-* flags), as aggregated single-rank workers; drop worker_defaults")
 	}
-	policies, err := o.policySet(cfg.Policy)
+	contenders, err := o.contenderSet(src, cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := o.checkComparison(flags, contenders); err != nil {
 		return nil, err
 	}
 	slo, err := replay.ParseSLO(o.goodput)
@@ -219,7 +231,7 @@ func (o *replayOptions) plan(cmd *cobra.Command, args []string) (*replayPlan, er
 		return nil, err
 	}
 	o.cluster.BlockSize = cfg.BlockSize
-	return &replayPlan{args: args, cfg: cfg, policies: policies, slo: slo}, nil
+	return &replayPlan{args: args, cfg: cfg, contenders: contenders, slo: slo}, nil
 }
 
 // experiment is the replay the flags describe, checked as far as can be
@@ -230,14 +242,9 @@ func (o *replayOptions) experiment(cmd *cobra.Command, args []string) (*replay.E
 		return nil, err
 	}
 	e := &replay.Experiment{Workload: o.workload, MaxLineBytes: o.maxLineBytes, Cluster: o.cluster, Replicas: o.replicas,
-		Router: pl.cfg, Goodput: pl.slo}
+		Router: pl.cfg, Goodput: pl.slo, Contenders: pl.contenders, Repeats: o.repeats, Baseline: o.baseline, Jobs: o.jobs}
 	if len(pl.args) == 1 {
 		e.TracePath = pl.args[0]
-	}
-	for _, p := range pl.policies {
-		c := pl.cfg
-		c.Policy = p
-		e.Contenders = append(e.Contenders, replay.Contender{Name: string(p), Router: c})
 	}
 	return e, nil
 }
@@ -422,10 +429,10 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	if o.compare && flags.Changed("policies") {
 		return fmt.Errorf("--compare is --policies kv,round_robin,random,least_loaded: give one of them")
 	}
-	if (o.compare || flags.Changed("policies")) && (flags.Changed("policy") || flags.Changed("router-mode")) {
-		return fmt.Errorf("--policy picks one policy, and --compare or --policies several: give one of them")
+	if (o.compare || flags.Changed("policies") || flags.Changed("contender")) && (flags.Changed("policy") || flags.Changed("router-mode")) {
+		return fmt.Errorf("--policy picks one policy, and --compare, --policies or --contender what to compare: give one of them")
 	}
-	if o.compare || len(o.policies) > 1 {
+	if o.compare || len(o.policies)+len(o.contenders) > 1 {
 		for _, name := range []string{"emit-commands", "emit-responses"} {
 			if flags.Changed(name) {
 				return fmt.Errorf("--%s writes the stream of one policy, and several run: give one --policy", name)
@@ -649,13 +656,16 @@ func policyNames() string {
 	return strings.Join(names, ", ")
 }
 
-// policySet is the policies to run: --policies, --compare's four, or the
-// config's one.
+// policySet is the plain policies to run: --policies, --compare's four, or
+// the config's one when no contender is given either.
 func (o *replayOptions) policySet(configured protocol.Policy) ([]protocol.Policy, error) {
 	if o.compare {
 		return []protocol.Policy{protocol.PolicyKV, protocol.PolicyRoundRobin, protocol.PolicyRandom, protocol.PolicyLeastLoaded}, nil
 	}
 	if len(o.policies) == 0 {
+		if len(o.contenders) > 0 {
+			return nil, nil
+		}
 		return []protocol.Policy{configured}, nil
 	}
 	var out []protocol.Policy
@@ -673,6 +683,66 @@ func (o *replayOptions) policySet(configured protocol.Policy) ([]protocol.Policy
 	}
 	return out, nil
 }
+
+// contenderSet is what the run sets side by side: the plain policies, then
+// each --contender, its settings applied over the config's (file and
+// flags) and checked as a config is.
+func (o *replayOptions) contenderSet(src wire.ConfigSource, cfg protocol.Config) ([]replay.Contender, error) {
+	policies, err := o.policySet(cfg.Policy)
+	if err != nil {
+		return nil, err
+	}
+	var out []replay.Contender
+	for _, p := range policies {
+		c := cfg
+		c.Policy = p
+		out = append(out, replay.Contender{Name: string(p), Router: c})
+	}
+	for _, text := range o.contenders {
+		spec, err := replay.ParseContender(text)
+		if err != nil {
+			return nil, err
+		}
+		if i := slices.IndexFunc(out, func(c replay.Contender) bool { return c.Name == spec.Name }); i >= 0 {
+			return nil, fmt.Errorf("--contender %q: a contender is already named %s: give it a name of its own (NAME=POLICY:...)", text, spec.Name)
+		}
+		withIt := src
+		withIt.Overrides = append(slices.Clone(src.Overrides), spec.Overrides()...)
+		c, err := withIt.Load()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, replay.Contender{Name: spec.Name, Router: c, Overrides: spec.Settings})
+	}
+	return out, nil
+}
+
+// checkComparison checks --repeats, --jobs and --baseline, and picks the
+// default baseline: round_robin when it runs beside others.
+func (o *replayOptions) checkComparison(flags *pflag.FlagSet, contenders []replay.Contender) error {
+	if o.repeats < 1 || o.repeats > maxRepeats {
+		return fmt.Errorf("--repeats %d: expected 1 to %d", o.repeats, maxRepeats)
+	}
+	if o.jobs < 1 {
+		return fmt.Errorf("--jobs %d: expected at least 1", o.jobs)
+	}
+	names := make([]string, len(contenders))
+	for i, c := range contenders {
+		names[i] = c.Name
+	}
+	switch {
+	case flags.Changed("baseline") && !slices.Contains(names, o.baseline):
+		return fmt.Errorf("--baseline %q: not a contender of this run (%s)", o.baseline, strings.Join(names, ", "))
+	case flags.Changed("baseline") && len(contenders) < 2:
+		return fmt.Errorf("--baseline %s: one contender runs, with nothing to measure against it: give --compare, --policies or --contender", o.baseline)
+	case !flags.Changed("baseline") && len(contenders) > 1 && slices.Contains(names, string(protocol.PolicyRoundRobin)):
+		o.baseline = string(protocol.PolicyRoundRobin)
+	}
+	return nil
+}
+
+// maxRepeats bounds --repeats: each is a full replay of every contender.
+const maxRepeats = 1000
 
 // describeCluster names the cluster for the table's first line.
 func (o *replayOptions) describeCluster() string {

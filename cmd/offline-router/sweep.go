@@ -317,7 +317,11 @@ func checkPoints(points []sweep.Point, objective *sweep.Objective) (map[string]*
 		if err != nil {
 			return nil, fail(err)
 		}
-		p.Policy = string(exp.Router.Policy)
+		if len(exp.Contenders) != 1 {
+			return nil, fail(errors.New("a point is one contender: give one --policy or --contender a point (a grid block's list makes the others)"))
+		}
+		exp.Jobs = 1 // the sweep's --jobs runs points at once
+		p.Policy = string(exp.Contenders[0].Router.Policy)
 		setup := exp.Setup(replay.TraceInfo{})
 		p.Setup = setup.SetupDigest()
 		if needsGoodput && !exp.Goodput.Set() {

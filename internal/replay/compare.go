@@ -82,9 +82,9 @@ func tCritical(df int) float64 {
 	return 1.960
 }
 
-// estimate is the mean of xs and, with two or more, its 95% Student-t
+// MeanInterval is the mean of xs and, with two or more, its 95% Student-t
 // interval.
-func estimate(xs []float64) Estimate {
+func MeanInterval(xs []float64) Estimate {
 	n := float64(len(xs))
 	sum := 0.0
 	for _, x := range xs {
@@ -125,7 +125,7 @@ func summarizeRepeats(repeats []Metrics) map[string]Estimate {
 			}
 		}
 		if len(xs) == len(repeats) {
-			out[key] = estimate(xs)
+			out[key] = MeanInterval(xs)
 		}
 	}
 	return out

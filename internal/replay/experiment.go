@@ -172,6 +172,7 @@ func (e *Experiment) Run(ctx context.Context, trace []Request, info TraceInfo) (
 				}
 				res.Metrics.OneRouter = OneRouterOf(&base.Metrics)
 			}
+			res.Metrics.Contender = c.Name
 			r.result = res
 			return nil
 		})

@@ -18,6 +18,8 @@ import (
 // be set side by side; the router's own follow.
 type Metrics struct {
 	Policy string `json:"policy"`
+	// Contender names what ran: the policy's name, or a --contender's.
+	Contender string `json:"contender"`
 	// Mode is kv_events (the router's index fed by the workers' KV events)
 	// or approximate (no events: the router learns from its placements).
 	Mode string `json:"mode"`

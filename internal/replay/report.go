@@ -94,9 +94,13 @@ func (r *Report) Encode() ([]byte, error) {
 	return append(data, '\n'), nil
 }
 
-// WriteTable prints the policies side by side, one column each.
+// WriteTable prints the contenders side by side, one column each: with
+// several repeats, each figure's mean and the half-width of its 95%
+// interval; then, with a baseline, each contender's ratios to it and the
+// verdicts.
 func WriteTable(w io.Writer, rep *Report) error {
-	ms, costs := rep.Deterministic.Policies, rep.Run.Policies
+	d := &rep.Deterministic
+	ms, costs := d.Policies, rep.Run.Policies
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	row := func(name string, cell func(i int) string) {
 		cells := []string{name}
@@ -105,38 +109,109 @@ func WriteTable(w io.Writer, rep *Report) error {
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 	}
-	num := func(format string, f func(m *Metrics) float64) func(i int) string {
-		return func(i int) string { return fmt.Sprintf(format, f(&ms[i])) }
+	// num is a figure's cell by its JSON key: repeat 0's value, or the
+	// repeats' mean ± half its interval.
+	num := func(format, key string, f func(m *Metrics) float64) func(i int) string {
+		return func(i int) string {
+			if i < len(d.Contenders) {
+				if e, ok := d.Contenders[i].Summary[key]; ok && e.CI95 != nil {
+					return fmt.Sprintf(format+" ±"+format, e.Mean, float64(e.CI95[1]-e.Mean))
+				}
+			}
+			return fmt.Sprintf(format, f(&ms[i]))
+		}
 	}
-	row("policy", func(i int) string { return ms[i].Policy })
+	row("contender", func(i int) string { return ms[i].Contender })
+	if slices.ContainsFunc(ms, func(m Metrics) bool { return m.Contender != m.Policy }) {
+		row("policy", func(i int) string { return ms[i].Policy })
+	}
 	row("mode", func(i int) string { return ms[i].Mode })
-	row("completed", num("%.0f", func(m *Metrics) float64 { return float64(m.Completed) }))
+	row("completed", num("%.0f", "completed", func(m *Metrics) float64 { return float64(m.Completed) }))
 	row("rejected", func(i int) string { return rejections(&ms[i]) })
-	row("prefix hit rate", num("%.3f", func(m *Metrics) float64 { return m.PrefixHitRate }))
-	row("router overlap rate", num("%.3f", func(m *Metrics) float64 { return m.RouterOverlapRate }))
-	row("mean overlap regret (blocks)", num("%.2f", func(m *Metrics) float64 { return m.MeanOverlapRegretBlocks }))
-	row("mean TTFT (ms)", num("%.1f", func(m *Metrics) float64 { return m.MeanTTFTMS }))
-	row("median TTFT (ms)", num("%.1f", func(m *Metrics) float64 { return m.MedianTTFTMS }))
-	row("P99 TTFT (ms)", num("%.1f", func(m *Metrics) float64 { return m.P99TTFTMS }))
-	row("mean TPOT (ms)", num("%.1f", func(m *Metrics) float64 { return m.MeanTPOTMS }))
-	row("mean E2EL (ms)", num("%.1f", func(m *Metrics) float64 { return m.MeanE2ELMS }))
-	row("P99 E2EL (ms)", num("%.1f", func(m *Metrics) float64 { return m.P99E2ELMS }))
-	row("median queue wait (ms)", num("%.1f", func(m *Metrics) float64 { return m.MedianQueueWaitMS }))
-	row("P99 queue wait (ms)", num("%.1f", func(m *Metrics) float64 { return m.P99QueueWaitMS }))
-	row("request throughput (req/s)", num("%.2f", func(m *Metrics) float64 { return m.RequestThroughput }))
-	row("output throughput (tok/s)", num("%.1f", func(m *Metrics) float64 { return m.OutputThroughput }))
-	if rep.Deterministic.Goodput.Set() {
-		row("request goodput (req/s)", num("%.2f", func(m *Metrics) float64 { return *m.RequestGoodput }))
+	row("prefix hit rate", num("%.3f", "prefix_hit_rate", func(m *Metrics) float64 { return m.PrefixHitRate }))
+	row("router overlap rate", num("%.3f", "router_overlap_rate", func(m *Metrics) float64 { return m.RouterOverlapRate }))
+	row("mean overlap regret (blocks)", num("%.2f", "mean_overlap_regret_blocks", func(m *Metrics) float64 { return m.MeanOverlapRegretBlocks }))
+	row("mean TTFT (ms)", num("%.1f", "mean_ttft_ms", func(m *Metrics) float64 { return m.MeanTTFTMS }))
+	row("median TTFT (ms)", num("%.1f", "median_ttft_ms", func(m *Metrics) float64 { return m.MedianTTFTMS }))
+	row("P99 TTFT (ms)", num("%.1f", "p99_ttft_ms", func(m *Metrics) float64 { return m.P99TTFTMS }))
+	row("mean TPOT (ms)", num("%.1f", "mean_tpot_ms", func(m *Metrics) float64 { return m.MeanTPOTMS }))
+	row("mean E2EL (ms)", num("%.1f", "mean_e2el_ms", func(m *Metrics) float64 { return m.MeanE2ELMS }))
+	row("P99 E2EL (ms)", num("%.1f", "p99_e2el_ms", func(m *Metrics) float64 { return m.P99E2ELMS }))
+	row("median queue wait (ms)", num("%.1f", "median_queue_wait_ms", func(m *Metrics) float64 { return m.MedianQueueWaitMS }))
+	row("P99 queue wait (ms)", num("%.1f", "p99_queue_wait_ms", func(m *Metrics) float64 { return m.P99QueueWaitMS }))
+	row("request throughput (req/s)", num("%.2f", "request_throughput", func(m *Metrics) float64 { return m.RequestThroughput }))
+	row("output throughput (tok/s)", num("%.1f", "output_throughput", func(m *Metrics) float64 { return m.OutputThroughput }))
+	if d.Goodput.Set() {
+		row("request goodput (req/s)", num("%.2f", "request_goodput", func(m *Metrics) float64 { return *m.RequestGoodput }))
 	}
 	if ms[0].OneRouter != nil {
-		row("one router: prefix hit rate", num("%.3f", func(m *Metrics) float64 { return m.OneRouter.PrefixHitRate }))
-		row("one router: median TTFT (ms)", num("%.1f", func(m *Metrics) float64 { return m.OneRouter.MedianTTFTMS }))
-		row("one router: P99 TTFT (ms)", num("%.1f", func(m *Metrics) float64 { return m.OneRouter.P99TTFTMS }))
+		row("one router: prefix hit rate", num("%.3f", "", func(m *Metrics) float64 { return m.OneRouter.PrefixHitRate }))
+		row("one router: median TTFT (ms)", num("%.1f", "", func(m *Metrics) float64 { return m.OneRouter.MedianTTFTMS }))
+		row("one router: P99 TTFT (ms)", num("%.1f", "", func(m *Metrics) float64 { return m.OneRouter.P99TTFTMS }))
 	}
-	row("worker share CV", num("%.3f", func(m *Metrics) float64 { return m.WorkerShareCV }))
-	row("simulated time (s)", num("%.1f", func(m *Metrics) float64 { return m.Duration }))
+	row("worker share CV", num("%.3f", "worker_share_cv", func(m *Metrics) float64 { return m.WorkerShareCV }))
+	row("simulated time (s)", num("%.1f", "duration", func(m *Metrics) float64 { return m.Duration }))
 	row("router commands/s (wall)", func(i int) string { return fmt.Sprintf("%.0f", costs[i].RouterCommandsPerS) })
-	return tw.Flush()
+	writeVersus(tw, d, row)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeVerdicts(w, d)
+}
+
+// writeVersus adds the rows of each contender's ratio to the baseline and
+// its interval, under a line saying what they are.
+func writeVersus(tw io.Writer, d *Deterministic, row func(string, func(int) string)) {
+	if d.Baseline == "" {
+		return
+	}
+	fmt.Fprintf(tw, "vs %s: ratio [95%% interval]\t\n", d.Baseline)
+	for _, m := range verdictMetrics {
+		if m.key == "request_goodput" && !d.Goodput.Set() {
+			continue
+		}
+		row(m.label, func(i int) string {
+			if i >= len(d.Contenders) {
+				return ""
+			}
+			if d.Contenders[i].Name == d.Baseline {
+				return "1 (baseline)"
+			}
+			for _, v := range d.Contenders[i].Versus {
+				if v.Metric == m.key {
+					return fmt.Sprintf("%.3f [%.3f, %.3f]", v.Ratio, v.CI95[0], v.CI95[1])
+				}
+			}
+			return "-"
+		})
+	}
+}
+
+// writeVerdicts prints the verdict lines, with what their intervals are.
+func writeVerdicts(w io.Writer, d *Deterministic) error {
+	if len(d.Verdicts) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\nverdicts against %s (%s; each interval 95%% for its own comparison):\n", d.Baseline, intervalMethod(d))
+	for _, v := range d.Verdicts {
+		if _, err := fmt.Fprintf(w, "  %s\n", v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// intervalMethod says how the verdicts' intervals were made.
+func intervalMethod(d *Deterministic) string {
+	unit := "sessions (requests where there are none)"
+	repeats := ""
+	if d.Repeats > 1 {
+		repeats = fmt.Sprintf(", each with its requests in all %d repeats", d.Repeats)
+		if d.Trace.Source != "file" {
+			repeats = fmt.Sprintf(" of each of the %d repeats", d.Repeats)
+		}
+	}
+	return fmt.Sprintf("paired bootstrap over %s%s, %d resamples", unit, repeats, bootstrapResamples)
 }
 
 // rejections is the rejected count, with its reasons when there are any.

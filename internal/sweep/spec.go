@@ -10,16 +10,20 @@ package sweep
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/offline-router/offline-router/internal/replay"
@@ -58,12 +62,59 @@ type Objective struct {
 	Minimize  string           `json:"minimize,omitempty"`
 	Maximize  string           `json:"maximize,omitempty"`
 	SubjectTo map[string]Bound `json:"subject_to,omitempty"`
+	// Baseline is the point the others are measured against on each
+	// workload, by its grid settings as the table prints them
+	// ("--policy=round_robin", the default, when the grid has it).
+	Baseline string `json:"baseline,omitempty"`
 }
 
 // Bound limits a metric: min and max are inclusive, either may be absent.
+// With repeats a bound is kept only by the whole 95% interval: a max by its
+// upper end, a min by its lower.
 type Bound struct {
-	Min *float64 `json:"min,omitempty"`
-	Max *float64 `json:"max,omitempty"`
+	Min *Limit `json:"min,omitempty"`
+	Max *Limit `json:"max,omitempty"`
+}
+
+// Limit is a bound's value: a number, or a multiple of the baseline
+// point's value, written "0.6x baseline".
+type Limit struct {
+	Value      float64
+	OfBaseline bool
+}
+
+// UnmarshalJSON reads a number or "Fx baseline".
+func (l *Limit) UnmarshalJSON(data []byte) error {
+	var text string
+	if err := json.Unmarshal(data, &text); err != nil {
+		l.OfBaseline = false
+		if err := json.Unmarshal(data, &l.Value); err != nil {
+			return errors.New(`expected a number, or a multiple of the baseline as "0.6x baseline"`)
+		}
+		return nil
+	}
+	factor, ok := strings.CutSuffix(strings.TrimSpace(text), "x baseline")
+	f, err := strconv.ParseFloat(strings.TrimSpace(factor), 64)
+	if !ok || err != nil || !(f >= 0) || math.IsInf(f, 0) {
+		return fmt.Errorf("%q: expected a number, or a multiple of the baseline as \"0.6x baseline\"", text)
+	}
+	*l = Limit{Value: f, OfBaseline: true}
+	return nil
+}
+
+// MarshalJSON writes the limit as it was written.
+func (l Limit) MarshalJSON() ([]byte, error) {
+	if l.OfBaseline {
+		return json.Marshal(l.String())
+	}
+	return json.Marshal(l.Value)
+}
+
+func (l Limit) String() string {
+	if l.OfBaseline {
+		return fmt.Sprintf("%gx baseline", l.Value)
+	}
+	return fmt.Sprintf("%g", l.Value)
 }
 
 // Point is one replay of a sweep.
@@ -152,8 +203,10 @@ var reserved = map[string]string{
 	"report": "the sweep writes each point's report", "plot": "the sweep draws its own figure",
 	"emit-commands": "a sweep emits no streams", "emit-responses": "a sweep emits no streams",
 	"quiet": "the sweep shows its own progress", "q": "the sweep shows its own progress",
-	"compare": "a point is one policy: put the policies in a grid block", "policies": "a point is one policy: put the policies in a grid block",
-	"cpuprofile": "a sweep profiles nothing", "config": "give the config's keys as flags",
+	"compare": "a point is one contender: put the policies in a grid block", "policies": "a point is one contender: put the policies (or contenders) in a grid block",
+	"cpuprofile": "a sweep profiles nothing",
+	"jobs":       "the sweep's --jobs runs points at once (each point runs its repeats in turn)",
+	"baseline":   `a point is one contender: the objective's "baseline" names the baseline point`, "config": "give the config's keys as flags",
 	"help": "a point runs, it does not explain itself", "h": "a point runs, it does not explain itself",
 	"version": "a point runs, it does not print a version",
 }
@@ -210,7 +263,7 @@ func (o *Objective) check() error {
 		if b.Min == nil && b.Max == nil {
 			return fmt.Errorf(`"objective"."subject_to".%s: give "min", "max" or both`, name)
 		}
-		if b.Min != nil && b.Max != nil && *b.Min > *b.Max {
+		if b.Min != nil && b.Max != nil && b.Min.OfBaseline == b.Max.OfBaseline && b.Min.Value > b.Max.Value {
 			return fmt.Errorf(`"objective"."subject_to".%s: min %v is above max %v: no point could keep it`, name, *b.Min, *b.Max)
 		}
 	}
@@ -286,7 +339,7 @@ func (s *Spec) Points() ([]Point, error) {
 			points = append(points, p)
 		}
 	}
-	return points, nil
+	return points, s.checkBaseline(points)
 }
 
 // pointID digests what a point replays: the workload's name and content
@@ -329,3 +382,28 @@ var MetricNames, metricField = func() ([]string, map[string]int) {
 	}
 	return names, field
 }()
+
+// checkBaseline refuses a baseline the objective names that some workload
+// has no point of, and a bound on the baseline with no baseline point.
+func (s *Spec) checkBaseline(points []Point) error {
+	o := &s.Objective
+	relative := ""
+	for _, name := range slices.Sorted(maps.Keys(o.SubjectTo)) {
+		if b := o.SubjectTo[name]; b.Min != nil && b.Min.OfBaseline || b.Max != nil && b.Max.OfBaseline {
+			relative = name
+		}
+	}
+	if o.Baseline == "" && relative == "" {
+		return nil
+	}
+	baseline := cmp.Or(o.Baseline, DefaultBaseline)
+	for _, w := range s.Workloads {
+		if !slices.ContainsFunc(points, func(p Point) bool { return p.Workload == w && strings.Join(p.Varied, " ") == baseline }) {
+			if o.Baseline == "" {
+				return fmt.Errorf(`"objective"."subject_to".%s is bounded against the baseline, and workload %s has no point %s (the default): add it to the grid, or name another in "objective"."baseline"`, relative, w, baseline)
+			}
+			return fmt.Errorf(`"objective"."baseline" %q: workload %s has no point of these settings (the table's settings column, e.g. --policy=round_robin)`, baseline, w)
+		}
+	}
+	return nil
+}

@@ -95,7 +95,7 @@ func TestSpecRefusals(t *testing.T) {
 		`{"workloads":[],` + objective + `}`:                                                                    `"workloads"`,
 		`{"workloads":[""],` + objective + `}`:                                                                  `"workloads"[0]`,
 		`{"workloads":["builtin"],"flags":{"report":"x.json"},` + objective + `}`:                               `flag "report": the sweep writes`,
-		`{"workloads":["builtin"],"grid":[{"compare":true}],` + objective + `}`:                                 `flag "compare": a point is one policy`,
+		`{"workloads":["builtin"],"grid":[{"compare":true}],` + objective + `}`:                                 `flag "compare": a point is one contender`,
 		`{"workloads":["builtin"],"grid":[{"--workers":[1]}],` + objective + `}`:                                `without their dashes`,
 		`{"workloads":["builtin"],"flags":{"workers":[1,2]},` + objective + `}`:                                 `"flags".workers: one value`,
 		`{"workloads":["builtin"],"flags":{"workers":8},"grid":[{"workers":[1,2]}],` + objective + `}`:          `"grid"[0].workers: also in "flags"`,

@@ -1,26 +1,21 @@
 package sweep
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/replay"
 )
 
 // TableSchemaVersion is the version of the merged table's layout.
-const TableSchemaVersion = 1
+const TableSchemaVersion = 2
 
 // Table is a sweep's merged table: what the points gave (deterministic:
 // the same for the same plan, however and wherever its points ran) and how
@@ -36,6 +31,7 @@ type Table struct {
 type TableResult struct {
 	Description string           `json:"description"`
 	Objective   Objective        `json:"objective"`
+	Front       Front            `json:"front"`
 	Workloads   []WorkloadResult `json:"workloads"`
 	Points      []PointResult    `json:"points"`
 }
@@ -50,9 +46,34 @@ type WorkloadResult struct {
 	// Recommended is the ID of the point the objective picks; null when no
 	// point keeps the objective's bounds.
 	Recommended *string `json:"recommended"`
-	// Pareto lists the IDs of the points no other beats on both prefix hit
-	// rate (higher) and TTFT p99 (lower), by rising hit rate.
+	// Pareto lists the IDs of the points no other beats on both of the
+	// front's metrics (TableResult.Front), best on the objective first.
 	Pareto []string `json:"pareto"`
+	// Baseline is the ID of the point the others are measured against
+	// (the objective's baseline settings); null when the workload has none.
+	Baseline *string `json:"baseline"`
+	// Test says how the recommendation stands against the runner-up on
+	// the objective's metric: distinct (the paired 95% interval of their
+	// per-repeat difference holds no 0), tie (it does: no point is
+	// recommended and Tied names the points that tie with the best),
+	// one_repeat (not tested: one repeat gives no interval), alone (no
+	// runner-up) or none (no point keeps the bounds).
+	Test string `json:"test"`
+	// RunnerUp and Margin: the second best point and the best's mean
+	// difference to it over the repeats, with its 95% interval.
+	RunnerUp *string          `json:"runner_up"`
+	Margin   *replay.Estimate `json:"margin"`
+	Tied     []string         `json:"tied"`
+}
+
+// Front names the two metrics of the Pareto front and the figure: the
+// objective's, and the first it bounds (by name; prefix_hit_rate when it
+// bounds none), each with its good direction.
+type Front struct {
+	X      string `json:"x"`
+	XLower bool   `json:"x_lower_is_better"`
+	Y      string `json:"y"`
+	YLower bool   `json:"y_lower_is_better"`
 }
 
 // PointResult is one point and its replay's deterministic report.
@@ -62,9 +83,14 @@ type PointResult struct {
 	// OnFront: on its workload's Pareto front. MeetsBounds: within every
 	// bound of the objective, and serving every request unless the
 	// objective bounds "rejected" itself.
-	OnFront     bool                 `json:"pareto"`
-	MeetsBounds bool                 `json:"meets_bounds"`
-	Report      replay.Deterministic `json:"report"`
+	OnFront     bool `json:"pareto"`
+	MeetsBounds bool `json:"meets_bounds"`
+	// Objective is the point's value of the objective's metric (the mean
+	// over its repeats) with its 95% interval (none with one repeat), and
+	// VsBaseline its ratio to the baseline point's (null without one).
+	Objective  replay.Estimate      `json:"objective"`
+	VsBaseline *float64             `json:"objective_vs_baseline"`
+	Report     replay.Deterministic `json:"report"`
 }
 
 // PointRun is how one point ran: its report's run part.
@@ -183,64 +209,17 @@ func CheckReport(path string, p *Point) (*replay.Report, error) {
 // point.
 func (t *TableResult) judge() {
 	t.Workloads = nil
+	t.Front = t.Objective.front()
 	byWorkload := map[string][]int{}
 	for i := range t.Points {
 		p := &t.Points[i]
 		if _, ok := byWorkload[p.Workload]; !ok {
-			t.Workloads = append(t.Workloads, WorkloadResult{Workload: p.Workload, TraceSHA256: p.TraceSHA256, Pareto: []string{}})
+			t.Workloads = append(t.Workloads, WorkloadResult{Workload: p.Workload, TraceSHA256: p.TraceSHA256, Pareto: []string{}, Tied: []string{}})
 		}
 		byWorkload[p.Workload] = append(byWorkload[p.Workload], i)
 	}
 	for w := range t.Workloads {
 		t.judgeWorkload(&t.Workloads[w], byWorkload[t.Workloads[w].Workload])
-	}
-}
-
-func (t *TableResult) judgeWorkload(w *WorkloadResult, idx []int) {
-	pts, o := t.Points, &t.Objective
-	hit := func(i int) float64 { return pts[i].metrics().PrefixHitRate }
-	p99 := func(i int) float64 { return pts[i].metrics().P99TTFTMS }
-	var serving []int
-	for _, i := range idx {
-		if o.servesEnough(pts[i].metrics()) {
-			serving = append(serving, i)
-		}
-	}
-	// By rising TTFT p99, then falling hit rate: a point is on the front
-	// when no point before it has as high a hit rate, or it equals the one
-	// that set the best (then neither beats the other).
-	order := slices.Clone(serving)
-	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Or(cmp.Compare(p99(a), p99(b)), cmp.Compare(hit(b), hit(a)))
-	})
-	best := -1
-	var front []int
-	for _, i := range order {
-		if best < 0 || hit(i) > hit(best) || hit(i) == hit(best) && p99(i) == p99(best) {
-			if best < 0 || hit(i) > hit(best) {
-				best = i
-			}
-			pts[i].OnFront = true
-			front = append(front, i)
-		}
-	}
-	slices.SortStableFunc(front, func(a, b int) int { return cmp.Or(cmp.Compare(hit(a), hit(b)), cmp.Compare(a, b)) })
-	for _, i := range front {
-		w.Pareto = append(w.Pareto, pts[i].ID)
-	}
-	var pick *PointResult
-	for _, i := range idx {
-		p := &pts[i]
-		p.MeetsBounds = o.servesEnough(p.metrics()) && o.keeps(p.metrics())
-		if _, ok := Metric(p.metrics(), o.metric()); !ok || !p.MeetsBounds {
-			continue
-		}
-		if pick == nil || o.better(p.metrics(), pick.metrics()) {
-			pick = p
-		}
-	}
-	if pick != nil {
-		w.Recommended = &pick.ID
 	}
 }
 
@@ -252,56 +231,11 @@ func (o *Objective) Names(metric string) bool {
 	return o.metric() == metric || bounded
 }
 
-// better reports whether a beats b on the objective (a tie is not).
-func (o *Objective) better(a, b *replay.Metrics) bool {
-	x, _ := Metric(a, o.metric())
-	y, _ := Metric(b, o.metric())
-	if o.Minimize != "" {
-		return x < y
-	}
-	return x > y
-}
-
-// keeps reports whether m is within every bound; a metric the point does
-// not have (request_goodput without --goodput) keeps none.
-func (o *Objective) keeps(m *replay.Metrics) bool {
-	for name, b := range o.SubjectTo {
-		v, ok := Metric(m, name)
-		if !ok || b.Min != nil && v < *b.Min || b.Max != nil && v > *b.Max {
-			return false
-		}
-	}
-	return true
-}
-
 // servesEnough: a point rejects no request, unless the objective bounds
 // rejections itself.
 func (o *Objective) servesEnough(m *replay.Metrics) bool {
 	_, bounded := o.SubjectTo["rejected"]
 	return bounded || m.Rejected == 0
-}
-
-// String says the objective in words: "minimize p99_ttft_ms with
-// worker_share_cv <= 0.1".
-func (o *Objective) String() string {
-	s := "minimize " + o.Minimize
-	if o.Maximize != "" {
-		s = "maximize " + o.Maximize
-	}
-	var bounds []string
-	for _, name := range slices.Sorted(maps.Keys(o.SubjectTo)) {
-		b := o.SubjectTo[name]
-		if b.Min != nil {
-			bounds = append(bounds, fmt.Sprintf("%s >= %g", name, *b.Min))
-		}
-		if b.Max != nil {
-			bounds = append(bounds, fmt.Sprintf("%s <= %g", name, *b.Max))
-		}
-	}
-	if _, ok := o.SubjectTo["rejected"]; !ok {
-		bounds = append(bounds, "no request rejected")
-	}
-	return s + " with " + strings.Join(bounds, " and ")
 }
 
 // Metric is the metric of m named by its JSON key (one of MetricNames),
@@ -324,78 +258,4 @@ func Metric(m *replay.Metrics, name string) (float64, bool) {
 		}
 		return f.Elem().Float(), true
 	}
-}
-
-// WriteTable prints the table: a row per point in spec order, the front
-// marked, then per workload the recommendation and how to rerun it.
-// specDir is the spec's folder, which trace paths in the spec are relative
-// to; "" when not known (a merge), and the rerun line then says so.
-func WriteTable(w io.Writer, t *Table, specDir string) error {
-	r := &t.Deterministic
-	recommended := map[string]bool{}
-	for _, wl := range r.Workloads {
-		if wl.Recommended != nil {
-			recommended[*wl.Recommended] = true
-		}
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	head := "point\t"
-	if len(r.Workloads) > 1 {
-		head += "workload\t"
-	}
-	fmt.Fprintln(tw, head+"settings\thit rate\tTTFT p50 (ms)\tTTFT p99 (ms)\tshare CV\trejected\t")
-	for _, p := range r.Points {
-		m := p.metrics()
-		mark := ""
-		if p.OnFront {
-			mark = " *"
-		}
-		if recommended[p.ID] {
-			mark += " <- recommended"
-		}
-		row := p.ID + "\t"
-		if len(r.Workloads) > 1 {
-			row += p.Workload + "\t"
-		}
-		settings := strings.Join(p.Varied, " ")
-		if settings == "" {
-			settings = "(the spec's flags)"
-		}
-		fmt.Fprintf(tw, "%s%s\t%.3f\t%.1f\t%.1f\t%.3f\t%d\t%s\n", row, settings, m.PrefixHitRate, m.MedianTTFTMS, m.P99TTFTMS, m.WorkerShareCV, m.Rejected, mark)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w, "\n* on the Pareto front of hit rate (higher) against TTFT p99 (lower), among points that rejected nothing")
-	for _, wl := range r.Workloads {
-		on := ""
-		if len(r.Workloads) > 1 {
-			on = " on " + wl.Workload
-		}
-		if wl.Recommended == nil {
-			fmt.Fprintf(w, "no point%s meets the objective: %s\n", on, r.Objective.String())
-			continue
-		}
-		p := &r.Points[slices.IndexFunc(r.Points, func(p PointResult) bool { return p.ID == *wl.Recommended })]
-		v, _ := Metric(p.metrics(), r.Objective.metric())
-		fmt.Fprintf(w, "recommended%s for %s: %s, %s = %.4g\n", on, r.Objective.String(), p.ID, r.Objective.metric(), v)
-		args := p.Flags
-		note := ""
-		if p.Workload != Builtin {
-			trace := p.Workload
-			switch {
-			case specDir != "" && !filepath.IsAbs(trace):
-				trace = filepath.Join(specDir, trace)
-			case !filepath.IsAbs(trace):
-				note = " (the trace's path is relative to the spec's folder)"
-			}
-			args = append([]string{trace}, args...)
-		}
-		quoted := make([]string, len(args))
-		for i, a := range args {
-			quoted[i] = shellWord(a)
-		}
-		fmt.Fprintf(w, "rerun it%s: offline-router replay %s\n", note, strings.Join(quoted, " "))
-	}
-	return nil
 }

@@ -22,7 +22,9 @@ func results(objective Objective, metrics ...[3]float64) *TableResult {
 // TestParetoAndRecommendation works the front and the pick out by hand.
 func TestParetoAndRecommendation(t *testing.T) {
 	cv := 0.1
-	obj := Objective{Minimize: "p99_ttft_ms", SubjectTo: map[string]Bound{"worker_share_cv": {Max: &cv}}}
+	// The front is the objective's metric against the first it bounds
+	// (by name): p99 TTFT (lower) against hit rate (higher, a min bound).
+	obj := Objective{Minimize: "p99_ttft_ms", SubjectTo: map[string]Bound{"worker_share_cv": {Max: &Limit{Value: cv}}, "prefix_hit_rate": {Min: &Limit{}}}}
 	r := results(obj,
 		[3]float64{0.30, 100, 0.05}, // p0: front (lowest p99)
 		[3]float64{0.28, 120, 0.01}, // p1: beaten by p0 on both
@@ -32,7 +34,7 @@ func TestParetoAndRecommendation(t *testing.T) {
 		[3]float64{0.35, 100, 0.09}, // p5: beats p0 (same p99, higher hit): front; p0 is beaten
 	)
 	if got := strings.Join(r.Workloads[0].Pareto, " "); got != "p5 p2 p3" {
-		t.Errorf("front %q, want p5 p2 p3 by rising hit rate", got)
+		t.Errorf("front %q, want p5 p2 p3 by rising p99", got)
 	}
 	for i, want := range []bool{false, false, true, true, false, true} {
 		if r.Points[i].OnFront != want {
@@ -43,14 +45,14 @@ func TestParetoAndRecommendation(t *testing.T) {
 	if r.Workloads[0].Recommended == nil || *r.Workloads[0].Recommended != "p0" || r.Points[2].MeetsBounds || !r.Points[4].MeetsBounds {
 		t.Errorf("recommended %v; bounds %v %v", r.Workloads[0].Recommended, r.Points[2].MeetsBounds, r.Points[4].MeetsBounds)
 	}
-	hit := Objective{Maximize: "prefix_hit_rate", SubjectTo: map[string]Bound{"worker_share_cv": {Max: &cv}}}
+	hit := Objective{Maximize: "prefix_hit_rate", SubjectTo: map[string]Bound{"worker_share_cv": {Max: &Limit{Value: cv}}}}
 	if r := results(hit, [3]float64{0.3, 1, 0}, [3]float64{0.5, 1, 0.3}, [3]float64{0.4, 1, 0}); *r.Workloads[0].Recommended != "p2" {
 		t.Errorf("maximize: %s, want p2 (p1 is outside the bound)", *r.Workloads[0].Recommended)
 	}
 	none := results(obj, [3]float64{0.3, 1, 0.5})
 	var b bytes.Buffer
 	WriteTable(&b, &Table{Deterministic: *none}, "")
-	if none.Workloads[0].Recommended != nil || !strings.Contains(b.String(), "no point meets the objective: minimize p99_ttft_ms with worker_share_cv <= 0.1 and no request rejected") {
+	if none.Workloads[0].Recommended != nil || !strings.Contains(b.String(), "no point meets the objective: minimize p99_ttft_ms with prefix_hit_rate >= 0 and worker_share_cv <= 0.1 and no request rejected") {
 		t.Errorf("no feasible point: %v\n%s", none.Workloads[0].Recommended, b.String())
 	}
 }
@@ -99,7 +101,7 @@ func TestRejectionsAndWorkloads(t *testing.T) {
 		t.Errorf("the other workload's point is judged against the first's: %+v", r.Workloads[1])
 	}
 	most := 1000.0
-	r.Objective.SubjectTo = map[string]Bound{"rejected": {Max: &most}}
+	r.Objective.SubjectTo = map[string]Bound{"rejected": {Max: &Limit{Value: most}}}
 	r.Workloads = nil
 	r.judge()
 	if *r.Workloads[0].Recommended != "p1" {

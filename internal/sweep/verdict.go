@@ -1,0 +1,363 @@
+package sweep
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/offline-router/offline-router/internal/replay"
+)
+
+// DefaultBaseline is the baseline point's settings when the objective
+// names none: plain round robin, where the grid has it.
+const DefaultBaseline = "--policy=round_robin"
+
+// value is a point's figure: the mean over its repeats, the 95% interval
+// (the value itself with one repeat), and each repeat's value.
+type value struct {
+	mean, lo, hi float64
+	repeats      []float64
+}
+
+// value is the point's figure for a metric, and whether it has it.
+func (r *PointResult) value(name string) (value, bool) {
+	d := &r.Report
+	if len(d.Contenders) == 1 && len(d.Contenders[0].Repeats) > 1 {
+		reps := d.Contenders[0].Repeats
+		xs := make([]float64, 0, len(reps))
+		for i := range reps {
+			v, ok := Metric(&reps[i], name)
+			if !ok {
+				return value{}, false
+			}
+			xs = append(xs, v)
+		}
+		e := replay.MeanInterval(xs)
+		return value{e.Mean, e.CI95[0], e.CI95[1], xs}, true
+	}
+	v, ok := Metric(r.metrics(), name)
+	return value{v, v, v, []float64{v}}, ok
+}
+
+// settings are the point's grid settings as the table prints them.
+func (r *PointResult) settings() string { return strings.Join(r.Varied, " ") }
+
+// front is the objective's pair of metrics.
+func (o *Objective) front() Front {
+	f := Front{X: o.metric(), XLower: o.Minimize != ""}
+	for _, name := range slices.Sorted(maps.Keys(o.SubjectTo)) {
+		if name != "rejected" && name != f.X {
+			b := o.SubjectTo[name]
+			f.Y, f.YLower = name, b.Max != nil
+			return f
+		}
+	}
+	if f.X == "prefix_hit_rate" {
+		f.Y, f.YLower = "p99_ttft_ms", true
+	} else {
+		f.Y = "prefix_hit_rate"
+	}
+	return f
+}
+
+// judgeWorkload marks the front among the points of one workload that
+// serve every request, and recommends the best point within the bounds
+// when it is distinguishable from the runner-up.
+func (t *TableResult) judgeWorkload(w *WorkloadResult, idx []int) {
+	pts, o := t.Points, &t.Objective
+	baseline := cmp.Or(o.Baseline, DefaultBaseline)
+	var base *PointResult
+	for _, i := range idx {
+		if pts[i].settings() == baseline {
+			base = &pts[i]
+			w.Baseline = &pts[i].ID
+		}
+	}
+	// Both metrics turned so that less is better.
+	at := func(i int, name string, lower bool) float64 {
+		v, _ := pts[i].value(name)
+		if lower {
+			return v.mean
+		}
+		return -v.mean
+	}
+	x := func(i int) float64 { return at(i, t.Front.X, t.Front.XLower) }
+	y := func(i int) float64 { return at(i, t.Front.Y, t.Front.YLower) }
+	var serving []int
+	for _, i := range idx {
+		_, hasX := pts[i].value(t.Front.X)
+		_, hasY := pts[i].value(t.Front.Y)
+		if o.servesEnough(pts[i].metrics()) && hasX && hasY {
+			serving = append(serving, i)
+		}
+	}
+	// By x, then y: a point is on the front when no point before it is as
+	// good on y, or it equals the one that set the best.
+	order := slices.Clone(serving)
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Or(cmp.Compare(x(a), x(b)), cmp.Compare(y(a), y(b))) })
+	best := -1
+	for _, i := range order {
+		if best < 0 || y(i) < y(best) || y(i) == y(best) && x(i) == x(best) {
+			if best < 0 || y(i) < y(best) {
+				best = i
+			}
+			pts[i].OnFront = true
+			w.Pareto = append(w.Pareto, pts[i].ID)
+		}
+	}
+	var eligible []int
+	for _, i := range idx {
+		p := &pts[i]
+		if v, ok := p.value(o.metric()); ok {
+			p.Objective = replay.Estimate{Mean: v.mean}
+			if len(v.repeats) > 1 {
+				p.Objective.CI95 = &[2]float64{v.lo, v.hi}
+			}
+			if b, ok := base.valueOf(o.metric()); ok && b != 0 {
+				r := v.mean / b
+				p.VsBaseline = &r
+			}
+		}
+		p.MeetsBounds = o.servesEnough(p.metrics()) && o.keeps(p, base)
+		if _, ok := p.value(o.metric()); ok && p.MeetsBounds {
+			eligible = append(eligible, i)
+		}
+	}
+	obj := func(i int) float64 { return at(i, o.metric(), o.Minimize != "") }
+	slices.SortStableFunc(eligible, func(a, b int) int { return cmp.Compare(obj(a), obj(b)) })
+	w.Tied = []string{}
+	switch {
+	case len(eligible) == 0:
+		w.Test = "none"
+		return
+	case len(eligible) == 1:
+		w.Test = "alone"
+		w.Recommended = &pts[eligible[0]].ID
+		return
+	}
+	top, runner := &pts[eligible[0]], &pts[eligible[1]]
+	w.RunnerUp = &runner.ID
+	margin, tested := pairedDifference(top, runner, o.metric())
+	if !tested {
+		w.Test = "one_repeat"
+		w.Recommended = &top.ID
+		return
+	}
+	w.Margin = &margin
+	if margin.CI95[0] > 0 || margin.CI95[1] < 0 {
+		w.Test = "distinct"
+		w.Recommended = &top.ID
+		return
+	}
+	w.Test = "tie"
+	w.Tied = append(w.Tied, top.ID)
+	for _, i := range eligible[1:] {
+		if d, ok := pairedDifference(top, &pts[i], o.metric()); ok && d.CI95[0] <= 0 && d.CI95[1] >= 0 {
+			w.Tied = append(w.Tied, pts[i].ID)
+		}
+	}
+}
+
+// valueOf is the baseline's mean of a metric; false without a baseline.
+func (r *PointResult) valueOf(name string) (float64, bool) {
+	if r == nil {
+		return 0, false
+	}
+	v, ok := r.value(name)
+	return v.mean, ok
+}
+
+// pairedDifference is a's mean difference to b on a metric over their
+// repeats, which share their seeds, with its 95% interval; false when
+// either has one repeat (or they differ in repeats).
+func pairedDifference(a, b *PointResult, metric string) (replay.Estimate, bool) {
+	x, _ := a.value(metric)
+	y, _ := b.value(metric)
+	if len(x.repeats) < 2 || len(x.repeats) != len(y.repeats) {
+		return replay.Estimate{}, false
+	}
+	d := make([]float64, len(x.repeats))
+	for k := range d {
+		d[k] = x.repeats[k] - y.repeats[k]
+	}
+	return replay.MeanInterval(d), true
+}
+
+// keeps reports whether the point is within every bound by its whole
+// interval; a metric the point does not have (request_goodput without
+// --goodput), or a bound on the baseline where there is none, keeps none.
+func (o *Objective) keeps(p *PointResult, base *PointResult) bool {
+	for name, b := range o.SubjectTo {
+		v, ok := p.value(name)
+		if !ok {
+			return false
+		}
+		limit := func(l *Limit) (float64, bool) {
+			if !l.OfBaseline {
+				return l.Value, true
+			}
+			bv, ok := base.valueOf(name)
+			return float64(l.Value * bv), ok
+		}
+		if b.Min != nil {
+			if m, ok := limit(b.Min); !ok || v.lo < m {
+				return false
+			}
+		}
+		if b.Max != nil {
+			if m, ok := limit(b.Max); !ok || v.hi > m {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// String says the objective in words: "minimize p99_ttft_ms with
+// worker_share_cv <= 0.1".
+func (o *Objective) String() string {
+	s := "minimize " + o.Minimize
+	if o.Maximize != "" {
+		s = "maximize " + o.Maximize
+	}
+	var bounds []string
+	for _, name := range slices.Sorted(maps.Keys(o.SubjectTo)) {
+		b := o.SubjectTo[name]
+		if b.Min != nil {
+			bounds = append(bounds, fmt.Sprintf("%s >= %s", name, b.Min))
+		}
+		if b.Max != nil {
+			bounds = append(bounds, fmt.Sprintf("%s <= %s", name, b.Max))
+		}
+	}
+	if _, ok := o.SubjectTo["rejected"]; !ok {
+		bounds = append(bounds, "no request rejected")
+	}
+	return s + " with " + strings.Join(bounds, " and ")
+}
+
+// WriteTable prints the table: a row per point in spec order with the
+// objective's metric and its ratio to the baseline, the front marked,
+// then per workload the recommendation, how it stands against the
+// runner-up, and how to rerun it. specDir is the spec's folder, which
+// trace paths in the spec are relative to; "" when not known (a merge),
+// and the rerun line then says so.
+func WriteTable(w io.Writer, t *Table, specDir string) error {
+	r := &t.Deterministic
+	recommended, baselines := map[string]bool{}, map[string]bool{}
+	for _, wl := range r.Workloads {
+		if wl.Recommended != nil {
+			recommended[*wl.Recommended] = true
+		}
+		if wl.Baseline != nil {
+			baselines[*wl.Baseline] = true
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := "point\t"
+	if len(r.Workloads) > 1 {
+		head += "workload\t"
+	}
+	metric := r.Objective.metric()
+	fmt.Fprintln(tw, head+"settings\t"+metric+"\tvs baseline\thit rate\tTTFT p50 (ms)\tTTFT p99 (ms)\tshare CV\trejected\t")
+	for _, p := range r.Points {
+		m := p.metrics()
+		mark := ""
+		if p.OnFront {
+			mark = " *"
+		}
+		if recommended[p.ID] {
+			mark += " <- recommended"
+		}
+		row := p.ID + "\t"
+		if len(r.Workloads) > 1 {
+			row += p.Workload + "\t"
+		}
+		settings := p.settings()
+		if settings == "" {
+			settings = "(the spec's flags)"
+		}
+		objective := fmt.Sprintf("%.4g", p.Objective.Mean)
+		if p.Objective.CI95 != nil {
+			objective += fmt.Sprintf(" ±%.2g", float64(p.Objective.CI95[1]-p.Objective.Mean))
+		}
+		vs := "-"
+		switch {
+		case baselines[p.ID]:
+			vs = "baseline"
+		case p.VsBaseline != nil:
+			vs = fmt.Sprintf("%.3fx", *p.VsBaseline)
+		}
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%.3f\t%.1f\t%.1f\t%.3f\t%d\t%s\n", row, settings, objective, vs, m.PrefixHitRate, m.MedianTTFTMS, m.P99TTFTMS, m.WorkerShareCV, m.Rejected, mark)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	f := r.Front
+	fmt.Fprintf(w, "\n* on the Pareto front of %s (%s) against %s (%s), among points that rejected nothing\n",
+		f.X, direction(f.XLower), f.Y, direction(f.YLower))
+	for _, wl := range r.Workloads {
+		if err := writeVerdict(w, r, &wl, specDir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func direction(lower bool) string {
+	if lower {
+		return "lower"
+	}
+	return "higher"
+}
+
+// writeVerdict prints one workload's recommendation (or the tie that
+// stops one) and its rerun line.
+func writeVerdict(w io.Writer, r *TableResult, wl *WorkloadResult, specDir string) error {
+	on := ""
+	if len(r.Workloads) > 1 {
+		on = " on " + wl.Workload
+	}
+	metric := r.Objective.metric()
+	switch wl.Test {
+	case "none":
+		_, err := fmt.Fprintf(w, "no point%s meets the objective: %s\n", on, r.Objective.String())
+		return err
+	case "tie":
+		_, err := fmt.Fprintf(w, "no recommendation%s for %s: %s tie on %s (each one's paired 95%% interval of its difference to the best holds 0; more repeats may part them)\n",
+			on, r.Objective.String(), strings.Join(wl.Tied, ", "), metric)
+		return err
+	}
+	p := &r.Points[slices.IndexFunc(r.Points, func(p PointResult) bool { return p.ID == *wl.Recommended })]
+	fmt.Fprintf(w, "recommended%s for %s: %s, %s = %.4g\n", on, r.Objective.String(), p.ID, metric, p.Objective.Mean)
+	switch wl.Test {
+	case "distinct":
+		fmt.Fprintf(w, "  against the runner-up %s: %+.4g [%+.4g, %+.4g] (paired over %d repeats, 95%%)\n",
+			*wl.RunnerUp, wl.Margin.Mean, wl.Margin.CI95[0], wl.Margin.CI95[1], p.Report.Repeats)
+	case "one_repeat":
+		fmt.Fprintf(w, "  not tested against the runner-up %s: one repeat gives no interval (give the spec's flags \"repeats\": 5)\n", *wl.RunnerUp)
+	}
+	args := p.Flags
+	note := ""
+	if p.Workload != Builtin {
+		trace := p.Workload
+		switch {
+		case specDir != "" && !filepath.IsAbs(trace):
+			trace = filepath.Join(specDir, trace)
+		case !filepath.IsAbs(trace):
+			note = " (the trace's path is relative to the spec's folder)"
+		}
+		args = append([]string{trace}, args...)
+	}
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = shellWord(a)
+	}
+	_, err := fmt.Fprintf(w, "rerun it%s: offline-router replay %s\n", note, strings.Join(quoted, " "))
+	return err
+}
