@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -106,5 +107,87 @@ func TestRejectionsAndWorkloads(t *testing.T) {
 	r.judge()
 	if *r.Workloads[0].Recommended != "p1" {
 		t.Errorf("with rejections bounded by the objective: %s, want p1", *r.Workloads[0].Recommended)
+	}
+}
+
+// repeated is a point of the builtin workload whose mean TTFT over its
+// repeats is each of ttfts, with settings.
+func repeated(id, settings string, ttfts ...float64) PointResult {
+	p := PointResult{Point: Point{ID: id, Workload: Builtin, Varied: strings.Fields(settings)}}
+	c := replay.ContenderReport{Name: id}
+	for _, v := range ttfts {
+		c.Repeats = append(c.Repeats, replay.Metrics{MeanTTFTMS: v, PrefixHitRate: 0.5})
+	}
+	p.Report = replay.Deterministic{Repeats: len(ttfts), Policies: c.Repeats[:1], Contenders: []replay.ContenderReport{c}}
+	return p
+}
+
+// TestRecommendationNeedsADistinctBest: with repeats, the best point is
+// recommended only when the paired interval of its difference to the
+// runner-up holds no 0; else none is, and the tied set is named. A bound
+// against the baseline is kept only by the whole interval.
+func TestRecommendationNeedsADistinctBest(t *testing.T) {
+	judge := func(o Objective, pts ...PointResult) *WorkloadResult {
+		r := &TableResult{Objective: o, Points: pts}
+		r.judge()
+		return &r.Workloads[0]
+	}
+	min := Objective{Minimize: "mean_ttft_ms"}
+	// a beats b at every seed by 10 ± 1: distinct. c is far behind.
+	w := judge(min, repeated("a", "--policy=kv", 100, 90, 110), repeated("b", "--policy=llmd", 110, 101, 119),
+		repeated("c", DefaultBaseline, 200, 190, 210))
+	if w.Test != "distinct" || w.Recommended == nil || *w.Recommended != "a" || *w.RunnerUp != "b" || w.Margin.Mean >= 0 {
+		t.Errorf("a distinct best: %+v", w)
+	}
+	if w.Baseline == nil || *w.Baseline != "c" {
+		t.Errorf("the baseline point: %v, want c", w.Baseline)
+	}
+	// a and b swap places across seeds: a tie, and c, far behind, not in it.
+	w = judge(min, repeated("a", "--policy=kv", 100, 120, 110), repeated("b", "--policy=llmd", 115, 105, 111),
+		repeated("c", DefaultBaseline, 200, 190, 210))
+	if w.Test != "tie" || w.Recommended != nil || strings.Join(w.Tied, " ") != "a b" {
+		t.Errorf("a tie: test %s, recommended %v, tied %v", w.Test, w.Recommended, w.Tied)
+	}
+	var b bytes.Buffer
+	r := &TableResult{Objective: min, Points: []PointResult{repeated("a", "--policy=kv", 100, 120, 110), repeated("b", "--policy=llmd", 115, 105, 111)}}
+	r.judge()
+	WriteTable(&b, &Table{Deterministic: *r}, "")
+	if !strings.Contains(b.String(), "no recommendation for minimize mean_ttft_ms with no request rejected: a, b tie on mean_ttft_ms") {
+		t.Errorf("the table does not name the tie:\n%s", b.String())
+	}
+	// Against the baseline: a's mean 100 is within 0.52x c's 200 (104),
+	// but its interval (about ±5) is not; at 0.6x all of it is, and c,
+	// 1x itself, is not.
+	bounded := func(f float64) Objective {
+		return Objective{Minimize: "mean_ttft_ms", SubjectTo: map[string]Bound{"mean_ttft_ms": {Max: &Limit{Value: f, OfBaseline: true}}}}
+	}
+	pts := func() []PointResult {
+		return []PointResult{repeated("a", "--policy=kv", 100, 98, 102), repeated("c", DefaultBaseline, 200, 200, 200)}
+	}
+	if w := judge(bounded(0.52), pts()...); w.Recommended != nil || w.Test != "none" {
+		t.Errorf("0.52x baseline: %v recommended (%s), want none (a's interval goes past 104)", w.Recommended, w.Test)
+	}
+	if w := judge(bounded(0.6), pts()...); w.Recommended == nil || *w.Recommended != "a" || w.Test != "alone" {
+		t.Errorf("0.6x baseline: %v recommended (%s), want a alone", w.Recommended, w.Test)
+	}
+}
+
+// TestLimitJSON: a bound is a number or "Fx baseline", and is written back
+// as it was given.
+func TestLimitJSON(t *testing.T) {
+	for _, text := range []string{`0.1`, `"0.6x baseline"`, `2`} {
+		var l Limit
+		if err := json.Unmarshal([]byte(text), &l); err != nil {
+			t.Fatalf("%s: %v", text, err)
+		}
+		if back, _ := json.Marshal(l); string(back) != text {
+			t.Errorf("%s comes back as %s", text, back)
+		}
+	}
+	for _, bad := range []string{`"0.6 baseline"`, `"x baseline"`, `"-1x baseline"`, `true`, `"fast"`} {
+		var l Limit
+		if err := json.Unmarshal([]byte(bad), &l); err == nil {
+			t.Errorf("%s is taken as %+v", bad, l)
+		}
 	}
 }
