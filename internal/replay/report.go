@@ -103,6 +103,8 @@ func WriteTable(w io.Writer, rep *Report) error {
 	row("prefix hit rate", num("%.3f", func(m *Metrics) float64 { return m.PrefixHitRate }))
 	row("router overlap rate", num("%.3f", func(m *Metrics) float64 { return m.RouterOverlapRate }))
 	row("mean overlap regret (blocks)", num("%.2f", func(m *Metrics) float64 { return m.MeanOverlapRegretBlocks }))
+	row("mean router overlap (tokens)", num("%.1f", func(m *Metrics) float64 { return m.MeanRouterOverlapTokens }))
+	row("mean overlap regret (tokens)", num("%.1f", func(m *Metrics) float64 { return m.MeanOverlapRegretTokens }))
 	row("mean TTFT (ms)", num("%.1f", func(m *Metrics) float64 { return m.MeanTTFTMS }))
 	row("median TTFT (ms)", num("%.1f", func(m *Metrics) float64 { return m.MedianTTFTMS }))
 	row("P99 TTFT (ms)", num("%.1f", func(m *Metrics) float64 { return m.P99TTFTMS }))
