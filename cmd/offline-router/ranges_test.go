@@ -38,6 +38,7 @@ var replayBadValues = []badValue{
 	{"engine-profile", "/nonexistent/profile.json", nil},
 	{"evidence", "bogus", nil},
 	{"goodput", "ttft:0", nil},
+	{"gpu-memory-utilization", "1.5", []string{"--worker-kv-tokens", "auto"}},
 	{"jobs", "0", nil},
 	{"input-tokens", "0", []string{"--output-tokens", "2", "--request-count", "3"}},
 	{"kv-transfer-gbps", "0", []string{"--prefill-workers", "1", "--decode-workers", "1"}},
@@ -76,6 +77,7 @@ var replayBadValues = []badValue{
 	{"temperature", "-1", nil},
 	{"worker-decode-ms-per-token", "-1", []string{"--engine", "simple"}},
 	{"worker-kv-blocks", "0", nil},
+	{"worker-kv-tokens", "511", nil}, // less than one block of 512
 	{"worker-max-num-batched-tokens", "0", nil},
 	{"worker-max-num-seqs", "0", nil},
 	{"worker-prefill-tokens-per-ms", "0", []string{"--engine", "simple"}},

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/mattn/go-isatty"
@@ -83,8 +84,10 @@ The simulated workers run as vLLM's V1 scheduler does, step by step
 (--engine iteration): chunked prefill under a budget of
 --worker-max-num-batched-tokens tokens a step beside the running decodes, at
 most --worker-max-num-seqs running, prefix-cache hits that skip their
-tokens, --worker-kv-blocks KV blocks taken per request and cached after,
-evicted least recently freed first, preemption when a block is missing. A
+tokens, KV blocks taken per request and cached after (each worker holds
+--worker-kv-tokens tokens of KV, in whole blocks, or --worker-kv-blocks
+blocks; --worker-kv-tokens auto sizes it from the profile's GPU memory as
+vLLM does), evicted least recently freed first, preemption when a block is missing. A
 step's time comes from --engine-profile (the shipped one: Llama-3.1-8B on
 one H100). --engine simple is the earlier model: one FIFO prefill server at
 --worker-prefill-tokens-per-ms and --worker-decode-ms-per-token a token.
@@ -126,7 +129,10 @@ stopped it between two commands (no report; the streams end the same way).`,
 	f.Float64Var(&o.replicas.DelayMS, "replica-sync-delay-ms", 10, "router replicas: delay of the sync channel that tells each what the others booked")
 	f.Float64Var(&o.replicas.Rate, "replica-sync-rate", 1, "router replicas: fraction of sync messages delivered (0 = no sync; which are dropped is seeded by --seed)")
 	f.IntVar(&o.cluster.DPSize, "dp-size", o.cluster.DPSize, "attention data-parallel ranks per worker, each its own KV cache and batch (the --worker-* sizes are each rank's): 1 to 1024, and at most 65536 ranks in all")
-	f.IntVar(&o.cluster.TotalKVBlocks, "worker-kv-blocks", o.cluster.TotalKVBlocks, "KV cache capacity of each worker, in blocks")
+	f.Var(kvTokensFlag{&o.cluster}, "worker-kv-tokens", "KV cache capacity of each worker, in tokens (whole blocks of --block-size: floor(tokens / block size) blocks), or auto: from the engine profile's GPU memory, as vLLM sizes its cache")
+	f.Float64Var(&o.cluster.GPUMemoryUtilization, "gpu-memory-utilization", replay.DefaultGPUMemoryUtilization, "with --worker-kv-tokens auto: the share of the GPU's memory the worker takes, as vLLM's flag")
+	f.IntVar(&o.cluster.TotalKVBlocks, "worker-kv-blocks", o.cluster.TotalKVBlocks, "KV cache capacity of each worker, in blocks, overriding --worker-kv-tokens (default: the whole blocks its tokens make)")
+	f.Lookup("worker-kv-blocks").DefValue = "0" // none: made from --worker-kv-tokens, whatever the block size
 	f.IntVar(&o.cluster.MaxNumSeqs, "worker-max-num-seqs", o.cluster.MaxNumSeqs, "requests running at once on a worker")
 	f.Uint64Var(&o.cluster.MaxNumBatchedTokens, "worker-max-num-batched-tokens", o.cluster.MaxNumBatchedTokens, "tokens a step may compute (iteration; the simple engine's prefill backlog); reported to the router for its busy and queue thresholds")
 	f.StringVar(&o.cluster.Engine, "engine", o.cluster.Engine, "worker model: iteration (vLLM's scheduler step by step, timed by --engine-profile) or simple (a FIFO prefill server and a fixed time per token)")
@@ -231,6 +237,9 @@ func (o *replayOptions) plan(cmd *cobra.Command, args []string) (*replayPlan, er
 		return nil, err
 	}
 	o.cluster.BlockSize = cfg.BlockSize
+	if err := o.cluster.SizeKV(); err != nil {
+		return nil, err
+	}
 	return &replayPlan{args: args, cfg: cfg, contenders: contenders, slo: slo}, nil
 }
 
@@ -445,6 +454,9 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	if err := o.checkPools(flags); err != nil {
 		return err
 	}
+	if err := o.checkKV(flags); err != nil {
+		return err
+	}
 	if err := o.checkReplicas(flags); err != nil {
 		return err
 	}
@@ -545,6 +557,51 @@ func (o *replayOptions) checkPools(flags *pflag.FlagSet) error {
 	c.Workers = max(c.PrefillWorkers, c.DecodeWorkers) // for the checks on ranks a router holds
 	return nil
 }
+
+// checkKV says how the KV cache is sized: --worker-kv-tokens (a number or
+// auto) or --worker-kv-blocks, not both; --gpu-memory-utilization only
+// with auto. Its blocks are made once the block size is known (SizeKV).
+func (o *replayOptions) checkKV(flags *pflag.FlagSet) error {
+	c := &o.cluster
+	if flags.Changed("worker-kv-blocks") {
+		if flags.Changed("worker-kv-tokens") {
+			return fmt.Errorf("--worker-kv-blocks and --worker-kv-tokens both size the KV cache: give one of them")
+		}
+		c.KVSizing = replay.KVSizingBlocks
+	}
+	if c.KVSizing != replay.KVSizingProfile {
+		if flags.Changed("gpu-memory-utilization") {
+			return fmt.Errorf("--gpu-memory-utilization sizes the KV cache from the engine profile's memory: give --worker-kv-tokens auto too")
+		}
+		c.GPUMemoryUtilization = 0 // not used, not reported
+	}
+	return nil
+}
+
+// kvTokensFlag is --worker-kv-tokens: a number of tokens, or auto.
+type kvTokensFlag struct{ c *replay.ClusterConfig }
+
+func (f kvTokensFlag) String() string {
+	if f.c.KVSizing == replay.KVSizingProfile {
+		return "auto"
+	}
+	return strconv.FormatUint(f.c.KVTokens, 10)
+}
+
+func (f kvTokensFlag) Set(s string) error {
+	if s == "auto" {
+		f.c.KVSizing = replay.KVSizingProfile
+		return nil
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("expected a number of tokens or auto")
+	}
+	f.c.KVTokens, f.c.KVSizing = n, replay.KVSizingTokens
+	return nil
+}
+
+func (kvTokensFlag) Type() string { return "tokens" }
 
 // checkReplicas checks the router replicas' flags.
 func (o *replayOptions) checkReplicas(flags *pflag.FlagSet) error {

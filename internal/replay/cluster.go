@@ -25,6 +25,16 @@ type ClusterConfig struct {
 	MaxNumBatchedTokens uint64  `json:"worker_max_num_batched_tokens"` // prefill backlog a worker takes on; also reported to the router
 	PrefillTokensPerMS  float64 `json:"worker_prefill_tokens_per_ms"`  // prefill speed of uncached tokens
 	DecodeMSPerToken    float64 `json:"worker_decode_ms_per_token"`    // decode time per output token after the first, which prefill makes
+
+	// KVTokens is each worker's KV cache capacity in tokens, and
+	// TotalKVBlocks the blocks of BlockSize it makes (SizeKV), by KVSizing:
+	// tokens (the tokens given), profile (the engine profile's memory at
+	// GPUMemoryUtilization, as vLLM sizes its cache) or blocks (the blocks
+	// given, an override; KVTokens is then what they hold).
+	KVTokens             uint64  `json:"worker_kv_tokens"`
+	KVSizing             string  `json:"worker_kv_sizing"`
+	GPUMemoryUtilization float64 `json:"gpu_memory_utilization,omitempty"` // the share of GPU memory vLLM takes (profile sizing only)
+
 	// Engine is the worker model: iteration (vLLM's scheduler, step by
 	// step, timed by Profile) or simple (one FIFO prefill server at
 	// PrefillTokensPerMS, DecodeMSPerToken a token).
@@ -90,10 +100,8 @@ func (c *ClusterConfig) Check() error {
 // iteration engine with the shipped profile.
 func DefaultCluster(workers int) ClusterConfig {
 	p := DefaultProfile()
-	// 912 blocks of 512 tokens is the KV cache of the shipped profile's
-	// hardware: BLIS gives 29205 blocks of 16 tokens for Llama-3.1-8B on
-	// one H100.
-	return ClusterConfig{Workers: workers, DPSize: 1, BlockSize: 512, TotalKVBlocks: 912, MaxNumSeqs: 64,
+	return ClusterConfig{Workers: workers, DPSize: 1, BlockSize: 512, KVTokens: DefaultKVTokens, KVSizing: KVSizingTokens,
+		TotalKVBlocks: DefaultKVTokens / 512, MaxNumSeqs: 64,
 		MaxNumBatchedTokens: 8192, PrefillTokensPerMS: 20, DecodeMSPerToken: 15, Engine: EngineIteration, Profile: &p}
 }
 

@@ -269,10 +269,11 @@ func TestProfiles(t *testing.T) {
 func TestDeepProfile(t *testing.T) {
 	deep := strings.Repeat("[", 100000) + strings.Repeat("]", 100000)
 	for key, want := range map[string]string{
-		"step":  `field "step": expected an object, got an array`,
-		"model": `field "model": expected an object, got an array`,
-		"name":  `field "name": expected a string, got an array`,
-		"zzz":   `field "zzz": is not a profile key (name, source, step, model)`,
+		"step":   `field "step": expected an object, got an array`,
+		"model":  `field "model": expected an object, got an array`,
+		"name":   `field "name": expected a string, got an array`,
+		"memory": `field "memory": expected an object, got an array`,
+		"zzz":    `field "zzz": is not a profile key (name, source, step, model, memory)`,
 	} {
 		data := []byte(`{"name": "x", "` + key + `": ` + deep + `}`)
 		if key == "name" {

@@ -75,9 +75,14 @@ type Metrics struct {
 	// the request started, over all input tokens. RouterOverlapRate: the
 	// router's predicted overlap over input blocks. MeanOverlapRegretBlocks:
 	// blocks of overlap the best available worker had beyond the chosen one.
+	// The same in tokens, comparable across block sizes: a request's
+	// overlap is min(blocks × block size, its input tokens), its regret
+	// the best available worker's such overlap less the chosen one's.
 	PrefixHitRate           float64 `json:"prefix_hit_rate"`
 	RouterOverlapRate       float64 `json:"router_overlap_rate"`
 	MeanOverlapRegretBlocks float64 `json:"mean_overlap_regret_blocks"`
+	MeanRouterOverlapTokens float64 `json:"mean_router_overlap_tokens"`
+	MeanOverlapRegretTokens float64 `json:"mean_overlap_regret_tokens"`
 	// Queue wait: arrival to the start of prefill (router queue and the
 	// worker's own), with the same statistics as the latencies.
 	MeanQueueWaitMS   float64 `json:"mean_queue_wait_ms"`
@@ -134,6 +139,8 @@ type PoolMetrics struct {
 	P99ITLMS                float64   `json:"p99_itl_ms,omitempty"`
 	RouterOverlapRate       float64   `json:"router_overlap_rate"`
 	MeanOverlapRegretBlocks float64   `json:"mean_overlap_regret_blocks"`
+	MeanRouterOverlapTokens float64   `json:"mean_router_overlap_tokens"`
+	MeanOverlapRegretTokens float64   `json:"mean_overlap_regret_tokens"`
 	MeanQueueWaitMS         float64   `json:"mean_queue_wait_ms"`
 	P99QueueWaitMS          float64   `json:"p99_queue_wait_ms"`
 	WorkerRequests          []int     `json:"worker_requests"`
@@ -277,7 +284,7 @@ func (h *host) metrics(trace []Request) Metrics {
 		m.Mode = "approximate"
 	}
 	m.WorkerRequests = make([]int, len(h.order))
-	var hitTokens, overlap, islBlocks, regret float64
+	var hitTokens, overlap, islBlocks, regret, overlapTokens, regretTokens float64
 	var ttft, tpot, itl, e2el, wait []sample
 	first, last := math.Inf(1), 0.0
 	good := 0
@@ -303,6 +310,9 @@ func (h *host) metrics(trace []Request) Metrics {
 		overlap += float64(r.overlap)
 		islBlocks += float64(r.islBlocks)
 		regret += float64(r.best - r.overlap)
+		chosen, best := h.overlapTokens(r, r.overlap), h.overlapTokens(r, r.best)
+		overlapTokens += float64(chosen)
+		regretTokens += float64(best - chosen)
 		toFirst, latency := r.firstToken-r.Arrival, r.doneAt-r.Arrival
 		perToken := 0.0
 		if r.OutputTokens > 1 {
@@ -340,6 +350,8 @@ func (h *host) metrics(trace []Request) Metrics {
 	}
 	if m.Completed > 0 {
 		m.MeanOverlapRegretBlocks = regret / float64(m.Completed)
+		m.MeanRouterOverlapTokens = overlapTokens / float64(m.Completed)
+		m.MeanOverlapRegretTokens = regretTokens / float64(m.Completed)
 	}
 	s := summarize(ttft)
 	m.MeanTTFTMS, m.MedianTTFTMS, m.StdTTFTMS, m.P90TTFTMS, m.P99TTFTMS = s.mean, s.median, s.std, s.p90, s.p99
@@ -364,7 +376,7 @@ func (h *host) metrics(trace []Request) Metrics {
 func (h *host) poolMetrics(p *pool, trace []Request) PoolMetrics {
 	pm := PoolMetrics{Role: string(p.role), WorkerRequests: make([]int, len(p.order))}
 	pm.RouterCommands, pm.EventsApplied = p.counts()
-	var overlap, islBlocks, regret float64
+	var overlap, islBlocks, regret, overlapTokens, regretTokens float64
 	var wait, first, transfer, itl []sample
 	for i := range trace {
 		r := h.byID[trace[i].ID]
@@ -376,6 +388,9 @@ func (h *host) poolMetrics(p *pool, trace []Request) PoolMetrics {
 		overlap += float64(ph.overlap)
 		islBlocks += float64(r.islBlocks)
 		regret += float64(ph.best - ph.overlap)
+		chosen, best := h.overlapTokens(r, ph.overlap), h.overlapTokens(r, ph.best)
+		overlapTokens += float64(chosen)
+		regretTokens += float64(best - chosen)
 		if p.role == protocol.RoleDecode {
 			wait = append(wait, sample{ph.admittedAt - ph.sentAt, 1})
 			transfer = append(transfer, sample{ph.sentAt - r.firstToken, 1})
@@ -396,11 +411,19 @@ func (h *host) poolMetrics(p *pool, trace []Request) PoolMetrics {
 	}
 	if n := len(wait); n > 0 {
 		pm.MeanOverlapRegretBlocks = regret / float64(n)
+		pm.MeanRouterOverlapTokens = overlapTokens / float64(n)
+		pm.MeanOverlapRegretTokens = regretTokens / float64(n)
 	}
 	st = summarize(wait)
 	pm.MeanQueueWaitMS, pm.P99QueueWaitMS = st.mean, st.p99
 	pm.WorkerShare, pm.WorkerShareCV = shares(pm.WorkerRequests)
 	return pm
+}
+
+// overlapTokens is an overlap of blocks in r's tokens: a partial last
+// block counts only the tokens it holds.
+func (h *host) overlapTokens(r *simRequest, blocks uint64) uint64 {
+	return min(blocks*h.opt.Cluster.BlockSize, r.InputTokens)
 }
 
 // shares returns each worker's share of the requests and the coefficient

@@ -118,3 +118,60 @@ func TestWindows(t *testing.T) {
 		t.Fatalf("hit rate by window %v", hit)
 	}
 }
+
+// TestOverlapAndRegretInTokens: a prompt of 40 tokens in 16-token blocks
+// is 3 blocks, its last holding 8 tokens; an overlap of its 3 blocks is its
+// 40 tokens, not 48. Round robin on 2 workers (the simple engine caches the
+// partial block too) places the same prompt on one worker, then the other
+// (overlap 0 where the first had all 3), then the first again (overlap 3).
+func TestOverlapAndRegretInTokens(t *testing.T) {
+	cluster := SimpleCluster(2)
+	cluster.BlockSize = 16
+	router := routerConfig(protocol.PolicyRoundRobin)
+	router.BlockSize = 16
+	var trace []Request
+	for i, id := range []string{"a", "b", "c"} {
+		trace = append(trace, Request{ID: id, Arrival: float64(i) * 10000, InputTokens: 40, OutputTokens: 2, HashIDs: []protocol.LocalBlockHash{1, 2, 3}})
+	}
+	res, err := Run(trace, Options{Cluster: cluster, Router: router})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Metrics
+	if m.Completed != 3 || m.MeanOverlapRegretBlocks != 1 || m.RouterOverlapRate != 3.0/9 {
+		t.Fatalf("completed %d, regret %v blocks, overlap rate %v: want 3, 1 and 1/3 (the placements are not the ones meant)",
+			m.Completed, m.MeanOverlapRegretBlocks, m.RouterOverlapRate)
+	}
+	if m.MeanRouterOverlapTokens != 40.0/3 || m.MeanOverlapRegretTokens != 40.0/3 {
+		t.Errorf("overlap %v tokens, regret %v tokens a request, want 40/3 each (3 blocks of a 40-token prompt are 40 tokens)",
+			m.MeanRouterOverlapTokens, m.MeanOverlapRegretTokens)
+	}
+}
+
+// TestPoolOverlapAndRegretInTokens: each pool of a disaggregated cluster
+// reports them too. The iteration engine caches only full blocks, so here
+// (2 of the 3) the tokens are the blocks times 16.
+func TestPoolOverlapAndRegretInTokens(t *testing.T) {
+	cluster := DefaultCluster(2)
+	cluster.BlockSize, cluster.PrefillWorkers, cluster.DecodeWorkers, cluster.KVTransferGBps = 16, 2, 2, 50
+	router := routerConfig(protocol.PolicyRoundRobin)
+	router.BlockSize = 16
+	var trace []Request
+	for i, id := range []string{"a", "b", "c"} {
+		trace = append(trace, Request{ID: id, Arrival: float64(i) * 10000, InputTokens: 40, OutputTokens: 2, HashIDs: []protocol.LocalBlockHash{1, 2, 3}})
+	}
+	res, err := Run(trace, Options{Cluster: cluster, Router: router})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Metrics.Pools) != 2 {
+		t.Fatalf("%d pools", len(res.Metrics.Pools))
+	}
+	for _, p := range res.Metrics.Pools {
+		if p.MeanOverlapRegretBlocks == 0 || p.MeanOverlapRegretTokens != float64(p.MeanOverlapRegretBlocks*16) ||
+			p.MeanRouterOverlapTokens != float64(p.RouterOverlapRate*3*16) {
+			t.Errorf("%s pool: regret %v blocks, %v tokens; overlap rate %v, %v tokens", p.Role,
+				p.MeanOverlapRegretBlocks, p.MeanOverlapRegretTokens, p.RouterOverlapRate, p.MeanRouterOverlapTokens)
+		}
+	}
+}

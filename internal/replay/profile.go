@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
@@ -21,6 +22,9 @@ type Profile struct {
 	// Model is the served model's shape, which sizes a token's KV (what a
 	// disaggregated cluster sends from prefill to decode).
 	Model ModelShape `json:"model"`
+	// Memory, when given, sizes the KV cache from the GPU's memory
+	// (--worker-kv-tokens auto), as vLLM sizes it.
+	Memory *Memory `json:"memory,omitempty"`
 }
 
 // ModelShape is what a token's KV takes: keys and values of every layer,
@@ -67,7 +71,8 @@ func DefaultProfile() Profile {
 // time. name and the four step keys are required (a coefficient of 0 must
 // be written, so that a key left out is not a free term); model is
 // optional, since only some runs use it (CheckModel), but given, it holds
-// its four keys. A missing key is named by its dotted path
+// its four keys; so does memory (gpu_bytes at least 1, each at most 2^53;
+// its source optional), read by --worker-kv-tokens auto. A missing key is named by its dotted path
 // ("step.per_prefill_token_ms").
 func ParseProfile(data []byte) (Profile, error) {
 	var p Profile
@@ -145,8 +150,48 @@ func ParseProfile(data []byte) (Profile, error) {
 				*at = x
 				return nil
 			})
+		case "memory":
+			raw, rerr := v.Raw()
+			if rerr != nil {
+				return rerr
+			}
+			p.Memory = &Memory{}
+			var inner wire.ObjectReader
+			return inner.Read(raw, func(key string, v *wire.Value) error {
+				given = append(given, "memory."+key)
+				var at *uint64
+				switch key {
+				case "source":
+					var err error
+					p.Memory.Source, err = v.Str()
+					return err
+				case "gpu_bytes":
+					at = &p.Memory.GPUBytes
+				case "weight_bytes":
+					at = &p.Memory.WeightBytes
+				case "activation_bytes":
+					at = &p.Memory.ActivationBytes
+				case "non_torch_bytes":
+					at = &p.Memory.NonTorchBytes
+				default:
+					return fmt.Errorf("is not a memory key (%s)", strings.Join(memoryKeys, ", "))
+				}
+				x, err := v.U64()
+				if err != nil {
+					return err
+				}
+				lo := uint64(0) // nothing taken is a measurement; a GPU of no memory is not
+				if key == "gpu_bytes" {
+					lo = 1
+				}
+				if x < lo || x > protocol.MaxNumber {
+					return fmt.Errorf("expected %d to 2^53 bytes, got %d", lo, x)
+				}
+				*at = x
+				return nil
+			})
 		default:
-			return fmt.Errorf("is not a profile key (name, source, step, model)")
+			return fmt.Errorf("is not a profile key (name, source, step, model, memory)")
 		}
 		return err
 	})
@@ -159,6 +204,9 @@ func ParseProfile(data []byte) (Profile, error) {
 	}
 	if slices.Contains(given, "model") {
 		required = append(required, dotted("model", modelKeys)...)
+	}
+	if slices.Contains(given, "memory") {
+		required = append(required, dotted("memory", memoryKeys)...)
 	}
 	var missing []string
 	for _, k := range required {
@@ -175,10 +223,11 @@ func ParseProfile(data []byte) (Profile, error) {
 	return p, nil
 }
 
-// The keys of a profile's step and model.
+// The keys of a profile's step, model and memory.
 var (
-	stepKeys  = []string{"base_ms", "per_prefill_token_ms", "per_decode_seq_ms", "per_kv_token_read_ms"}
-	modelKeys = []string{"layers", "kv_heads", "head_dim", "dtype_bytes"}
+	stepKeys   = []string{"base_ms", "per_prefill_token_ms", "per_decode_seq_ms", "per_kv_token_read_ms"}
+	modelKeys  = []string{"layers", "kv_heads", "head_dim", "dtype_bytes"}
+	memoryKeys = []string{"gpu_bytes", "weight_bytes", "activation_bytes", "non_torch_bytes"}
 )
 
 // CheckModel says which model keys the profile lacks, for a run that sizes

@@ -131,6 +131,8 @@ func WriteTable(w io.Writer, rep *Report) error {
 	row("prefix hit rate", num("%.3f", "prefix_hit_rate", func(m *Metrics) float64 { return m.PrefixHitRate }))
 	row("router overlap rate", num("%.3f", "router_overlap_rate", func(m *Metrics) float64 { return m.RouterOverlapRate }))
 	row("mean overlap regret (blocks)", num("%.2f", "mean_overlap_regret_blocks", func(m *Metrics) float64 { return m.MeanOverlapRegretBlocks }))
+	row("mean router overlap (tokens)", num("%.1f", "mean_router_overlap_tokens", func(m *Metrics) float64 { return m.MeanRouterOverlapTokens }))
+	row("mean overlap regret (tokens)", num("%.1f", "mean_overlap_regret_tokens", func(m *Metrics) float64 { return m.MeanOverlapRegretTokens }))
 	row("mean TTFT (ms)", num("%.1f", "mean_ttft_ms", func(m *Metrics) float64 { return m.MeanTTFTMS }))
 	row("median TTFT (ms)", num("%.1f", "median_ttft_ms", func(m *Metrics) float64 { return m.MedianTTFTMS }))
 	row("P99 TTFT (ms)", num("%.1f", "p99_ttft_ms", func(m *Metrics) float64 { return m.P99TTFTMS }))

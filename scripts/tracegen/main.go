@@ -7,7 +7,7 @@
 // -copies N plays the trace N times back to back, each copy with hash ids
 // and sessions of its own; -split R hashes it at blocks R times smaller
 // (512-token blocks become 16-token ones at 32: replay it with
-// --block-size 16 and R times the --worker-kv-blocks).
+// --block-size 16; the capacity, in tokens, makes R times the blocks).
 package main
 
 import (
