@@ -125,6 +125,8 @@ type simWorker struct {
 	// more here before the next replica has it).
 	evicted []protocol.SequenceHash
 	stored  []protocol.StoredBlock
+	// evictedBlocks counts the simple model's evictions over the run.
+	evictedBlocks int
 }
 
 // admit tries to start r on the worker: a free sequence slot, a prefill
@@ -189,6 +191,7 @@ func (w *simWorker) admit(r *simRequest, cfg *ClusterConfig) ([]protocol.Sequenc
 		}
 		for c.used >= cfg.TotalKVBlocks && c.idle > 0 {
 			w.evicted = append(w.evicted, c.evictOldest())
+			w.evictedBlocks++
 		}
 		if c.used >= cfg.TotalKVBlocks {
 			break // the rest of the prompt is not cached
@@ -197,6 +200,15 @@ func (w *simWorker) admit(r *simRequest, cfg *ClusterConfig) ([]protocol.Sequenc
 	}
 	w.running++
 	return w.evicted, true
+}
+
+// counts are the preemptions the worker made and the cached blocks it
+// evicted, over the run (the simple model never preempts).
+func (w *simWorker) counts() (preemptions, evicted int) {
+	if w.iter != nil {
+		return w.iter.preemptions, w.iter.evicted
+	}
+	return 0, w.evictedBlocks
 }
 
 // lookUpRest finds the blocks of r's positions not looked up yet.
