@@ -31,6 +31,11 @@ type Experiment struct {
 	Streams Streams
 	// Progress, if set, gives each contender's run a progress callback.
 	Progress func(contender string, total int) func(done, total int)
+	// Records, if set, is given each contender's per-request records as
+	// soon as its run ends, in contender order (repeat 0: one run each), so
+	// a writer holds no more than one run's; its error ends Run. Unset, no
+	// records are kept (Options.Records).
+	Records func(contender string, repeat int, recs []Record) error
 }
 
 // Contender is what a comparison sets beside the others: a name and the
@@ -98,12 +103,17 @@ func (e *Experiment) Run(ctx context.Context, trace []Request, info TraceInfo) (
 		Run: RunInfo{TracePath: e.TracePath, Host: Host{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}}}
 	var results []*Result
 	for _, c := range e.Contenders {
-		res, err := e.runOne(ctx, trace, c, e.Replicas, e.Streams)
+		res, err := e.runOne(ctx, trace, c, e.Replicas, e.Streams, e.Records != nil)
 		if err != nil {
 			return nil, nil, fmt.Errorf("replay of policy %s: %w", c.Name, err)
 		}
+		if e.Records != nil {
+			if err := e.Records(c.Name, 0, res.Records()); err != nil {
+				return nil, nil, fmt.Errorf("the records of policy %s: %w", c.Name, err)
+			}
+		}
 		if e.Replicas.Count > 1 { // what the replicas cost, against one router
-			base, err := e.runOne(ctx, trace, c, Replicas{Count: 1}, Streams{})
+			base, err := e.runOne(ctx, trace, c, Replicas{Count: 1}, Streams{}, false)
 			if err != nil {
 				return nil, nil, fmt.Errorf("replay of policy %s with one router: %w", c.Name, err)
 			}
@@ -117,10 +127,10 @@ func (e *Experiment) Run(ctx context.Context, trace []Request, info TraceInfo) (
 }
 
 // runOne replays one contender on its own copy of the trace (later turns'
-// arrival times are filled in as it runs).
-func (e *Experiment) runOne(ctx context.Context, trace []Request, c Contender, replicas Replicas, s Streams) (*Result, error) {
+// arrival times are filled in as it runs), keeping its records if asked.
+func (e *Experiment) runOne(ctx context.Context, trace []Request, c Contender, replicas Replicas, s Streams, records bool) (*Result, error) {
 	opt := Options{Cluster: e.Cluster, Router: c.Router, Goodput: e.Goodput, Concurrency: e.Workload.ReplayConcurrency,
-		Replicas: replicas, Stop: ctx.Done(), Commands: s.Commands, Responses: s.Responses,
+		Replicas: replicas, Stop: ctx.Done(), Records: records, Commands: s.Commands, Responses: s.Responses,
 		DecodeCommands: s.DecodeCommands, DecodeResponses: s.DecodeResponses}
 	if e.Progress != nil {
 		opt.Progress = e.Progress(c.Name, len(trace))
