@@ -90,8 +90,10 @@ func (e *Experiment) Load() ([]Request, TraceInfo, error) {
 // Setup is the report's deterministic part before any contender ran: what
 // the experiment set up.
 func (e *Experiment) Setup(info TraceInfo) Deterministic {
-	return Deterministic{ProtocolVersion: protocol.Version, Trace: info, Workload: e.Workload,
+	d := Deterministic{ProtocolVersion: protocol.Version, Trace: info, Workload: e.Workload,
 		Cluster: e.Cluster, Replicas: e.Replicas, Router: e.Router, Seed: e.Router.Seed, Goodput: e.Goodput}
+	d.Cluster.Pools = e.Cluster.PoolSizes()
+	return d
 }
 
 // Run replays the trace under each contender in turn and gives the

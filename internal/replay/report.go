@@ -122,9 +122,43 @@ func WriteTable(w io.Writer, rep *Report) error {
 		row("one router: P99 TTFT (ms)", num("%.1f", func(m *Metrics) float64 { return m.OneRouter.P99TTFTMS }))
 	}
 	row("worker share CV", num("%.3f", func(m *Metrics) float64 { return m.WorkerShareCV }))
+	row("preemptions", num("%.0f", func(m *Metrics) float64 { return float64(m.NumPreemptions) }))
+	row("evicted blocks", num("%.0f", func(m *Metrics) float64 { return float64(m.EvictedBlocks) }))
+	for k := range ms[0].Pools { // the same pools for every policy
+		writePoolRows(row, ms, k)
+	}
 	row("simulated time (s)", num("%.1f", func(m *Metrics) float64 { return m.Duration }))
 	row("router commands/s (wall)", func(i int) string { return fmt.Sprintf("%.0f", costs[i].RouterCommandsPerS) })
 	return tw.Flush()
+}
+
+// writePoolRows writes the rows of pool k of a disaggregated cluster,
+// each named by the pool's role.
+func writePoolRows(row func(string, func(int) string), ms []Metrics, k int) {
+	role := ms[0].Pools[k].Role
+	num := func(name, format string, f func(p *PoolMetrics) float64) {
+		row(role+": "+name, func(i int) string { return fmt.Sprintf(format, f(&ms[i].Pools[k])) })
+	}
+	num("completed", "%.0f", func(p *PoolMetrics) float64 { return float64(p.Completed) })
+	row(role+": rejected", func(i int) string {
+		p := &ms[i].Pools[k]
+		return rejections(&Metrics{Rejected: p.Rejected, RejectedByReason: p.RejectedByReason})
+	})
+	if role == PoolPrefill {
+		num("prefix hit rate", "%.3f", func(p *PoolMetrics) float64 { return *p.PrefixHitRate })
+		num("mean TTFT (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.MeanTTFTMS })
+		num("P99 TTFT (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.P99TTFTMS })
+	} else {
+		num("mean KV transfer (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.MeanTransferMS })
+		num("mean ITL (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.MeanITLMS })
+		num("P99 ITL (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.P99ITLMS })
+	}
+	num("median queue wait (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.MedianQueueWaitMS })
+	num("P99 queue wait (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.P99QueueWaitMS })
+	num("router overlap rate", "%.3f", func(p *PoolMetrics) float64 { return p.RouterOverlapRate })
+	num("worker share CV", "%.3f", func(p *PoolMetrics) float64 { return p.WorkerShareCV })
+	num("preemptions", "%.0f", func(p *PoolMetrics) float64 { return float64(p.NumPreemptions) })
+	num("evicted blocks", "%.0f", func(p *PoolMetrics) float64 { return float64(p.EvictedBlocks) })
 }
 
 // rejections is the rejected count, with its reasons when there are any.
@@ -147,7 +181,8 @@ func rejections(m *Metrics) string {
 func (d *Deterministic) SetupDigest() string {
 	setup := *d
 	setup.Trace, setup.Policies = TraceInfo{}, nil
-	setup.Router.Policy = "" // a report of many policies ran each
+	setup.Cluster.Pools = nil // stated from the cluster's fields: a setup's digest stays what it was
+	setup.Router.Policy = ""  // a report of many policies ran each
 	data, err := json.Marshal(&setup)
 	if err != nil {
 		panic(err) // plain data
