@@ -32,9 +32,9 @@ type Experiment struct {
 	// Progress, if set, gives each contender's run a progress callback.
 	Progress func(contender string, total int) func(done, total int)
 	// Records, if set, is given each contender's per-request records as
-	// soon as its run ends, in contender order (repeat 0: one run each), so
-	// a writer holds no more than one run's; its error ends Run. Unset, no
-	// records are kept (Options.Records).
+	// soon as its run ends, in contender order (repeat 0: one run each), to
+	// be written as the runs go; its error ends Run. The results keep them
+	// too (Result.Records). Unset, no records are kept (Options.Records).
 	Records func(contender string, repeat int, recs []Record) error
 }
 
