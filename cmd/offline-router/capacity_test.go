@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -45,7 +46,7 @@ func TestKVCapacityFlags(t *testing.T) {
 		}
 		c := readReport(t, report).Deterministic.Cluster
 		got := replay.ClusterConfig{KVTokens: c.KVTokens, TotalKVBlocks: c.TotalKVBlocks, KVSizing: c.KVSizing, GPUMemoryUtilization: c.GPUMemoryUtilization}
-		if got != tc.want {
+		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%q: cluster %+v, want %+v", tc.args, got, tc.want)
 		}
 	}

@@ -54,14 +54,15 @@ func waitForTemporary(t *testing.T, target string, min int64) {
 // TestReplayStoppedBySignalLeavesWholeStreams: SIGINT, SIGTERM or SIGHUP
 // mid-run ends replay with 128+n; its streams hold whole lines closed by
 // one "# incomplete" comment, and replay as they are through serve; the
-// report is not written; no temporary file is left.
+// report and the rows are not written; no temporary file is left.
 func TestReplayStoppedBySignalLeavesWholeStreams(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) {
 			dir := t.TempDir()
 			cmds, resps, report := filepath.Join(dir, "c.jsonl"), filepath.Join(dir, "r.jsonl"), filepath.Join(dir, "rep.json")
+			rows := filepath.Join(dir, "rows.csv")
 			cmd := exec.Command(binary, "replay", "--sessions", "20000", "--engine", "simple", "-q",
-				"--emit-commands", cmds, "--emit-responses", resps, "--report", report)
+				"--emit-commands", cmds, "--emit-responses", resps, "--report", report, "--requests-out", rows)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			if err := cmd.Start(); err != nil {
@@ -74,6 +75,9 @@ func TestReplayStoppedBySignalLeavesWholeStreams(t *testing.T) {
 			}
 			if _, err := os.Stat(report); err == nil {
 				t.Error("a stopped replay wrote its report")
+			}
+			if _, err := os.Stat(rows); err == nil {
+				t.Error("a stopped replay wrote its rows")
 			}
 			noTemporaries(t, dir)
 			name := strings.TrimPrefix(fmt.Sprint(sig), "")

@@ -64,6 +64,7 @@ var replayBadValues = []badValue{
 	{"replica-sync-delay-ms", "-1", []string{"--router-replicas", "2"}},
 	{"replica-sync-rate", "2", []string{"--router-replicas", "2"}},
 	{"report", "report.txt", nil},
+	{"requests-out", "rows.txt", nil},
 	{"request-count", "0", []string{"--input-tokens", "8", "--output-tokens", "2"}},
 	{"router-replicas", "65", nil},
 	{"seed", "-1", nil},

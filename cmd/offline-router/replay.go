@@ -49,6 +49,7 @@ type replayOptions struct {
 	emitCommands  string
 	emitResponses string
 	plotFile      string
+	requestsOut   string
 	profileFile   string
 	maxLineBytes  int
 	quiet         bool
@@ -102,7 +103,10 @@ threshold: Dynamo's HTTP 529; a queue timeout) is counted as rejected, by
 reason.
 
 --report FILE.json (or - for stdout, the table then going to stderr) writes
-the report: docs/report.schema.json describes it.
+the report: docs/report.schema.json describes it. --requests-out FILE.csv (or
+.jsonl) writes one row per request per policy: its pool, worker, tokens,
+queue wait, TTFT, TPOT, E2EL, preemptions and rejection reason, from which
+the report's figures recompute (docs/replay.md gives the columns).
 
 Every file is written beside its path and renamed: whole or not at all.
 
@@ -111,7 +115,7 @@ trace, found before anything runs or any file is made; 1 when a run failed
 on its way or an output could not be written (the message says why;
 --emit-commands and --emit-responses keep what was sent, closed by a
 "# incomplete" comment); 128+n when signal n (SIGHUP, SIGINT, SIGTERM)
-stopped it between two commands (no report; the streams end the same way).`,
+stopped it between two commands (no report nor rows; the streams end the same way).`,
 		Args: replayArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runReplay(cmd, o, args)
@@ -158,6 +162,7 @@ stopped it between two commands (no report; the streams end the same way).`,
 	f.StringVar(&o.reportFile, "report", "", "write the JSON report to this .json file, or - for stdout (the table then goes to stderr)")
 	f.StringVar(&o.emitCommands, "emit-commands", "", "write every command sent to the router to this file (one policy only)")
 	f.StringVar(&o.emitResponses, "emit-responses", "", "write every response the router gave to this file (one policy only)")
+	f.StringVar(&o.requestsOut, "requests-out", "", "write one row per request per policy (pool, worker, tokens, latencies, preemptions, rejection) to this .csv or .jsonl file")
 	f.StringVar(&o.plotFile, "plot", "", "draw the policies side by side (hit rate, TTFT, hit rate over time, per-worker load) to this .png or .svg")
 	f.IntVar(&o.maxLineBytes, "max-line-bytes", wire.DefaultMaxLineBytes, "a longer trace line is refused by its number (the trace is read as it streams, never whole)")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress bar")
@@ -284,17 +289,32 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) 
 	if !o.quiet && isatty.IsTerminal(os.Stderr.Fd()) {
 		exp.Progress = progressBar
 	}
+	rows, err := o.openRows(exp)
+	if err != nil {
+		for _, s := range open {
+			s.f.Discard()
+		}
+		return &exitError{1, err}
+	}
 	rep, results, err := exp.Run(ctx, trace, info)
 	for _, s := range open {
 		err = errors.Join(err, s.close(ctx, err))
 	}
 	if err != nil {
+		if rows != nil {
+			rows.Discard()
+		}
 		return replayFailed(ctx, err)
 	}
 	rep.Run.ToolVersion = toolVersion()
 	// The files first: a table cut by its reader (| head) still leaves
 	// them whole.
-	err = o.writeReport(rep, out)
+	if rows != nil {
+		err = rows.Commit()
+	}
+	if err == nil {
+		err = o.writeReport(rep, out)
+	}
 	if err == nil && o.plotFile != "" {
 		err = figure.SaveReplay(o.plotFile, "replay of "+title, results)
 	}
@@ -306,6 +326,29 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) 
 	}
 	return nil
 }
+
+// openRows starts the --requests-out file, if asked, and has the
+// experiment write each contender's rows into it as its run ends: nothing
+// is at the path until the caller commits it.
+func (o *replayOptions) openRows(exp *replay.Experiment) (*outfile.File, error) {
+	if o.requestsOut == "" {
+		return nil, nil
+	}
+	f, err := outfile.Create(o.requestsOut)
+	if err != nil {
+		return nil, err
+	}
+	rw, err := replay.NewRecordWriter(f, rowsFormat(o.requestsOut))
+	if err != nil {
+		f.Discard()
+		return nil, fmt.Errorf("--requests-out %s: %w", o.requestsOut, err)
+	}
+	exp.Records = rw.Write
+	return f, nil
+}
+
+// rowsFormat is a --requests-out file's format, by its extension.
+func rowsFormat(path string) string { return strings.ToLower(filepath.Ext(path)) }
 
 // progressBar is a contender's bar on a terminal.
 func progressBar(contender string, total int) func(done, total int) {
@@ -355,7 +398,7 @@ func (o *replayOptions) openStreams() (replay.Streams, []*emitStream, error) {
 // stopped it, else 1 (the flags were good: the run itself failed).
 func replayFailed(ctx context.Context, err error) error {
 	if sig := signalOf(ctx); sig != 0 && errors.Is(err, replay.ErrStopped) {
-		return &exitError{exitCodeFor(sig), fmt.Errorf("%s; no report or figure was written", strings.Replace(err.Error(), replay.ErrStopped.Error(), "stopped by "+unix.SignalName(sig), 1))}
+		return &exitError{exitCodeFor(sig), fmt.Errorf("%s; no report, figure or rows were written", strings.Replace(err.Error(), replay.ErrStopped.Error(), "stopped by "+unix.SignalName(sig), 1))}
 	}
 	return &exitError{1, err}
 }
@@ -471,6 +514,9 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	if o.reportFile != "" && o.reportFile != "-" && strings.ToLower(filepath.Ext(o.reportFile)) != ".json" {
 		return fmt.Errorf("--report %s: the file must end in .json (or be - for stdout)", o.reportFile)
 	}
+	if f := rowsFormat(o.requestsOut); o.requestsOut != "" && o.requestsOut != "-" && f != replay.RecordsCSV && f != replay.RecordsJSONL {
+		return fmt.Errorf("--requests-out %s: the file must end in .csv or .jsonl", o.requestsOut)
+	}
 	var inputs []output
 	if len(args) == 1 && args[0] != "-" {
 		inputs = append(inputs, output{"the trace", args[0]})
@@ -481,7 +527,7 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	if o.serve.configFile != "" {
 		inputs = append(inputs, output{"--config", o.serve.configFile})
 	}
-	outs := []output{{"report", o.reportFile}, {"plot", o.plotFile}}
+	outs := []output{{"report", o.reportFile}, {"plot", o.plotFile}, {"requests-out", o.requestsOut}}
 	for _, stream := range []output{{"emit-commands", o.emitCommands}, {"emit-responses", o.emitResponses}} {
 		switch {
 		case stream.path == "" || !o.cluster.Disaggregated():

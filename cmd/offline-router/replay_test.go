@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"encoding/csv"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -552,4 +555,87 @@ func TestReplayRouterReplicas(t *testing.T) {
 	if m := d.Policies[0]; m.OneRouter == nil || m.Completed != m.Requests || d.Replicas.Count != 3 {
 		t.Fatalf("one router %+v, completed %d of %d, replicas %+v", m.OneRouter, m.Completed, m.Requests, d.Replicas)
 	}
+}
+
+// TestRequestsOut: --requests-out writes one row per request per policy,
+// led by contender and repeat, under the documented header; CSV and JSONL
+// hold the same values; each policy's mean TTFT and completed count come
+// back exactly from its rows; a second run writes the same bytes. It
+// catches a renamed or reordered column, rows of one policy written under
+// another, numbers that do not read back to the report's bits, and
+// anything run-dependent in the rows.
+func TestRequestsOut(t *testing.T) {
+	dir := t.TempDir()
+	csvPath, jsonlPath, report := filepath.Join(dir, "rows.csv"), filepath.Join(dir, "rows.jsonl"), filepath.Join(dir, "rep.json")
+	args := []string{"replay", "--compare", "--sessions", "30", "-q", "--worker-kv-blocks", "40", "--report", report}
+	if _, stderr, code := run(t, "", append(args, "--requests-out", csvPath)...); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	first, _ := os.ReadFile(csvPath)
+	if _, stderr, code := run(t, "", append(args, "--requests-out", jsonlPath)...); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if _, stderr, code := run(t, "", append(args, "--requests-out", csvPath)...); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if again, _ := os.ReadFile(csvPath); !bytes.Equal(first, again) {
+		t.Fatal("two runs wrote different rows")
+	}
+	rows, err := csv.NewReader(bytes.NewReader(first)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := "contender,repeat,request_id,session_id,arrival_ms,pool,worker_id,dp_rank,prefill_worker_id,prefill_dp_rank," +
+		"input_tokens,cached_tokens,output_tokens,queue_wait_ms,ttft_ms,tpot_ms,e2el_ms,preemptions,rejection_reason"
+	if got := strings.Join(rows[0], ","); got != header {
+		t.Fatalf("header %s, want %s", got, header)
+	}
+	rep := readReport(t, report)
+	ms := rep.Deterministic.Policies
+	n := ms[0].Requests
+	if len(rows) != 1+len(ms)*n {
+		t.Fatalf("%d rows for %d policies of %d requests", len(rows)-1, len(ms), n)
+	}
+	lines := bytes.Split(bytes.TrimSuffix(readFile(t, jsonlPath), []byte("\n")), []byte("\n"))
+	if len(lines) != len(rows)-1 {
+		t.Fatalf("%d JSON lines, %d CSV rows", len(lines), len(rows)-1)
+	}
+	for p, m := range ms {
+		sum, completed := 0.0, 0
+		for i, row := range rows[1+p*n : 1+(p+1)*n] {
+			if row[0] != m.Policy || row[1] != "0" {
+				t.Fatalf("row %d of %s is led by %s, repeat %s", i, m.Policy, row[0], row[1])
+			}
+			var obj map[string]any
+			dec := json.NewDecoder(bytes.NewReader(lines[p*n+i]))
+			dec.UseNumber() // numbers as written
+			if err := dec.Decode(&obj); err != nil {
+				t.Fatal(err)
+			}
+			for c, name := range rows[0] {
+				if got := fmt.Sprint(obj[name]); got != row[c] {
+					t.Fatalf("%s row %d: %s is %s in CSV, %s in JSONL", m.Policy, i, name, row[c], got)
+				}
+			}
+			if row[18] == "" {
+				ttft, err := strconv.ParseFloat(row[14], 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sum += ttft
+				completed++
+			}
+		}
+		if completed != m.Completed || sum/float64(completed) != m.MeanTTFTMS {
+			t.Errorf("%s: rows give %d completed, mean TTFT %v; the report %d, %v", m.Policy, completed, sum/float64(completed), m.Completed, m.MeanTTFTMS)
+		}
+	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

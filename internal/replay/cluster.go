@@ -10,7 +10,10 @@ import (
 // ClusterConfig is the simulated cluster: identical workers, each with a
 // prefix KV cache and one prefill server.
 type ClusterConfig struct {
-	Workers int `json:"workers"` // of the aggregated cluster
+	// Workers are the aggregated cluster's; disaggregated, the larger
+	// pool's (what the router's rank checks take). Pools gives each pool's
+	// size.
+	Workers int `json:"workers"`
 	// PrefillWorkers and DecodeWorkers, when set, disaggregate the cluster
 	// into a prefill pool and a decode pool, each behind its own router.
 	PrefillWorkers int `json:"prefill_workers,omitempty"`
@@ -40,6 +43,26 @@ type ClusterConfig struct {
 	// PrefillTokensPerMS, DecodeMSPerToken a token).
 	Engine  string   `json:"engine"`
 	Profile *Profile `json:"profile,omitempty"` // the iteration engine's
+	// Pools are the pools the cluster runs, as a report states them (from
+	// the fields above): the aggregated one, or prefill then decode.
+	Pools []PoolSize `json:"pools,omitempty"`
+}
+
+// PoolSize is one pool of workers: its role (aggregated, prefill or
+// decode), its workers and each worker's DP ranks.
+type PoolSize struct {
+	Role    string `json:"role"`
+	Workers int    `json:"workers"`
+	DPSize  int    `json:"dp_size"`
+}
+
+// PoolSizes are the cluster's pools.
+func (c *ClusterConfig) PoolSizes() []PoolSize {
+	dp := max(c.DPSize, 1)
+	if !c.Disaggregated() {
+		return []PoolSize{{PoolAggregated, c.Workers, dp}}
+	}
+	return []PoolSize{{PoolPrefill, c.PrefillWorkers, dp}, {PoolDecode, c.DecodeWorkers, dp}}
 }
 
 // Disaggregated reports whether prefill and decode run in pools of their own.
@@ -133,6 +156,8 @@ type simWorker struct {
 	// more here before the next replica has it).
 	evicted []protocol.SequenceHash
 	stored  []protocol.StoredBlock
+	// evictedBlocks counts the simple model's evictions over the run.
+	evictedBlocks int
 }
 
 // admit tries to start r on the worker: a free sequence slot, a prefill
@@ -197,6 +222,7 @@ func (w *simWorker) admit(r *simRequest, cfg *ClusterConfig) ([]protocol.Sequenc
 		}
 		for c.used >= cfg.TotalKVBlocks && c.idle > 0 {
 			w.evicted = append(w.evicted, c.evictOldest())
+			w.evictedBlocks++
 		}
 		if c.used >= cfg.TotalKVBlocks {
 			break // the rest of the prompt is not cached
@@ -205,6 +231,15 @@ func (w *simWorker) admit(r *simRequest, cfg *ClusterConfig) ([]protocol.Sequenc
 	}
 	w.running++
 	return w.evicted, true
+}
+
+// counts are the preemptions the worker made and the cached blocks it
+// evicted, over the run (the simple model never preempts).
+func (w *simWorker) counts() (preemptions, evicted int) {
+	if w.iter != nil {
+		return w.iter.preemptions, w.iter.evicted
+	}
+	return 0, w.evictedBlocks
 }
 
 // lookUpRest finds the blocks of r's positions not looked up yet.

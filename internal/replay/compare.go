@@ -46,14 +46,21 @@ type ContenderReport struct {
 
 // Verdict metrics: the ones a verdict line is given for, and whether less
 // is better.
-var verdictMetrics = []struct {
+type verdictMetric struct {
 	key, label string
 	lower      bool
-}{
+}
+
+var verdictMetrics = []verdictMetric{
 	{"mean_ttft_ms", "mean TTFT", true},
 	{"p99_ttft_ms", "p99 TTFT", true},
 	{"request_goodput", "goodput", false},
 	{"prefix_hit_rate", "prefix hit rate", false},
+}
+
+// metricLabel is a verdict metric's name in words.
+func metricLabel(key string) string {
+	return verdictMetrics[slices.IndexFunc(verdictMetrics, func(m verdictMetric) bool { return m.key == key })].label
 }
 
 // tQuantile975 is Student's t distribution's 0.975 quantile by degrees of
@@ -177,10 +184,7 @@ func sortedFloats(xs []float64) []float64 {
 // verdicts.
 func (e *Experiment) compare(rep *Report, runs []run) {
 	d := &rep.Deterministic
-	byContender := make([][]*Result, len(e.Contenders))
-	for _, r := range runs { // contender by contender, repeats in order
-		byContender[r.contender] = append(byContender[r.contender], r.result)
-	}
+	byContender := byContenderOf(e, runs)
 	for c, ct := range e.Contenders {
 		cr := ContenderReport{Name: ct.Name, Policy: string(ct.Router.Policy), Overrides: ct.Overrides}
 		if cr.Overrides == nil {
@@ -194,5 +198,14 @@ func (e *Experiment) compare(rep *Report, runs []run) {
 		}
 		d.Contenders = append(d.Contenders, cr)
 	}
-	d.Verdicts = []string{}
+	e.versus(d, byContender)
+}
+
+// byContenderOf is each contender's results, repeats in order.
+func byContenderOf(e *Experiment, runs []run) [][]*Result {
+	out := make([][]*Result, len(e.Contenders))
+	for _, r := range runs {
+		out[r.contender] = append(out[r.contender], r.result)
+	}
+	return out
 }

@@ -44,6 +44,11 @@ type Experiment struct {
 	Streams Streams
 	// Progress, if set, gives each contender's run a progress callback.
 	Progress func(contender string, total int) func(done, total int)
+	// Records, if set, is given every run's per-request records once all
+	// have run, contender by contender, repeats in turn; its error ends
+	// Run. Records are kept for it and for the bootstrap against the
+	// baseline, and not otherwise (Options.Records).
+	Records func(contender string, repeat int, recs []Record) error
 }
 
 // Contender is what a comparison sets beside the others: a name and the
@@ -102,6 +107,7 @@ func (e *Experiment) Setup(info TraceInfo) Deterministic {
 	d := Deterministic{ProtocolVersion: protocol.Version, Trace: info, Workload: e.Workload,
 		Cluster: e.Cluster, Replicas: e.Replicas, Router: e.Router, Seed: e.Router.Seed, Goodput: e.Goodput,
 		Repeats: e.repeats(), Baseline: e.Baseline}
+	d.Cluster.Pools = e.Cluster.PoolSizes()
 	for k := range d.Repeats {
 		d.Seeds = append(d.Seeds, e.seed(k))
 	}
@@ -150,6 +156,9 @@ func (e *Experiment) Run(ctx context.Context, trace []Request, info TraceInfo) (
 		}
 	}
 	progress := e.progress(runs, traces)
+	// Records are kept for --requests-out and for the bootstrap against
+	// the baseline.
+	keep := e.Records != nil || e.Baseline != ""
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(e.Jobs, 1))
 	for i := range runs {
@@ -161,12 +170,12 @@ func (e *Experiment) Run(ctx context.Context, trace []Request, info TraceInfo) (
 			if r.repeat == 0 {
 				streams = e.Streams
 			}
-			res, err := e.runOne(gctx, traces[r.repeat], c, e.Replicas, streams, progress)
+			res, err := e.runOne(gctx, traces[r.repeat], c, e.Replicas, streams, keep, progress)
 			if err != nil {
 				return fmt.Errorf("replay of policy %s%s: %w", c.Name, repeatLabel(r.repeat), err)
 			}
 			if e.Replicas.Count > 1 { // what the replicas cost, against one router
-				base, err := e.runOne(gctx, traces[r.repeat], c, Replicas{Count: 1}, Streams{}, nil)
+				base, err := e.runOne(gctx, traces[r.repeat], c, Replicas{Count: 1}, Streams{}, false, nil)
 				if err != nil {
 					return fmt.Errorf("replay of policy %s%s with one router: %w", c.Name, repeatLabel(r.repeat), err)
 				}
@@ -187,6 +196,13 @@ func (e *Experiment) Run(ctx context.Context, trace []Request, info TraceInfo) (
 			results = append(results, res)
 			rep.Deterministic.Policies = append(rep.Deterministic.Policies, res.Metrics)
 			rep.Run.Policies = append(rep.Run.Policies, res.Cost)
+		}
+	}
+	if e.Records != nil { // in order: contender by contender, repeats in turn
+		for _, r := range runs {
+			if err := e.Records(e.Contenders[r.contender].Name, r.repeat, r.result.Records()); err != nil {
+				return nil, nil, fmt.Errorf("the records of policy %s%s: %w", e.Contenders[r.contender].Name, repeatLabel(r.repeat), err)
+			}
 		}
 	}
 	e.compare(rep, runs)
@@ -231,10 +247,10 @@ func (e *Experiment) progress(runs []run, traces [][]Request) func(int) func(don
 }
 
 // runOne replays one contender on its own copy of the trace (later turns'
-// arrival times are filled in as it runs).
-func (e *Experiment) runOne(ctx context.Context, trace []Request, c Contender, replicas Replicas, s Streams, progress func(int) func(done, total int)) (*Result, error) {
+// arrival times are filled in as it runs), keeping its records if asked.
+func (e *Experiment) runOne(ctx context.Context, trace []Request, c Contender, replicas Replicas, s Streams, records bool, progress func(int) func(done, total int)) (*Result, error) {
 	opt := Options{Cluster: e.Cluster, Router: c.Router, Goodput: e.Goodput, Concurrency: e.Workload.ReplayConcurrency,
-		Replicas: replicas, Stop: ctx.Done(), Commands: s.Commands, Responses: s.Responses,
+		Replicas: replicas, Stop: ctx.Done(), Records: records, Commands: s.Commands, Responses: s.Responses,
 		DecodeCommands: s.DecodeCommands, DecodeResponses: s.DecodeResponses}
 	if progress != nil {
 		opt.Progress = progress(len(trace))

@@ -32,6 +32,8 @@ type Options struct {
 	// disaggregated.
 	DecodeCommands, DecodeResponses io.Writer
 	Progress                        func(done, total int) // called now and then
+	// Records keeps each request's Record in the Result (Result.Records).
+	Records bool
 	// Stop, when closed, ends the run between two commands with
 	// ErrStopped: the streams then hold every command sent so far, whole.
 	Stop <-chan struct{}
@@ -53,6 +55,7 @@ type placement struct {
 	sentAt        float64 // when it was sent to the router
 	replica       int     // the router replica it was sent to
 	admittedAt    float64 // on a decode worker: when its KV was in place and it joined the batch
+	sent          bool    // it reached the pool's router
 }
 
 // simRequest is a trace request on its way through the cluster.
@@ -70,6 +73,7 @@ type simRequest struct {
 	islBlocks                        uint64
 	rejected                         protocol.Code // why the router turned it away; "" if it did not
 	sentSeq                          int           // its place was the sentSeq-th sent, from 1
+	preemptions                      int           // times a worker took its blocks back to compute it again
 	idx                              int32         // in trace order
 	// gaps are the times between its output tokens, runs of equal ones
 	// as one sample (the iteration engine; the simple one spreads decode
@@ -443,7 +447,7 @@ func (h *host) place(p *pool, t float64, r *simRequest) {
 	ph.replica = h.assign(p, r)
 	rp := p.replicas[ph.replica]
 	rp.waiting[r.ID] = r
-	ph.sentAt = t
+	ph.sentAt, ph.sent = t, true
 	c := &protocol.Command{Op: protocol.OpPlace, NowMS: ptr(t), RequestID: r.ID, InputTokens: &r.InputTokens,
 		OutputTokens: &r.OutputTokens, BlockHashes: r.hashes()}
 	if r.Session != "" {

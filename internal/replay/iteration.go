@@ -49,6 +49,8 @@ type iterEngine struct {
 	endSeq      uint64                  // the host's event for the end under way
 	removed     []protocol.SequenceHash // evicted in the step under way
 	stored      []protocol.KVEvent      // cached in the step under way
+	// preemptions and evicted are counted over the run, for the report.
+	preemptions, evicted int
 }
 
 // kvBlock is one block of a worker's KV cache.
@@ -298,6 +300,7 @@ func (e *iterEngine) take() *kvBlock {
 	if b.cached {
 		delete(e.cached, b.hash)
 		e.removed = append(e.removed, b.hash)
+		e.evicted++
 	}
 	*b = kvBlock{refs: 1}
 	return b
@@ -331,6 +334,8 @@ func (e *iterEngine) release(s *iterSeq) {
 // prompt, or, once decoding, its prompt and every output token so far
 // (vLLM's num_tokens: the last sampled one is not in the cache yet).
 func (e *iterEngine) preempt(s *iterSeq) {
+	e.preemptions++
+	s.r.preemptions++
 	e.release(s)
 	e.running = e.running[:len(e.running)-1]
 	if s.computed >= s.target {

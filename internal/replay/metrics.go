@@ -100,6 +100,11 @@ type Metrics struct {
 	// events the router applied (0 in approximate mode, where none are sent).
 	RouterCommands int `json:"router_commands"`
 	EventsApplied  int `json:"events_applied"`
+	// NumPreemptions are the times a worker took a running request's KV
+	// blocks back to compute it again (vLLM's num_preemptions), over every
+	// request; EvictedBlocks the cached blocks workers evicted to make room.
+	NumPreemptions int `json:"num_preemptions"`
+	EvictedBlocks  int `json:"evicted_blocks"`
 	// Pools are each pool's own figures when prefill and decode are
 	// disaggregated (prefill, then decode); the figures above are end to
 	// end, worker_requests over the ranks of both pools, prefill's first.
@@ -128,10 +133,23 @@ func OneRouterOf(m *Metrics) *OneRouter {
 // the request joining a decode batch) and its spread.
 type PoolMetrics struct {
 	Role string `json:"role"`
+	// Requests were sent to the pool's router; Completed ran their part
+	// there to its end (prefill: the first token); Rejected were turned
+	// away in the pool, by its router or its workers (by error code in
+	// RejectedByReason). Requests = Completed + Rejected.
+	Requests         int            `json:"requests"`
+	Completed        int            `json:"completed"`
+	Rejected         int            `json:"rejected"`
+	RejectedByReason map[string]int `json:"rejected_by_reason"`
+	// PrefixHitRate (prefill): input tokens found in the cache over all
+	// input tokens, of the requests it prefilled (the end-to-end rate
+	// counts completed requests only).
+	PrefixHitRate *float64 `json:"prefix_hit_rate,omitempty"`
 	// Prefill: arrival to the first token, made there. Decode: the first
 	// token to the prompt's KV on the decode pool (the transfer), and the
 	// gaps between the tokens made there.
 	MeanTTFTMS              float64   `json:"mean_ttft_ms,omitempty"`
+	MedianTTFTMS            float64   `json:"median_ttft_ms,omitempty"`
 	P99TTFTMS               float64   `json:"p99_ttft_ms,omitempty"`
 	MeanTransferMS          float64   `json:"mean_transfer_ms,omitempty"`
 	P99TransferMS           float64   `json:"p99_transfer_ms,omitempty"`
@@ -142,12 +160,16 @@ type PoolMetrics struct {
 	MeanRouterOverlapTokens float64   `json:"mean_router_overlap_tokens"`
 	MeanOverlapRegretTokens float64   `json:"mean_overlap_regret_tokens"`
 	MeanQueueWaitMS         float64   `json:"mean_queue_wait_ms"`
+	MedianQueueWaitMS       float64   `json:"median_queue_wait_ms"`
 	P99QueueWaitMS          float64   `json:"p99_queue_wait_ms"`
 	WorkerRequests          []int     `json:"worker_requests"`
 	WorkerShare             []float64 `json:"worker_share"`
 	WorkerShareCV           float64   `json:"worker_share_cv"`
 	RouterCommands          int       `json:"router_commands"`
 	EventsApplied           int       `json:"events_applied"`
+	// NumPreemptions and EvictedBlocks are the pool's workers'.
+	NumPreemptions int `json:"num_preemptions"`
+	EvictedBlocks  int `json:"evicted_blocks"`
 }
 
 // Cost is what computing one policy's replay took on this machine: not
@@ -197,12 +219,6 @@ func ParseSLO(pairs []string) (SLO, error) {
 		*at = ms
 	}
 	return s, nil
-}
-
-// meets reports whether a request with these latencies meets every level
-// that is set, as vLLM counts goodput (a level is met at equality).
-func (s SLO) meets(ttft, tpot, e2el float64) bool {
-	return (s.TTFTMS == 0 || ttft <= s.TTFTMS) && (s.TPOTMS == 0 || tpot <= s.TPOTMS) && (s.E2ELMS == 0 || e2el <= s.E2ELMS)
 }
 
 // sample is n equal observations of v: a request's ITL gaps, all equal
@@ -272,18 +288,30 @@ func summarize(xs []sample) stats {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// metrics computes the policy's metrics from the replayed requests.
-func (h *host) metrics(trace []Request) Metrics {
+// metrics computes the policy's metrics from the replayed requests: the
+// per-request figures from their Records (kept, and returned, when
+// Options.Records asks), so that the rows and the report cannot disagree;
+// the router's own (overlap, regret, spread) and the pooled ITL gaps from
+// the host's state.
+func (h *host) metrics(trace []Request) (Metrics, []Record) {
 	m := Metrics{Policy: string(h.opt.Router.Policy), Mode: "kv_events", Requests: len(trace), RejectedByReason: map[string]int{}}
 	for _, p := range h.pools {
 		commands, applied := p.counts()
 		m.RouterCommands += commands
 		m.EventsApplied += applied
 	}
+	for _, w := range h.order {
+		_, evicted := w.counts()
+		m.EvictedBlocks += evicted
+	}
 	if !h.opt.Router.KVEvents {
 		m.Mode = "approximate"
 	}
 	m.WorkerRequests = make([]int, len(h.order))
+	var recs []Record
+	if h.opt.Records {
+		recs = make([]Record, 0, len(trace))
+	}
 	var hitTokens, overlap, islBlocks, regret, overlapTokens, regretTokens float64
 	var ttft, tpot, itl, e2el, wait []sample
 	first, last := math.Inf(1), 0.0
@@ -291,12 +319,14 @@ func (h *host) metrics(trace []Request) Metrics {
 	for i := range trace {
 		r := h.byID[trace[i].ID]
 		first, last = math.Min(first, r.Arrival), math.Max(last, r.doneAt)
-		if r.rejected != "" {
-			m.Rejected++
-			m.RejectedByReason[string(r.rejected)]++
-			continue
+		rec := h.record(r)
+		if h.opt.Records {
+			recs = append(recs, rec)
 		}
-		if r.worker == nil {
+		m.NumPreemptions += rec.Preemptions
+		if rec.Rejected != "" {
+			m.Rejected++
+			m.RejectedByReason[rec.Rejected]++
 			continue
 		}
 		m.Completed++
@@ -304,30 +334,27 @@ func (h *host) metrics(trace []Request) Metrics {
 		if r.dec.worker != nil {
 			m.WorkerRequests[r.dec.worker.idx]++
 		}
-		m.TotalInputTokens += r.InputTokens
-		m.TotalOutputTokens += r.OutputTokens
-		hitTokens += float64(min(uint64(r.hitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens))
+		m.TotalInputTokens += rec.InputTokens
+		m.TotalOutputTokens += rec.OutputTokens
+		hitTokens += float64(rec.CachedTokens)
 		overlap += float64(r.overlap)
 		islBlocks += float64(r.islBlocks)
 		regret += float64(r.best - r.overlap)
 		chosen, best := h.overlapTokens(r, r.overlap), h.overlapTokens(r, r.best)
 		overlapTokens += float64(chosen)
 		regretTokens += float64(best - chosen)
-		toFirst, latency := r.firstToken-r.Arrival, r.doneAt-r.Arrival
-		perToken := 0.0
-		if r.OutputTokens > 1 {
-			perToken = (latency - toFirst) / float64(r.OutputTokens-1)
-			tpot = append(tpot, sample{perToken, 1})
+		if rec.OutputTokens > 1 {
+			tpot = append(tpot, sample{rec.TPOTMS, 1})
 			if len(r.gaps) > 0 {
 				itl = append(itl, r.gaps...)
 			} else { // the simple engine: every gap is the same
-				itl = append(itl, sample{perToken, r.OutputTokens - 1})
+				itl = append(itl, sample{rec.TPOTMS, rec.OutputTokens - 1})
 			}
 		}
-		ttft = append(ttft, sample{toFirst, 1})
-		e2el = append(e2el, sample{latency, 1})
-		wait = append(wait, sample{r.prefillStart - r.Arrival, 1})
-		if h.opt.Goodput.meets(toFirst, perToken, latency) {
+		ttft = append(ttft, sample{rec.TTFTMS, 1})
+		e2el = append(e2el, sample{rec.E2ELMS, 1})
+		wait = append(wait, sample{rec.QueueWaitMS, 1})
+		if h.opt.Goodput.Meets(&rec) {
 			good++
 		}
 	}
@@ -369,19 +396,40 @@ func (h *host) metrics(trace []Request) Metrics {
 			m.Pools = append(m.Pools, h.poolMetrics(p, trace))
 		}
 	}
-	return m
+	return m, recs
 }
 
 // poolMetrics computes one pool's figures.
 func (h *host) poolMetrics(p *pool, trace []Request) PoolMetrics {
-	pm := PoolMetrics{Role: string(p.role), WorkerRequests: make([]int, len(p.order))}
+	pm := PoolMetrics{Role: string(p.role), WorkerRequests: make([]int, len(p.order)), RejectedByReason: map[string]int{}}
 	pm.RouterCommands, pm.EventsApplied = p.counts()
-	var overlap, islBlocks, regret, overlapTokens, regretTokens float64
+	for _, w := range p.order {
+		preemptions, evicted := w.counts()
+		pm.NumPreemptions += preemptions
+		pm.EvictedBlocks += evicted
+	}
+	decode := p.role == protocol.RoleDecode
+	var overlap, islBlocks, regret, overlapTokens, regretTokens, hit, input float64
 	var wait, first, transfer, itl []sample
 	for i := range trace {
 		r := h.byID[trace[i].ID]
 		ph := r.phase(p)
-		if ph.worker == nil || (r.rejected != "" && p.role == protocol.RoleDecode) {
+		if !ph.sent {
+			continue
+		}
+		pm.Requests++
+		switch {
+		case r.rejected != "" && r.dec.sent == decode: // it ended here
+			pm.Rejected++
+			pm.RejectedByReason[string(r.rejected)]++
+		default:
+			pm.Completed++
+			if !decode {
+				hit += float64(min(uint64(r.hitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens))
+				input += float64(r.InputTokens)
+			}
+		}
+		if ph.worker == nil || (r.rejected != "" && decode) {
 			continue
 		}
 		pm.WorkerRequests[ph.worker.idx-p.order[0].idx]++
@@ -400,8 +448,15 @@ func (h *host) poolMetrics(p *pool, trace []Request) PoolMetrics {
 			first = append(first, sample{r.firstToken - r.Arrival, 1})
 		}
 	}
+	if !decode {
+		rate := 0.0
+		if input > 0 {
+			rate = hit / input
+		}
+		pm.PrefixHitRate = &rate
+	}
 	st := summarize(first)
-	pm.MeanTTFTMS, pm.P99TTFTMS = st.mean, st.p99
+	pm.MeanTTFTMS, pm.MedianTTFTMS, pm.P99TTFTMS = st.mean, st.median, st.p99
 	st = summarize(transfer)
 	pm.MeanTransferMS, pm.P99TransferMS = st.mean, st.p99
 	st = summarize(itl)
@@ -415,7 +470,7 @@ func (h *host) poolMetrics(p *pool, trace []Request) PoolMetrics {
 		pm.MeanOverlapRegretTokens = regretTokens / float64(n)
 	}
 	st = summarize(wait)
-	pm.MeanQueueWaitMS, pm.P99QueueWaitMS = st.mean, st.p99
+	pm.MeanQueueWaitMS, pm.MedianQueueWaitMS, pm.P99QueueWaitMS = st.mean, st.median, st.p99
 	pm.WorkerShare, pm.WorkerShareCV = shares(pm.WorkerRequests)
 	return pm
 }

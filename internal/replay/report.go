@@ -152,9 +152,14 @@ func WriteTable(w io.Writer, rep *Report) error {
 		row("one router: P99 TTFT (ms)", num("%.1f", "", func(m *Metrics) float64 { return m.OneRouter.P99TTFTMS }))
 	}
 	row("worker share CV", num("%.3f", "worker_share_cv", func(m *Metrics) float64 { return m.WorkerShareCV }))
+	row("preemptions", num("%.0f", "num_preemptions", func(m *Metrics) float64 { return float64(m.NumPreemptions) }))
+	row("evicted blocks", num("%.0f", "evicted_blocks", func(m *Metrics) float64 { return float64(m.EvictedBlocks) }))
+	for k := range ms[0].Pools { // the same pools for every policy
+		writePoolRows(row, ms, k)
+	}
 	row("simulated time (s)", num("%.1f", "duration", func(m *Metrics) float64 { return m.Duration }))
 	row("router commands/s (wall)", func(i int) string { return fmt.Sprintf("%.0f", costs[i].RouterCommandsPerS) })
-	writeVersus(tw, d, row)
+	writeVersus(tw, d, ms, row)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -163,11 +168,12 @@ func WriteTable(w io.Writer, rep *Report) error {
 
 // writeVersus adds the rows of each contender's ratio to the baseline and
 // its interval, under a line saying what they are.
-func writeVersus(tw io.Writer, d *Deterministic, row func(string, func(int) string)) {
+func writeVersus(tw io.Writer, d *Deterministic, ms []Metrics, row func(string, func(int) string)) {
 	if d.Baseline == "" {
 		return
 	}
-	fmt.Fprintf(tw, "vs %s: ratio [95%% interval]\t\n", d.Baseline)
+	fmt.Fprintln(tw, "\t")
+	row(fmt.Sprintf("against %s: ratio [95%% interval]", d.Baseline), func(i int) string { return ms[i].Contender })
 	for _, m := range verdictMetrics {
 		if m.key == "request_goodput" && !d.Goodput.Set() {
 			continue
@@ -216,6 +222,35 @@ func intervalMethod(d *Deterministic) string {
 	return fmt.Sprintf("paired bootstrap over %s%s, %d resamples", unit, repeats, bootstrapResamples)
 }
 
+// writePoolRows writes the rows of pool k of a disaggregated cluster,
+// each named by the pool's role.
+func writePoolRows(row func(string, func(int) string), ms []Metrics, k int) {
+	role := ms[0].Pools[k].Role
+	num := func(name, format string, f func(p *PoolMetrics) float64) {
+		row(role+": "+name, func(i int) string { return fmt.Sprintf(format, f(&ms[i].Pools[k])) })
+	}
+	num("completed", "%.0f", func(p *PoolMetrics) float64 { return float64(p.Completed) })
+	row(role+": rejected", func(i int) string {
+		p := &ms[i].Pools[k]
+		return rejections(&Metrics{Rejected: p.Rejected, RejectedByReason: p.RejectedByReason})
+	})
+	if role == PoolPrefill {
+		num("prefix hit rate", "%.3f", func(p *PoolMetrics) float64 { return *p.PrefixHitRate })
+		num("mean TTFT (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.MeanTTFTMS })
+		num("P99 TTFT (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.P99TTFTMS })
+	} else {
+		num("mean KV transfer (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.MeanTransferMS })
+		num("mean ITL (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.MeanITLMS })
+		num("P99 ITL (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.P99ITLMS })
+	}
+	num("median queue wait (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.MedianQueueWaitMS })
+	num("P99 queue wait (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.P99QueueWaitMS })
+	num("router overlap rate", "%.3f", func(p *PoolMetrics) float64 { return p.RouterOverlapRate })
+	num("worker share CV", "%.3f", func(p *PoolMetrics) float64 { return p.WorkerShareCV })
+	num("preemptions", "%.0f", func(p *PoolMetrics) float64 { return float64(p.NumPreemptions) })
+	num("evicted blocks", "%.0f", func(p *PoolMetrics) float64 { return float64(p.EvictedBlocks) })
+}
+
 // rejections is the rejected count, with its reasons when there are any.
 func rejections(m *Metrics) string {
 	if m.Rejected == 0 {
@@ -236,7 +271,8 @@ func rejections(m *Metrics) string {
 func (d *Deterministic) SetupDigest() string {
 	setup := *d
 	setup.Trace, setup.Policies, setup.Contenders, setup.Verdicts = TraceInfo{}, nil, nil, nil
-	setup.Router.Policy = "" // a report of many policies ran each
+	setup.Cluster.Pools = nil // stated from the cluster's fields
+	setup.Router.Policy = ""  // a report of many policies ran each
 	data, err := json.Marshal(&setup)
 	if err != nil {
 		panic(err) // plain data

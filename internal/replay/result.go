@@ -13,6 +13,7 @@ type Result struct {
 	Cost    Cost
 	Workers int
 	ends    []outcome
+	records []Record // when Options.Records asked for them
 }
 
 // outcome is what one completed request went through, in simulated ms.
@@ -31,11 +32,12 @@ func (h *host) result(trace []Request, wall time.Duration) *Result {
 			busy, commands = busy+rp.router.busy, commands+rp.router.commands
 		}
 	}
-	res := &Result{Metrics: h.metrics(trace), Workers: len(h.order),
+	res := &Result{Workers: len(h.order),
 		Cost: Cost{Policy: string(h.opt.Router.Policy), WallMS: ms(wall), RouterMS: ms(busy)}}
 	if busy > 0 {
 		res.Cost.RouterCommandsPerS = float64(commands) / busy.Seconds()
 	}
+	res.Metrics, res.records = h.metrics(trace)
 	for i := range trace {
 		r := h.byID[trace[i].ID]
 		if r.rejected != "" || r.worker == nil {

@@ -1,0 +1,101 @@
+package replay
+
+import (
+	"slices"
+	"strconv"
+	"sync"
+)
+
+// versus measures each contender against the baseline on the verdict
+// metrics (a paired bootstrap over sessions, on every repeat's records)
+// and words the verdicts. byContender holds each contender's results,
+// repeats in order. The contenders are measured Jobs at a time; each
+// resample is drawn the same for all, so the report does not depend on
+// how many.
+func (e *Experiment) versus(d *Deterministic, byContender [][]*Result) {
+	d.Verdicts = []string{}
+	bi := slices.IndexFunc(e.Contenders, func(c Contender) bool { return c.Name == e.Baseline })
+	if bi < 0 {
+		return
+	}
+	clusters, ids := e.clusters(byContender[bi])
+	sets := make([]*bootSet, len(byContender))
+	for c, results := range byContender {
+		sets[c] = e.bootSetOf(results, ids)
+	}
+	versus := make([][]Versus, len(sets))
+	var wg sync.WaitGroup
+	limit := make(chan struct{}, max(e.Jobs, 1))
+	for c := range sets {
+		if c == bi {
+			continue
+		}
+		wg.Add(1)
+		limit <- struct{}{}
+		go func() {
+			defer func() { <-limit; wg.Done() }()
+			ratio, ci, ok := pairedBootstrap(sets[bi], sets[c], clusters)
+			for m, vm := range verdictMetrics {
+				if !ok[m] || vm.key == "request_goodput" && !e.Goodput.Set() {
+					continue
+				}
+				v := Versus{Metric: vm.key, Ratio: ratio[m], CI95: ci[m]}
+				judge(&v, vm.lower)
+				versus[c] = append(versus[c], v)
+			}
+		}()
+	}
+	wg.Wait()
+	for c := range sets {
+		d.Contenders[c].Versus = versus[c]
+		for _, v := range versus[c] {
+			d.Verdicts = append(d.Verdicts, verdictLine(e.Contenders[c].Name, e.Baseline, metricLabel(v.Metric), v))
+		}
+	}
+}
+
+// clusters numbers the bootstrap's units over the rows of every repeat,
+// from the baseline's records (every contender ran the same requests):
+// a session, or a request of none. A trace's session is one unit across
+// the repeats (the same requests each time); a generated workload's
+// sessions are new at each repeat, each its own unit.
+func (e *Experiment) clusters(results []*Result) (int, [][]int32) {
+	byKey := map[string]int32{}
+	ids := make([][]int32, len(results))
+	for k, res := range results {
+		recs := res.Records()
+		ids[k] = make([]int32, len(recs))
+		for i := range recs {
+			key := "r\x00" + recs[i].RequestID
+			if recs[i].SessionID != "" {
+				key = "s\x00" + recs[i].SessionID
+			}
+			if e.TracePath == "" {
+				key = strconv.Itoa(k) + "\x00" + key
+			}
+			id, ok := byKey[key]
+			if !ok {
+				id = int32(len(byKey))
+				byKey[key] = id
+			}
+			ids[k][i] = id
+		}
+	}
+	return len(byKey), ids
+}
+
+// bootSetOf is one contender's rows over its repeats, for the bootstrap.
+func (e *Experiment) bootSetOf(results []*Result, ids [][]int32) *bootSet {
+	var rows []bootRow
+	duration := 0.0
+	for k, res := range results {
+		duration += res.Metrics.Duration
+		recs := res.Records()
+		for i := range recs {
+			r := &recs[i]
+			rows = append(rows, bootRow{cluster: ids[k][i], completed: r.Rejected == "" && r.WorkerID >= 0,
+				good: e.Goodput.Meets(r), ttft: r.TTFTMS, hit: r.CachedTokens, input: r.InputTokens})
+		}
+	}
+	return newBootSet(rows, duration)
+}
