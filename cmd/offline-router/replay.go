@@ -143,7 +143,7 @@ stopped it between two commands (no report; the streams end the same way).`,
 	f.StringVar(&o.reportFile, "report", "", "write the JSON report to this .json file, or - for stdout (the table then goes to stderr)")
 	f.StringVar(&o.emitCommands, "emit-commands", "", "write every command sent to the router to this file (one policy only)")
 	f.StringVar(&o.emitResponses, "emit-responses", "", "write every response the router gave to this file (one policy only)")
-	f.StringVar(&o.plotFile, "plot", "", "draw the policies side by side (hit rate, TTFT, hit rate over time, per-worker load) to this .png or .svg")
+	f.StringVar(&o.plotFile, "plot", "", "draw the policies side by side (hit rate, TTFT, hit rate over time, per-worker load) to this .png, .svg or .pdf")
 	f.IntVar(&o.maxLineBytes, "max-line-bytes", wire.DefaultMaxLineBytes, "a longer trace line is refused by its number (the trace is read as it streams, never whole)")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress bar")
 	return cmd, o
@@ -280,7 +280,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) 
 	// them whole.
 	err = o.writeReport(rep, out)
 	if err == nil && o.plotFile != "" {
-		err = figure.SaveReplay(o.plotFile, "replay of "+title, results)
+		err = figure.SaveReplay(o.plotFile, "replay of "+title, rep, results)
 	}
 	if terr := replay.WriteTable(table, rep); terr != nil {
 		err = errors.Join(err, fmt.Errorf("writing the table: %w", terr))
