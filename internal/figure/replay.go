@@ -409,7 +409,7 @@ func formatMS(v float64) string {
 func cdfPlot(ss []series) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "TTFT distribution (further left is better)"
-	p.Y.Label.Text = "fraction of requests with TTFT ≤ x"
+	p.Y.Label.Text = "fraction of requests with TTFT at most x"
 	all := make([][]float64, len(ss))
 	lo, hi := math.Inf(1), 0.0
 	for i, s := range ss {

@@ -3,6 +3,7 @@ package figure
 import (
 	"bytes"
 	"fmt"
+	"image"
 	"io"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"codeberg.org/go-pdf/fpdf"
+	"golang.org/x/text/encoding/charmap"
+	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgpdf"
@@ -32,14 +35,15 @@ func CheckFormat(path string) error {
 // and others then refuse to draw; it lets viewers keep an image's aspect
 // ratio, which shrinks a heatmap to the middle of its axes and the colour
 // bar to a line; and it names the one font its text was measured in,
-// Liberation Serif, with no fallback: the font is embedded, but a viewer
-// that ignores embedded fonts (librsvg does) then falls back to Times New
-// Roman, of the same metrics, rather than to a wider serif that overflows
-// the layout.
+// Liberation Serif, with no fallback. The font is embedded, but a viewer
+// that ignores embedded fonts (librsvg does) then falls back to the first
+// it has of Times New Roman and Nimbus Roman, of the same metrics, or
+// DejaVu Serif Condensed, about as wide, rather than to a wider serif that
+// overflows the layout.
 var svgFixes = []struct{ from, to string }{
 	{"data:image/jpg;base64,", "data:image/png;base64,"},
 	{"<image ", `<image preserveAspectRatio="none" `},
-	{"font-family:Liberation Serif;", "font-family:'Liberation Serif','Times New Roman',Times,serif;"},
+	{"font-family:Liberation Serif;", "font-family:'Liberation Serif','Times New Roman',Times,'Nimbus Roman','DejaVu Serif Condensed',serif;"},
 }
 
 // pdfDefaults makes a PDF the same bytes for the same figure: fpdf stamps
@@ -63,9 +67,44 @@ func newCanvas(path string, w, h vg.Length) vg.CanvasSizer {
 		pdfDefaults()
 		c := vgpdf.New(w, h)
 		c.EmbedFonts(true) // the default; said, since the figure relies on it
-		return c
+		return pdfCanvas{c}
 	}
 	return vgimg.New(w, h)
+}
+
+// pdfCanvas corrects two faults of vgpdf. It hands vgpdf its text in
+// Windows-1252, the code page vgpdf writes its fonts in: given UTF-8, it
+// writes the bytes as they are, and a viewer reads "≤" as "â‰¤" (a
+// character the code page lacks becomes "?"). And it turns images upside
+// down first: vgpdf draws them in its page's flipped coordinates, so that
+// a heatmap's first worker and the colour bar's 0 came out on top.
+type pdfCanvas struct{ *vgpdf.Canvas }
+
+func (c pdfCanvas) DrawImage(rect vg.Rectangle, img image.Image) {
+	b := img.Bounds()
+	flipped := image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
+	for y := range b.Dy() {
+		for x := range b.Dx() {
+			flipped.Set(x, b.Dy()-1-y, img.At(b.Min.X+x, b.Min.Y+y))
+		}
+	}
+	c.Canvas.DrawImage(rect, flipped)
+}
+
+func (c pdfCanvas) FillString(f font.Face, pt vg.Point, s string) {
+	c.Canvas.FillString(f, pt, windows1252(s))
+}
+
+func windows1252(s string) string {
+	b := make([]byte, 0, len(s))
+	for _, r := range s {
+		if cp, ok := charmap.Windows1252.EncodeRune(r); ok {
+			b = append(b, cp)
+		} else {
+			b = append(b, '?')
+		}
+	}
+	return string(b)
 }
 
 func saveCanvas(path string, canvas vg.CanvasSizer) error {
