@@ -17,9 +17,9 @@ import (
 // The comparison row: one panel per verdict metric, one line per
 // contender, its ratio to the baseline and the ratio's interval.
 const (
-	cmpHeadH = 1.25 * vg.Inch // the row's title, its key, a panel's title and axis
-	cmpLineH = 0.42 * vg.Inch // one contender
-	cmpMinH  = 2.3 * vg.Inch
+	cmpHeadH = 1.7 * vg.Inch  // the row's title, its key, a panel's title and axis
+	cmpLineH = 0.55 * vg.Inch // one contender
+	cmpMinH  = 3 * vg.Inch
 )
 
 // verdictLabels name the report's verdict metrics in a panel's title, in
@@ -31,12 +31,12 @@ var verdictLabels = map[string]string{
 	"prefix_hit_rate": "prefix hit rate",
 }
 
-// A verdict's mark: filled green for better, filled red for worse, a
+// A verdict's mark: a green disc for better, a red square for worse, a
 // hollow grey ring for a tie (the interval holds 1), so that the three
 // read apart in grey print too.
 var verdictMarks = map[string]draw.GlyphStyle{
 	"better": {Color: color.RGBA{0x1b, 0x8a, 0x3c, 255}, Radius: 5, Shape: draw.CircleGlyph{}},
-	"worse":  {Color: color.RGBA{0xc0, 0x1f, 0x1f, 255}, Radius: 5, Shape: draw.SquareGlyph{}},
+	"worse":  {Color: color.RGBA{0xc0, 0x1f, 0x1f, 255}, Radius: 5, Shape: draw.BoxGlyph{}},
 	"tie":    {Color: color.Gray{0x70}, Radius: 5, Shape: draw.RingGlyph{}},
 }
 

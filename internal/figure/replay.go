@@ -219,7 +219,7 @@ func drawComparison(body draw.Canvas, top vg.Length, cmp *comparison, plots []*p
 	key := textStyle(11)
 	drawVerdictKey(body, key, top-used-key.Height("Xg")/2, cmp.baseline)
 	used += key.Height("Xg") * 1.6
-	panels := band(body, top-used, cmp.height()-used-0.15*vg.Inch)
+	panels := band(body, top-used, cmp.height()-used-0.3*vg.Inch)
 	tiles := draw.Tiles{Rows: 1, Cols: len(plots), PadX: 0.35 * vg.Inch, PadRight: 0.1 * vg.Inch}
 	for j, c := range plot.Align([][]*plot.Plot{plots}, tiles, panels)[0] {
 		plots[j].Draw(c)
