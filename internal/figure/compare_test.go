@@ -197,3 +197,53 @@ func TestWindows1252(t *testing.T) {
 		t.Errorf("windows1252 = %q", got)
 	}
 }
+
+// TestSavePD: a disaggregated replay's heatmap names its rows by pool,
+// P1 to P2 below and D1 to D3 above, and both pools carry load.
+func TestSavePD(t *testing.T) {
+	cfg := protocol.DefaultConfig()
+	cfg.BlockSize = 512
+	cfg.Policy = protocol.PolicyKV
+	cluster := replay.DefaultCluster(3)
+	cluster.PrefillWorkers, cluster.DecodeWorkers, cluster.Workers, cluster.KVTransferGBps = 2, 3, 3, 50 // replay's default bandwidth
+	res, err := replay.Run(replay.Builtin(1, 20, 512), replay.Options{Cluster: cluster, Router: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Workers != 5 {
+		t.Fatalf("%d workers, want 2 prefill and 3 decode", res.Workers)
+	}
+	load := res.LoadByWindow(res.End()/10, 10)
+	for w, row := range load {
+		sum := 0.0
+		for _, v := range row {
+			sum += v
+		}
+		if sum == 0 {
+			t.Errorf("worker %d (of 2 prefill, then 3 decode) carries no load", w)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "pd.svg")
+	if err := SaveReplay(path, "pd", nil, []*replay.Result{res}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg := string(data)
+	for _, want := range []string{">P1<", ">P2<", ">D1<", ">D3<", "P prefill and D decode"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("the P/D heatmap lacks %q", want)
+		}
+	}
+	if strings.Contains(svg, ">D4<") || strings.Contains(svg, ">P3<") {
+		t.Error("the P/D heatmap labels a worker a pool does not have")
+	}
+	ts := poolTicks(2, 3)
+	for _, tk := range ts {
+		if tk.Label == "D1" && tk.Value != 3 {
+			t.Errorf("D1 is drawn at row %v, want 3, above the two prefill workers", tk.Value)
+		}
+	}
+}
