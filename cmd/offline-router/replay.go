@@ -162,8 +162,8 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 	f.StringVar(&o.reportFile, "report", "", "write the JSON report to this .json file, or - for stdout (the table then goes to stderr)")
 	f.StringVar(&o.emitCommands, "emit-commands", "", "write every command sent to the router to this file (one policy only)")
 	f.StringVar(&o.emitResponses, "emit-responses", "", "write every response the router gave to this file (one policy only)")
-	f.StringVar(&o.requestsOut, "requests-out", "", "write one row per request per policy (pool, worker, tokens, latencies, preemptions, rejection) to this .csv or .jsonl file")
-	f.StringVar(&o.plotFile, "plot", "", "draw the policies side by side (hit rate, TTFT, hit rate over time, per-worker load) to this .png or .svg")
+	f.StringVar(&o.requestsOut, "requests-out", "", "write one row per request per contender and repeat (pool, worker, tokens, latencies, preemptions, rejection) to this .csv or .jsonl file")
+	f.StringVar(&o.plotFile, "plot", "", "draw the contenders side by side (their ratios to the baseline, hit rate, TTFT, hit rate over time, per-worker load) to this .png, .svg or .pdf")
 	f.IntVar(&o.maxLineBytes, "max-line-bytes", wire.DefaultMaxLineBytes, "a longer trace line is refused by its number (the trace is read as it streams, never whole)")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress bar")
 	return cmd, o
@@ -316,7 +316,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) 
 		err = o.writeReport(rep, out)
 	}
 	if err == nil && o.plotFile != "" {
-		err = figure.SaveReplay(o.plotFile, "replay of "+title, results)
+		err = figure.SaveReplay(o.plotFile, "replay of "+title, rep, results)
 	}
 	if terr := replay.WriteTable(table, rep); terr != nil {
 		err = errors.Join(err, fmt.Errorf("writing the table: %w", terr))

@@ -176,7 +176,7 @@ func TestReplayRefusesClashingOutputs(t *testing.T) {
 		"--engine simple --worker-decode-ms-per-token NaN":      "--worker-decode-ms-per-token NaN: expected a finite number",
 		"--engine simple --worker-decode-ms-per-token 1e300":    "--worker-decode-ms-per-token 1e+300",
 		"--engine simple --worker-prefill-tokens-per-ms 1e-300": "--worker-prefill-tokens-per-ms 1e-300: expected 1e-6 to 2^53",
-		"--plot " + path + ".jpg":                               "must end in .png or .svg",
+		"--plot " + path + ".jpg":                               "must end in .png, .svg or .pdf",
 		"--temperature NaN":                                     "--temperature (config temperature): expected a finite number",
 		"--plot /no/such/folder/x.png":                          "--plot /no/such/folder/x.png: writing /no/such/folder/x.png: no such file or directory",
 		"--report /no/such/folder/x.json":                       "--report /no/such/folder/x.json: writing /no/such/folder/x.json: no such file or directory",

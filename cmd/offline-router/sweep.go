@@ -106,7 +106,7 @@ func newSweepMergeCommand() *cobra.Command {
 sweep: their plans must be the same) and writes the merged table: every
 point's deterministic report, the Pareto front and the recommended point
 (docs/sweep.md). Every point must have a report in one of the folders. The
-table is printed; --plot draws the figure (.png or .svg).`,
+table is printed; --plot draws the figure (.png, .svg or .pdf).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, dirs []string) error {
 			for _, dir := range dirs {
@@ -125,7 +125,7 @@ table is printed; --plot draws the figure (.png or .svg).`,
 		},
 	}
 	cmd.Flags().StringVar(&o.report, "report", "", "write the merged table (JSON) here (required)")
-	cmd.Flags().StringVar(&o.plotFile, "plot", "", "draw the sweep's figure here (.png or .svg)")
+	cmd.Flags().StringVar(&o.plotFile, "plot", "", "draw the sweep's figure here (.png, .svg or .pdf)")
 	cmd.MarkFlagRequired("report")
 	return cmd
 }

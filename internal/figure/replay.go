@@ -5,10 +5,8 @@ import (
 	"image"
 	"image/color"
 	"math"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -51,22 +49,59 @@ func policyColor(name string) color.RGBA {
 	return seriesColors[max(slices.Index(protocol.Policies, protocol.Policy(name)), 0)%len(seriesColors)]
 }
 
+// series is one contender as every panel draws it: its name, its colour
+// and its run.
+type series struct {
+	name  string
+	color color.RGBA
+	*replay.Result
+}
+
+// contenders names each result by its contender in the report (by the
+// policy it ran without one) and colours it: a contender named after a
+// policy takes the policy's colour, as in every figure; any other (kv with
+// overrides, say) takes the first colour no other contender of the figure
+// has, so that two runs of one policy are told apart.
+func contenders(rep *replay.Report, results []*replay.Result) []series {
+	out := make([]series, len(results))
+	taken := map[color.RGBA]bool{}
+	for i, r := range results {
+		out[i] = series{name: r.Metrics.Policy, Result: r}
+		if rep != nil && len(rep.Deterministic.Contenders) == len(results) {
+			out[i].name = rep.Deterministic.Contenders[i].Name
+		}
+		if slices.Contains(protocol.Policies, protocol.Policy(out[i].name)) {
+			out[i].color = policyColor(out[i].name)
+			taken[out[i].color] = true
+		}
+	}
+	next := 0
+	for i := range out {
+		if slices.Contains(protocol.Policies, protocol.Policy(out[i].name)) {
+			continue
+		}
+		for taken[seriesColors[next%len(seriesColors)]] && next < 2*len(seriesColors) {
+			next++ // past 16 contenders, colours repeat
+		}
+		out[i].color = seriesColors[next%len(seriesColors)]
+		taken[out[i].color] = true
+	}
+	return out
+}
+
 // SaveReplay draws the replay's figure to path (.png or .svg by extension).
 // From the top: the title and one legend of the policies' colours, which
 // every panel shares; hit rate and TTFT percentiles per policy; the TTFT
 // distribution and the hit rate over time; one heatmap of per-worker load
 // per policy, on one colour scale.
-func SaveReplay(path, title string, results []*replay.Result) error {
+func SaveReplay(path, title string, rep *replay.Report, results []*replay.Result) error {
 	if err := CheckFormat(path); err != nil {
 		return err
 	}
 	if len(results) == 0 {
 		return fmt.Errorf("--plot %s: no policy ran", path)
 	}
-	names := make([]string, len(results))
-	for i, r := range results {
-		names[i] = r.Metrics.Policy
-	}
+	ss := contenders(rep, results)
 	// One set of windows for every policy, sized on the longest run.
 	end := 0.0
 	for _, r := range results {
@@ -76,31 +111,40 @@ func SaveReplay(path, title string, results []*replay.Result) error {
 	n := max(1, int(math.Ceil(end/width)))
 	tu := timeUnitFor(float64(n) * width)
 
-	hit, ttft, err := barPlots(results)
+	hit, ttft, err := barPlots(ss)
 	if err != nil {
 		return err
 	}
-	cdf, err := cdfPlot(results)
+	cdf, err := cdfPlot(ss)
 	if err != nil {
 		return err
 	}
-	overTime, err := hitRatePlot(results, width, n, tu)
+	overTime, err := hitRatePlot(ss, width, n, tu)
 	if err != nil {
 		return err
 	}
-	heats, bar := heatPlots(results, width, n, tu)
+	heats, bar := heatPlots(ss, width, n, tu)
+	cmp := comparisonOf(rep, ss)
+	var cmpPlots []*plot.Plot
+	cmpH := vg.Length(0)
+	if cmp != nil {
+		if cmpPlots, err = cmp.plots(); err != nil {
+			return err
+		}
+		cmpH = cmp.height()
+	}
 
 	// Layout, top to bottom, in canvas coordinates (y grows upwards).
 	titleStyle := textStyle(titleSize)
 	legendStyle := textStyle(legendSize)
-	lines := legendLines(names, legendStyle, figWidth-2*margin)
+	lines := legendLines(ss, legendStyle, figWidth-2*margin)
 	lineH := legendStyle.Height("Xg") * 1.5
 	heatCols := heatColumns(len(results))
 	heatRows := (len(results) + heatCols - 1) / heatCols
 	headH := titleStyle.Height(title)*1.4 + vg.Length(len(lines))*lineH + legendGap
 	// At least tall enough for the colour bar and its label beside it.
 	heatH := max(vg.Length(heatRows)*heatRowH, 2.8*vg.Inch)
-	height := margin + headH + 2*panelRowH + heatH + margin
+	height := margin + headH + cmpH + 2*panelRowH + heatH + margin
 
 	canvas := newCanvas(path, figWidth, height)
 	dc := draw.New(canvas)
@@ -114,6 +158,11 @@ func SaveReplay(path, title string, results []*replay.Result) error {
 		top -= lineH
 	}
 	top -= legendGap
+
+	if cmp != nil {
+		drawComparison(body, top, cmp, cmpPlots, rep)
+		top -= cmpH
+	}
 
 	panels := band(body, top, 2*panelRowH)
 	top -= 2 * panelRowH
@@ -149,7 +198,32 @@ func SaveReplay(path, title string, results []*replay.Result) error {
 	barH := min(heatH, 4*vg.Inch)
 	bar.Draw(draw.Crop(heatBand, heatBand.Max.X-heatBand.Min.X-colorBarW+0.3*vg.Inch, 0,
 		heatH-barH+0.3*vg.Inch, -0.45*vg.Inch))
-	return saveCanvas(path, canvas, strings.ToLower(filepath.Ext(path)))
+	return saveCanvas(path, canvas)
+}
+
+// drawComparison draws the comparison row from y = top down: its title,
+// naming the baseline, what the marks mean, and the panels side by side.
+func drawComparison(body draw.Canvas, top vg.Length, cmp *comparison, plots []*plot.Plot, rep *replay.Report) {
+	center := (body.Min.X + body.Max.X) / 2
+	head, sub := textStyle(13), textStyle(11)
+	head.XAlign, head.YAlign = draw.XCenter, draw.YTop
+	sub.XAlign, sub.YAlign = draw.XCenter, draw.YTop
+	line := "Against the baseline " + cmp.baseline + ": each contender's ratio to it, with its 95% interval (each for its own comparison)"
+	body.FillText(head, vg.Point{X: center, Y: top}, line)
+	used := head.Height(line) * 1.4
+	if d := &rep.Deterministic; d.Repeats > 1 && len(d.Seeds) > 0 {
+		note := fmt.Sprintf("The ratios pool the requests of %d repeats; the panels below show repeat 0 alone (seed %d).", d.Repeats, d.Seeds[0])
+		body.FillText(sub, vg.Point{X: center, Y: top - used}, note)
+		used += sub.Height(note) * 1.4
+	}
+	key := textStyle(11)
+	drawVerdictKey(body, key, top-used-key.Height("Xg")/2, cmp.baseline)
+	used += key.Height("Xg") * 1.6
+	panels := band(body, top-used, cmp.height()-used-0.3*vg.Inch)
+	tiles := draw.Tiles{Rows: 1, Cols: len(plots), PadX: 0.35 * vg.Inch, PadRight: 0.1 * vg.Inch}
+	for j, c := range plot.Align([][]*plot.Plot{plots}, tiles, panels)[0] {
+		plots[j].Draw(c)
+	}
 }
 
 // heatColumns lays out up to four heatmaps one above the other, on one
@@ -185,13 +259,13 @@ type legendEntry struct {
 	width vg.Length
 }
 
-// legendLines wraps the policies' entries into rows no wider than width.
-func legendLines(names []string, sty text.Style, width vg.Length) [][]legendEntry {
+// legendLines wraps the entries into rows no wider than width.
+func legendLines(ss []series, sty text.Style, width vg.Length) [][]legendEntry {
 	var lines [][]legendEntry
 	var line []legendEntry
 	used := vg.Length(0)
-	for _, name := range names {
-		e := legendEntry{name, policyColor(name), swatchW + 6 + sty.Width(name)}
+	for _, s := range ss {
+		e := legendEntry{s.name, s.color, swatchW + 6 + sty.Width(s.name)}
 		if len(line) > 0 && used+entryGap+e.width > width {
 			lines, line, used = append(lines, line), nil, 0
 		}
@@ -229,8 +303,8 @@ func drawLegendLine(c draw.Canvas, sty text.Style, line []legendEntry, y vg.Leng
 // p99 (solid), as horizontal bars, first policy on top so that names of
 // any length fit. Each bar carries its value, so that close policies are
 // still told apart.
-func barPlots(results []*replay.Result) (hit, ttft *plot.Plot, err error) {
-	n := len(results)
+func barPlots(ss []series) (hit, ttft *plot.Plot, err error) {
+	n := len(ss)
 	hit, ttft = plot.New(), plot.New()
 	hit.Title.Text = "Prefix hit rate (higher is better)"
 	hit.X.Label.Text = "cached input tokens / input tokens"
@@ -241,11 +315,11 @@ func barPlots(results []*replay.Result) (hit, ttft *plot.Plot, err error) {
 	names := make([]string, n)
 	var hitAt, ttftAt plotter.XYLabels
 	worst := 0.0
-	for i, r := range results {
-		m := r.Metrics
+	for i, s := range ss {
+		m := s.Metrics
 		y := float64(n - 1 - i)
-		names[n-1-i] = m.Policy
-		c := policyColor(m.Policy)
+		names[n-1-i] = s.name
+		c := s.color
 		pale := color.RGBA{c.R/2 + 128, c.G/2 + 128, c.B/2 + 128, 255}
 		for _, b := range []struct {
 			p      *plot.Plot
@@ -332,14 +406,14 @@ func formatMS(v float64) string {
 // cdfPlot draws each policy's TTFT distribution, on a log axis when it
 // spans more than two decades, where a linear one would crush the body of
 // the distribution against the axis to show the tail.
-func cdfPlot(results []*replay.Result) (*plot.Plot, error) {
+func cdfPlot(ss []series) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "TTFT distribution (further left is better)"
-	p.Y.Label.Text = "fraction of requests with TTFT ≤ x"
-	all := make([][]float64, len(results))
+	p.Y.Label.Text = "fraction of requests with TTFT at most x"
+	all := make([][]float64, len(ss))
 	lo, hi := math.Inf(1), 0.0
-	for i, r := range results {
-		all[i] = r.TTFTs()
+	for i, s := range ss {
+		all[i] = s.TTFTs()
 		for _, v := range all[i] {
 			if v > 0 {
 				lo, hi = math.Min(lo, v), math.Max(hi, v)
@@ -348,6 +422,7 @@ func cdfPlot(results []*replay.Result) (*plot.Plot, error) {
 	}
 	logX := hi > 0 && hi/lo > 100
 	p.X.Label.Text = "TTFT (ms)"
+	p.X.Tick.Marker = niceTicks{}
 	if logX {
 		p.X.Label.Text = "TTFT (ms, log scale)"
 		p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
@@ -375,7 +450,7 @@ func cdfPlot(results []*replay.Result) (*plot.Plot, error) {
 		if err != nil {
 			return nil, err
 		}
-		line.Color, line.Width = policyColor(results[i].Metrics.Policy), 2
+		line.Color, line.Width = ss[i].color, 2
 		p.Add(line)
 	}
 	p.Y.Min, p.Y.Max = 0, 1
@@ -387,12 +462,12 @@ func cdfPlot(results []*replay.Result) (*plot.Plot, error) {
 // hitRatePlot draws each policy's prefix hit rate per time window: unlike
 // the running rate, it shows when the cache warms up and when a policy
 // loses it. A window in which no request started breaks the line.
-func hitRatePlot(results []*replay.Result, width float64, n int, tu timeUnit) (*plot.Plot, error) {
+func hitRatePlot(ss []series, width float64, n int, tu timeUnit) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("Prefix hit rate per %s window", formatWindow(width))
 	p.X.Label.Text = "simulated time (" + tu.name + ")"
 	p.Y.Label.Text = "prefix hit rate"
-	for _, r := range results {
+	for _, s := range ss {
 		var run plotter.XYs
 		flush := func() error {
 			if len(run) == 0 {
@@ -402,13 +477,13 @@ func hitRatePlot(results []*replay.Result, width float64, n int, tu timeUnit) (*
 			if err != nil {
 				return err
 			}
-			lp.Color, lp.Width = policyColor(r.Metrics.Policy), 1.5
-			sc.Color, sc.GlyphStyle.Radius, sc.Shape = policyColor(r.Metrics.Policy), 1.5, draw.CircleGlyph{}
+			lp.Color, lp.Width = s.color, 1.5
+			sc.Color, sc.GlyphStyle.Radius, sc.Shape = s.color, 1.5, draw.CircleGlyph{}
 			p.Add(lp, sc)
 			run = nil
 			return nil
 		}
-		for w, v := range r.HitRateByWindow(width, n) {
+		for w, v := range s.HitRateByWindow(width, n) {
 			if math.IsNaN(v) {
 				if err := flush(); err != nil {
 					return nil, err
@@ -433,11 +508,11 @@ func hitRatePlot(results []*replay.Result, width float64, n int, tu timeUnit) (*
 // each worker per window, all on one colour scale, and the colour bar that
 // reads it: the eye compares the policies' balance at a glance, where 64
 // overlapping lines would not.
-func heatPlots(results []*replay.Result, width float64, n int, tu timeUnit) ([]*plot.Plot, *plot.Plot) {
-	loads := make([][][]float64, len(results))
+func heatPlots(ss []series, width float64, n int, tu timeUnit) ([]*plot.Plot, *plot.Plot) {
+	loads := make([][][]float64, len(ss))
 	peak := 0.0
-	for i, r := range results {
-		loads[i] = r.LoadByWindow(width, n)
+	for i, s := range ss {
+		loads[i] = s.LoadByWindow(width, n)
 		for _, row := range loads[i] {
 			for _, v := range row {
 				peak = math.Max(peak, v)
@@ -452,21 +527,33 @@ func heatPlots(results []*replay.Result, width float64, n int, tu timeUnit) ([]*
 	cmap.SetMin(0)
 	cmap.SetMax(peak)
 	xmax := float64(n) * width / tu.ms
-	plots := make([]*plot.Plot, len(results))
-	for i, r := range results {
+	plots := make([]*plot.Plot, len(ss))
+	for i, s := range ss {
 		p := plot.New()
-		p.Title.Text = fmt.Sprintf("%s: requests on each worker (request share CV %.2f)", r.Metrics.Policy, r.Metrics.WorkerShareCV)
-		if i+heatColumns(len(results)) >= len(results) { // the lowest heatmap of its column
+		p.Title.Text = fmt.Sprintf("%s: requests on each worker (request share CV %.2f)", s.name, s.Metrics.WorkerShareCV)
+		if i+heatColumns(len(ss)) >= len(ss) { // the lowest heatmap of its column
 			p.X.Label.Text = "simulated time (" + tu.name + ")"
 		}
 		p.Y.Label.Text = "worker"
-		if r.Workers > 0 {
-			p.Add(plotter.NewImage(heatImage(loads[i], cmap), 0, 0.5, xmax, float64(r.Workers)+0.5))
+		if s.Workers > 0 {
+			p.Add(plotter.NewImage(heatImage(loads[i], cmap), 0, 0.5, xmax, float64(s.Workers)+0.5))
 		}
 		p.X.Min, p.X.Max = 0, xmax
 		p.X.Tick.Marker = niceTicks{}
-		p.Y.Min, p.Y.Max = 0.5, float64(max(r.Workers, 1))+0.5
-		p.Y.Tick.Marker = plot.ConstantTicks(workerTicks(r.Workers))
+		p.Y.Min, p.Y.Max = 0.5, float64(max(s.Workers, 1))+0.5
+		p.Y.Tick.Marker = plot.ConstantTicks(workerTicks(s.Workers, 8))
+		if pools := s.Metrics.Pools; len(pools) == 2 && len(pools[0].WorkerRequests)+len(pools[1].WorkerRequests) == s.Workers {
+			// Disaggregated: the prefill pool's ranks below, the decode
+			// pool's above, a line between.
+			prefill := len(pools[0].WorkerRequests)
+			p.Title.Text = fmt.Sprintf("%s: requests on each worker, P prefill and D decode (request share CV %.2f)", s.name, s.Metrics.WorkerShareCV)
+			p.Y.Tick.Marker = plot.ConstantTicks(poolTicks(prefill, s.Workers-prefill))
+			sep, err := plotter.NewLine(plotter.XYs{{X: 0, Y: float64(prefill) + 0.5}, {X: xmax, Y: float64(prefill) + 0.5}})
+			if err == nil { // two finite points: it cannot fail
+				sep.Color, sep.Width = color.Black, 1.5
+				p.Add(sep)
+			}
+		}
 		plots[i] = p
 	}
 	bar := plot.New()
@@ -521,11 +608,11 @@ func (niceTicks) Ticks(lo, hi float64) []plot.Tick {
 	return ts
 }
 
-// workerTicks labels workers 1 to n with at most about eight labels.
-func workerTicks(n int) []plot.Tick {
+// workerTicks labels workers 1 to n with at most about most labels.
+func workerTicks(n, most int) []plot.Tick {
 	step := 1
 	for _, s := range []int{2, 5, 10, 20, 50, 100, 200, 500, 1000} {
-		if n/step <= 8 {
+		if n/step <= most {
 			break
 		}
 		step = s
@@ -538,6 +625,21 @@ func workerTicks(n int) []plot.Tick {
 		if w > 1 {
 			ts = append(ts, plot.Tick{Value: float64(w), Label: fmt.Sprint(w)})
 		}
+	}
+	return ts
+}
+
+// poolTicks labels the prefill pool's ranks P1 to Pp from the bottom, and
+// the decode pool's D1 to Dd above them, about eight labels in all.
+func poolTicks(prefill, decode int) []plot.Tick {
+	ts := workerTicks(prefill, 4)
+	for i := range ts {
+		ts[i].Label = "P" + ts[i].Label
+	}
+	for _, t := range workerTicks(decode, 4) {
+		t.Value += float64(prefill)
+		t.Label = "D" + t.Label
+		ts = append(ts, t)
 	}
 	return ts
 }
@@ -576,12 +678,4 @@ func formatWindow(ms float64) string {
 		return fmt.Sprintf("%g ms", ms)
 	}
 	return fmt.Sprintf("%g s", ms/1000)
-}
-
-// CheckFormat checks that path names a format the plot can be drawn in.
-func CheckFormat(path string) error {
-	if ext := strings.ToLower(filepath.Ext(path)); ext != ".png" && ext != ".svg" {
-		return fmt.Errorf("--plot %s: the file must end in .png or .svg", path)
-	}
-	return nil
 }

@@ -45,7 +45,7 @@ func plotResults(t testing.TB, sessions, workers int, stretch float64, policies 
 func checkPlot(t *testing.T, dir, name string, results []*replay.Result) {
 	t.Helper()
 	path := filepath.Join(dir, name)
-	if err := SaveReplay(path, "replay test", results); err != nil {
+	if err := SaveReplay(path, "replay test", nil, results); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(path)
@@ -131,10 +131,10 @@ func TestSavePlotRefuses(t *testing.T) {
 			t.Errorf("CheckFormat(%s) = %v", ok, err)
 		}
 	}
-	if err := SaveReplay(filepath.Join(t.TempDir(), "x.svg"), "none", nil); err == nil {
+	if err := SaveReplay(filepath.Join(t.TempDir(), "x.svg"), "none", nil, nil); err == nil {
 		t.Error("SaveReplay with no results succeeded")
 	}
-	if err := SaveReplay(filepath.Join(t.TempDir(), "x.jpg"), "none", plotResults(t, 2, 1, 1, protocol.PolicyKV)); err == nil {
+	if err := SaveReplay(filepath.Join(t.TempDir(), "x.jpg"), "none", nil, plotResults(t, 2, 1, 1, protocol.PolicyKV)); err == nil {
 		t.Error("SaveReplay wrote a .jpg")
 	}
 }

@@ -2,39 +2,112 @@ package figure
 
 import (
 	"bytes"
+	"fmt"
+	"image"
 	"io"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 
+	"codeberg.org/go-pdf/fpdf"
+	"golang.org/x/text/encoding/charmap"
+	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgpdf"
 	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/offline-router/offline-router/internal/outfile"
 )
+
+// CheckFormat checks that path names a format the plot can be drawn in.
+func CheckFormat(path string) error {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".png", ".svg", ".pdf":
+		return nil
+	}
+	return fmt.Errorf("--plot %s: the file must end in .png, .svg or .pdf", path)
+}
 
 // svgFixes patch what gonum's SVG writer gets wrong for viewers: it labels
 // its embedded PNGs (the heatmaps, the colour bar) as JPEG, which librsvg
 // and others then refuse to draw; it lets viewers keep an image's aspect
 // ratio, which shrinks a heatmap to the middle of its axes and the colour
 // bar to a line; and it names the one font its text was measured in,
-// Liberation Serif, with no fallback, where Times New Roman has the same
-// metrics and a generic wider serif overflows the layout.
+// Liberation Serif, with no fallback. The font is embedded, but a viewer
+// that ignores embedded fonts (librsvg does) then falls back to the first
+// it has of Times New Roman and Nimbus Roman, of the same metrics, or
+// DejaVu Serif Condensed, about as wide, rather than to a wider serif that
+// overflows the layout.
 var svgFixes = []struct{ from, to string }{
 	{"data:image/jpg;base64,", "data:image/png;base64,"},
 	{"<image ", `<image preserveAspectRatio="none" `},
-	{"font-family:Liberation Serif;", "font-family:'Liberation Serif','Times New Roman',Times,serif;"},
+	{"font-family:Liberation Serif;", "font-family:'Liberation Serif','Times New Roman',Times,'Nimbus Roman','DejaVu Serif Condensed',serif;"},
 }
 
-// newCanvas is a canvas for path's format, .svg or else PNG.
+// pdfDefaults makes a PDF the same bytes for the same figure: fpdf stamps
+// its documents with the time they were made, unless told a date, and
+// writes its catalogues in map order, unless told to sort them. Both are
+// package settings of fpdf, set once before the first PDF.
+var pdfDefaults = sync.OnceFunc(func() {
+	fpdf.SetDefaultCreationDate(time.Unix(0, 0).UTC())
+	fpdf.SetDefaultModificationDate(time.Unix(0, 0).UTC())
+	fpdf.SetDefaultCatalogSort(true)
+})
+
+// newCanvas is a canvas for path's format: SVG and PDF with their fonts
+// embedded, so that a viewer without the Liberation fonts draws the text
+// the layout was measured in; else PNG.
 func newCanvas(path string, w, h vg.Length) vg.CanvasSizer {
-	if strings.ToLower(filepath.Ext(path)) == ".svg" {
-		return vgsvg.New(w, h)
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".svg":
+		return vgsvg.NewWith(vgsvg.UseWH(w, h), vgsvg.EmbedFonts(true))
+	case ".pdf":
+		pdfDefaults()
+		c := vgpdf.New(w, h)
+		c.EmbedFonts(true) // the default; said, since the figure relies on it
+		return pdfCanvas{c}
 	}
 	return vgimg.New(w, h)
 }
 
-func saveCanvas(path string, canvas vg.CanvasSizer, ext string) error {
+// pdfCanvas corrects two faults of vgpdf. It hands vgpdf its text in
+// Windows-1252, the code page vgpdf writes its fonts in: given UTF-8, it
+// writes the bytes as they are, and a viewer reads "≤" as "â‰¤" (a
+// character the code page lacks becomes "?"). And it turns images upside
+// down first: vgpdf draws them in its page's flipped coordinates, so that
+// a heatmap's first worker and the colour bar's 0 came out on top.
+type pdfCanvas struct{ *vgpdf.Canvas }
+
+func (c pdfCanvas) DrawImage(rect vg.Rectangle, img image.Image) {
+	b := img.Bounds()
+	flipped := image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
+	for y := range b.Dy() {
+		for x := range b.Dx() {
+			flipped.Set(x, b.Dy()-1-y, img.At(b.Min.X+x, b.Min.Y+y))
+		}
+	}
+	c.Canvas.DrawImage(rect, flipped)
+}
+
+func (c pdfCanvas) FillString(f font.Face, pt vg.Point, s string) {
+	c.Canvas.FillString(f, pt, windows1252(s))
+}
+
+func windows1252(s string) string {
+	b := make([]byte, 0, len(s))
+	for _, r := range s {
+		if cp, ok := charmap.Windows1252.EncodeRune(r); ok {
+			b = append(b, cp)
+		} else {
+			b = append(b, '?')
+		}
+	}
+	return string(b)
+}
+
+func saveCanvas(path string, canvas vg.CanvasSizer) error {
 	var w io.WriterTo
 	if c, ok := canvas.(*vgimg.Canvas); ok {
 		w = vgimg.PngCanvas{Canvas: c}
@@ -46,7 +119,7 @@ func saveCanvas(path string, canvas vg.CanvasSizer, ext string) error {
 		return err
 	}
 	data := buf.Bytes()
-	if ext == ".svg" {
+	if strings.EqualFold(filepath.Ext(path), ".svg") {
 		for _, f := range svgFixes {
 			data = bytes.ReplaceAll(data, []byte(f.from), []byte(f.to))
 		}

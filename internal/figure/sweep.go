@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"image/color"
 	"math"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -99,7 +98,11 @@ func SaveSweep(path string, t *sweep.Table) error {
 		top -= subStyle.Height(line) * 1.4
 	}
 	lineH := legendStyle.Height("Xg") * 1.5
-	for _, line := range legendLines(policies, legendStyle, body.Max.X-body.Min.X) {
+	key := make([]series, len(policies))
+	for i, name := range policies {
+		key[i] = series{name: name, color: policyColor(name)}
+	}
+	for _, line := range legendLines(key, legendStyle, body.Max.X-body.Min.X) {
 		drawLegendLine(body, legendStyle, line, top-lineH/2)
 		top -= lineH
 	}
@@ -123,7 +126,7 @@ func SaveSweep(path string, t *sweep.Table) error {
 		}
 		top -= 0.3 * vg.Inch
 	}
-	return saveCanvas(path, canvas, strings.ToLower(filepath.Ext(path)))
+	return saveCanvas(path, canvas)
 }
 
 // sweepPanels draws one workload's points twice, whole and near the front,

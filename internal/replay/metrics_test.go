@@ -117,6 +117,18 @@ func TestWindows(t *testing.T) {
 	if hit[0] != 0.25 || !math.IsNaN(hit[1]) || hit[2] != 0.75 {
 		t.Fatalf("hit rate by window %v", hit)
 	}
+	// Disaggregated: on its prefill worker from 2 ms to its first token at
+	// 8, on its decode worker (index 1) from 12 to 27.
+	r = &Result{Workers: 2, ends: []outcome{{worker: 0, placed: 2, first: 8, decWorker: 2, decPlaced: 12, done: 27}}}
+	load = r.LoadByWindow(10, 3)
+	want = [][]float64{{0.6, 0, 0}, {0, 0.8, 0.7}}
+	for w := range want {
+		for i := range want[w] {
+			if math.Abs(load[w][i]-want[w][i]) > 1e-9 {
+				t.Fatalf("disaggregated load %v, want %v", load, want)
+			}
+		}
+	}
 }
 
 // TestOverlapAndRegretInTokens: a prompt of 40 tokens in 16-token blocks

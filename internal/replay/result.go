@@ -18,7 +18,12 @@ type Result struct {
 
 // outcome is what one completed request went through, in simulated ms.
 type outcome struct {
-	worker                     int // index in worker id order
+	worker int // index in worker id order
+	// decWorker is its decode worker's index + 1 when it moved to one (0:
+	// none), decPlaced when it was placed there; its prefill worker then
+	// let it go at its first token, in the step that made it.
+	decWorker                  int
+	decPlaced                  float64
 	placed, start, first, done float64
 	arrival                    float64
 	hitTokens, inputTokens     uint64
@@ -43,9 +48,13 @@ func (h *host) result(trace []Request, wall time.Duration) *Result {
 		if r.rejected != "" || r.worker == nil {
 			continue
 		}
-		res.ends = append(res.ends, outcome{worker: int(r.worker.idx), arrival: r.Arrival, placed: r.placedAt,
+		o := outcome{worker: int(r.worker.idx), arrival: r.Arrival, placed: r.placedAt,
 			start: r.prefillStart, first: r.firstToken, done: r.doneAt,
-			hitTokens: min(uint64(r.hitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens), inputTokens: r.InputTokens})
+			hitTokens: min(uint64(r.hitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens), inputTokens: r.InputTokens}
+		if r.dec.worker != nil {
+			o.decWorker, o.decPlaced = int(r.dec.worker.idx)+1, r.dec.placedAt
+		}
+		res.ends = append(res.ends, o)
 	}
 	return res
 }
@@ -85,27 +94,37 @@ func (r *Result) HitRateByWindow(width float64, n int) []float64 {
 }
 
 // LoadByWindow is, per worker and window, the time-averaged number of
-// requests on the worker (waiting or running, from placement to end). A
-// request adds its fraction of the two windows it starts and ends in
-// directly, and 1 to every full window between through a difference array,
-// so the cost is one pass over the requests and one over the cells.
+// requests on the worker (waiting or running, from placement to end; when
+// disaggregated, on its prefill worker to its first token and on its
+// decode worker from its placement there). A stay adds its fraction of
+// the two windows it starts and ends in directly, and 1 to every full
+// window between through a difference array, so the cost is one pass over
+// the requests and one over the cells.
 func (r *Result) LoadByWindow(width float64, n int) [][]float64 {
 	load, diff := make([][]float64, r.Workers), make([][]float64, r.Workers)
 	for w := range load {
 		load[w], diff[w] = make([]float64, n), make([]float64, n+1)
 	}
-	for _, o := range r.ends {
-		row := load[o.worker]
-		a, b := o.placed/width, o.done/width // in windows
+	stay := func(w int, from, to float64) {
+		row := load[w]
+		a, b := from/width, to/width // in windows
 		ia, ib := min(int(a), n-1), min(int(b), n-1)
 		if ia == ib {
 			row[ia] += b - a
-			continue
+			return
 		}
 		row[ia] += float64(ia+1) - a
 		row[ib] += b - float64(ib)
-		diff[o.worker][ia+1]++
-		diff[o.worker][ib]--
+		diff[w][ia+1]++
+		diff[w][ib]--
+	}
+	for _, o := range r.ends {
+		if o.decWorker == 0 {
+			stay(o.worker, o.placed, o.done)
+			continue
+		}
+		stay(o.worker, o.placed, o.first)
+		stay(o.decWorker-1, o.decPlaced, o.done)
 	}
 	for w, row := range load {
 		run := 0.0
