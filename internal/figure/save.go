@@ -67,25 +67,35 @@ func newCanvas(path string, w, h vg.Length) vg.CanvasSizer {
 		pdfDefaults()
 		c := vgpdf.New(w, h)
 		c.EmbedFonts(true) // the default; said, since the figure relies on it
-		return pdfCanvas{c}
+		return pdfCanvas{c, new(int)}
 	}
 	return vgimg.New(w, h)
 }
 
-// pdfCanvas corrects two faults of vgpdf. It hands vgpdf its text in
-// Windows-1252, the code page vgpdf writes its fonts in: given UTF-8, it
-// writes the bytes as they are, and a viewer reads "≤" as "â‰¤" (a
-// character the code page lacks becomes "?"). And it turns images upside
+// pdfCanvas corrects three faults of vgpdf and fpdf. It hands vgpdf its
+// text in Windows-1252, the code page vgpdf writes its fonts in: given
+// UTF-8, it writes the bytes as they are, and a viewer reads "≤" as "â‰¤"
+// (a character the code page lacks becomes "?"). It turns images upside
 // down first: vgpdf draws them in its page's flipped coordinates, so that
-// a heatmap's first worker and the colour bar's 0 came out on top.
-type pdfCanvas struct{ *vgpdf.Canvas }
+// a heatmap's first worker and the colour bar's 0 came out on top. And it
+// gives each image a width of its own: fpdf writes its images in map
+// order sorted by width alone, so images of one width (the heatmaps)
+// came out in a different order each time; the k-th image drawn gets k
+// more columns, copies of its last, drawn in the same rectangle (k of
+// some thousand columns: too little to see).
+type pdfCanvas struct {
+	*vgpdf.Canvas
+	images *int
+}
 
 func (c pdfCanvas) DrawImage(rect vg.Rectangle, img image.Image) {
 	b := img.Bounds()
-	flipped := image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
+	extra := *c.images
+	*c.images++
+	flipped := image.NewRGBA(image.Rect(0, 0, b.Dx()+extra, b.Dy()))
 	for y := range b.Dy() {
-		for x := range b.Dx() {
-			flipped.Set(x, b.Dy()-1-y, img.At(b.Min.X+x, b.Min.Y+y))
+		for x := range b.Dx() + extra {
+			flipped.Set(x, b.Dy()-1-y, img.At(b.Min.X+min(x, b.Dx()-1), b.Min.Y+y))
 		}
 	}
 	c.Canvas.DrawImage(rect, flipped)
