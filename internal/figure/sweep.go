@@ -26,8 +26,9 @@ const (
 
 var recommendedColor = color.RGBA{0xc0, 0, 0, 255}
 
-// SaveSweep draws a sweep: per workload, a row of two panels of prefix
-// hit rate (x, higher is better) against TTFT p99 (y, lower is better), all
+// SaveSweep draws a sweep: per workload, a row of two panels of the
+// front's metrics (the table's Front: the objective's across, the one it
+// bounds first up, each point at its mean over the repeats), all
 // the points on the left and, on the right, the region of the Pareto front
 // and the recommended point, where they crowd. One colour per policy as the
 // legend says, a hollow circle for a point outside the objective's bounds,
@@ -61,15 +62,18 @@ func SaveSweep(path string, t *sweep.Table) error {
 				pts = append(pts, &r.Points[i])
 			}
 		}
-		all, zoom, key, err := sweepPanels(pts, w, policies)
+		all, zoom, key, err := sweepPanels(pts, w, r.Front, policies)
 		if err != nil {
 			return err
 		}
 		title := "Workload " + w.Workload + ": "
-		if w.Recommended != nil {
+		switch {
+		case w.Recommended != nil:
 			i := slices.IndexFunc(pts, func(p *sweep.PointResult) bool { return p.ID == *w.Recommended })
 			title += "recommended (red cross): " + shortSettings(pts[i])
-		} else {
+		case w.Test == "tie":
+			title += fmt.Sprintf("no recommendation: %d points tie on %s", len(w.Tied), r.Front.X)
+		default:
 			title += "no point meets the objective"
 		}
 		rows = append(rows, row{all, zoom, title, key})
@@ -131,17 +135,18 @@ func SaveSweep(path string, t *sweep.Table) error {
 
 // sweepPanels draws one workload's points twice, whole and near the front,
 // and lists the front's points for the key under them.
-func sweepPanels(pts []*sweep.PointResult, w sweep.WorkloadResult, policies []string) (all, zoom *plot.Plot, key []string, err error) {
+func sweepPanels(pts []*sweep.PointResult, w sweep.WorkloadResult, f sweep.Front, policies []string) (all, zoom *plot.Plot, key []string, err error) {
 	xy := func(pt *sweep.PointResult) plotter.XY {
-		m := &pt.Report.Policies[0]
-		return plotter.XY{X: m.PrefixHitRate, Y: m.P99TTFTMS}
+		x, _ := pt.Mean(f.X)
+		y, _ := pt.Mean(f.Y)
+		return plotter.XY{X: x, Y: y}
 	}
 	byID := make(map[string]*sweep.PointResult, len(pts))
 	for _, p := range pts {
 		byID[p.ID] = p
 	}
 	var front []*sweep.PointResult
-	for _, id := range w.Pareto { // by rising hit rate
+	for _, id := range w.Pareto { // best on the objective first
 		front = append(front, byID[id])
 	}
 	// The front's points are numbered beside their squares, and their
@@ -160,8 +165,8 @@ func sweepPanels(pts []*sweep.PointResult, w sweep.WorkloadResult, policies []st
 		if j-i > 1 {
 			entry += fmt.Sprintf(" (and %d alike)", j-i-1)
 		}
-		m := &front[i].Report.Policies[0]
-		entry += fmt.Sprintf(": hit rate %.3f, TTFT p99 %s ms", m.PrefixHitRate, formatMS(m.P99TTFTMS))
+		at := xy(front[i])
+		entry += fmt.Sprintf(": %s %.4g, %s %.4g", f.X, at.X, f.Y, at.Y)
 		frontXY = append(frontXY, xy(front[i]))
 		numbers = append(numbers, fmt.Sprintf(" %d", n))
 		key = append(key, entry)
@@ -177,8 +182,8 @@ func sweepPanels(pts []*sweep.PointResult, w sweep.WorkloadResult, policies []st
 	draw1 := func(title string) (*plot.Plot, error) {
 		p := plot.New()
 		p.Title.Text = title
-		p.X.Label.Text = "prefix hit rate (higher is better)"
-		p.Y.Label.Text = "TTFT p99 (ms; lower is better)"
+		p.X.Label.Text = axisLabel(f.X, f.XLower)
+		p.Y.Label.Text = axisLabel(f.Y, f.YLower)
 		p.Add(plotter.NewGrid())
 		for i, name := range policies {
 			var within, without plotter.XYs
@@ -265,13 +270,21 @@ func sweepPanels(pts []*sweep.PointResult, w sweep.WorkloadResult, policies []st
 			zoom.X.Min, zoom.X.Max = min(zoom.X.Min, b.X), max(zoom.X.Max, b.X)
 			zoom.Y.Min, zoom.Y.Max = min(zoom.Y.Min, b.Y), max(zoom.Y.Max, b.Y)
 		}
-		// At least a span of 0.01 in hit rate and 1% of the p99, so that a
-		// front of one point still has a scale.
-		widen(&zoom.X.Min, &zoom.X.Max, 0.01)
-		widen(&zoom.Y.Min, &zoom.Y.Max, math.Max(zoom.Y.Max*0.01, 1))
+		// At least 1% of each value, so that a front of one point still has
+		// a scale.
+		widen(&zoom.X.Min, &zoom.X.Max, math.Max(math.Abs(zoom.X.Max)*0.01, 1e-3))
+		widen(&zoom.Y.Min, &zoom.Y.Max, math.Max(math.Abs(zoom.Y.Max)*0.01, 1e-3))
 		pad(zoom, 0.15)
 	}
 	return all, zoom, key, nil
+}
+
+// axisLabel names a metric and its good direction.
+func axisLabel(metric string, lower bool) string {
+	if lower {
+		return metric + " (lower is better)"
+	}
+	return metric + " (higher is better)"
 }
 
 // pad leaves room around the data, for the glyphs and the front's numbers.

@@ -231,11 +231,12 @@ func (o *Objective) Names(metric string) bool {
 	return o.metric() == metric || bounded
 }
 
-// servesEnough: a point rejects no request, unless the objective bounds
-// rejections itself.
-func (o *Objective) servesEnough(m *replay.Metrics) bool {
+// servesEnough: a point rejects no request at any repeat, unless the
+// objective bounds rejections itself.
+func (o *Objective) servesEnough(p *PointResult) bool {
 	_, bounded := o.SubjectTo["rejected"]
-	return bounded || m.Rejected == 0
+	rejected, _ := p.value("rejected")
+	return bounded || rejected.mean == 0
 }
 
 // Metric is the metric of m named by its JSON key (one of MetricNames),

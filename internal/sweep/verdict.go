@@ -44,6 +44,13 @@ func (r *PointResult) value(name string) (value, bool) {
 	return value{v, v, v, []float64{v}}, ok
 }
 
+// Mean is the point's figure for a metric, the mean over its repeats, and
+// whether it has it.
+func (r *PointResult) Mean(name string) (float64, bool) {
+	v, ok := r.value(name)
+	return v.mean, ok
+}
+
 // settings are the point's grid settings as the table prints them.
 func (r *PointResult) settings() string { return strings.Join(r.Varied, " ") }
 
@@ -92,7 +99,7 @@ func (t *TableResult) judgeWorkload(w *WorkloadResult, idx []int) {
 	for _, i := range idx {
 		_, hasX := pts[i].value(t.Front.X)
 		_, hasY := pts[i].value(t.Front.Y)
-		if o.servesEnough(pts[i].metrics()) && hasX && hasY {
+		if o.servesEnough(&pts[i]) && hasX && hasY {
 			serving = append(serving, i)
 		}
 	}
@@ -123,7 +130,7 @@ func (t *TableResult) judgeWorkload(w *WorkloadResult, idx []int) {
 				p.VsBaseline = &r
 			}
 		}
-		p.MeetsBounds = o.servesEnough(p.metrics()) && o.keeps(p, base)
+		p.MeetsBounds = o.servesEnough(p) && o.keeps(p, base)
 		if _, ok := p.value(o.metric()); ok && p.MeetsBounds {
 			eligible = append(eligible, i)
 		}
@@ -266,7 +273,7 @@ func WriteTable(w io.Writer, t *Table, specDir string) error {
 	metric := r.Objective.metric()
 	fmt.Fprintln(tw, head+"settings\t"+metric+"\tvs baseline\thit rate\tTTFT p50 (ms)\tTTFT p99 (ms)\tshare CV\trejected\t")
 	for _, p := range r.Points {
-		m := p.metrics()
+		mean := func(name string) float64 { v, _ := p.Mean(name); return v }
 		mark := ""
 		if p.OnFront {
 			mark = " *"
@@ -293,7 +300,8 @@ func WriteTable(w io.Writer, t *Table, specDir string) error {
 		case p.VsBaseline != nil:
 			vs = fmt.Sprintf("%.3fx", *p.VsBaseline)
 		}
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%.3f\t%.1f\t%.1f\t%.3f\t%d\t%s\n", row, settings, objective, vs, m.PrefixHitRate, m.MedianTTFTMS, m.P99TTFTMS, m.WorkerShareCV, m.Rejected, mark)
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%.3f\t%.1f\t%.1f\t%.3f\t%.4g\t%s\n", row, settings, objective, vs,
+			mean("prefix_hit_rate"), mean("median_ttft_ms"), mean("p99_ttft_ms"), mean("worker_share_cv"), mean("rejected"), mark)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -301,6 +309,10 @@ func WriteTable(w io.Writer, t *Table, specDir string) error {
 	f := r.Front
 	fmt.Fprintf(w, "\n* on the Pareto front of %s (%s) against %s (%s), among points that rejected nothing\n",
 		f.X, direction(f.XLower), f.Y, direction(f.YLower))
+	if d := &r.Points[0].Report; d.Repeats > 1 && len(d.Seeds) == d.Repeats {
+		fmt.Fprintf(w, "each figure is the mean over %d repeats (seeds %d to %d); the objective's ± is half its 95%% interval, which a bound must keep whole\n",
+			d.Repeats, d.Seeds[0], d.Seeds[d.Repeats-1])
+	}
 	for _, wl := range r.Workloads {
 		if err := writeVerdict(w, r, &wl, specDir); err != nil {
 			return err
