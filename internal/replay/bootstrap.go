@@ -4,15 +4,17 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"sync"
 )
 
 // The paired bootstrap: how sure a contender's difference to the baseline
-// is, from the requests themselves. Both ran the same requests (the same
+// is, from the requests themselves. All ran the same requests (the same
 // trace, or the same generated workload at each repeat's seed), so one
 // resample of the sessions, each with all its requests in every repeat,
-// weighs both alike; the interval is the 2.5 and 97.5 percentiles of the
-// ratio over the resamples. Sessions are the unit because a session's
-// turns share a prefix and a worker: its requests are not independent.
+// weighs every contender alike; the interval is the 2.5 and 97.5
+// percentiles of the ratio over the resamples. Sessions are the unit
+// because a session's turns share a prefix and a worker: its requests are
+// not independent.
 const (
 	bootstrapResamples = 2000
 	bootstrapSeed      = 0x6f66666c696e6521 // fixed: the same intervals on every run
@@ -28,26 +30,46 @@ type bootRow struct {
 }
 
 // bootSet is one contender's rows, every repeat's pooled, row i the same
-// request as row i of every other contender's.
+// request as row i of every other contender's; and what a resample reads
+// of them: each cluster's sums, and the completed rows by TTFT.
 type bootSet struct {
 	rows      []bootRow
 	durationS float64 // the repeats' simulated seconds, summed: goodput's denominator
-	byTTFT    []int32 // the completed rows, by TTFT
+	// Per cluster: completed requests, their TTFTs summed, those that met
+	// every level, cached and input tokens.
+	n, ttft, good, hit, input []float64
+	byTTFT                    []timed
 }
 
-func newBootSet(rows []bootRow, durationS float64) *bootSet {
-	s := &bootSet{rows: rows, durationS: durationS}
+// timed is a completed row's TTFT and cluster, in TTFT order.
+type timed struct {
+	ttft    float64
+	cluster int32
+}
+
+func newBootSet(rows []bootRow, durationS float64, clusters int) *bootSet {
+	s := &bootSet{rows: rows, durationS: durationS, n: make([]float64, clusters), ttft: make([]float64, clusters),
+		good: make([]float64, clusters), hit: make([]float64, clusters), input: make([]float64, clusters)}
 	for i := range rows {
-		if rows[i].completed {
-			s.byTTFT = append(s.byTTFT, int32(i))
+		r := &rows[i]
+		if !r.completed {
+			continue
 		}
+		c := r.cluster
+		s.n[c]++
+		s.ttft[c] += r.ttft
+		s.hit[c] += float64(r.hit)
+		s.input[c] += float64(r.input)
+		if r.good {
+			s.good[c]++
+		}
+		s.byTTFT = append(s.byTTFT, timed{r.ttft, c})
 	}
-	slices.SortStableFunc(s.byTTFT, func(a, b int32) int {
-		x, y := rows[a].ttft, rows[b].ttft
+	slices.SortStableFunc(s.byTTFT, func(a, b timed) int {
 		switch {
-		case x < y:
+		case a.ttft < b.ttft:
 			return -1
-		case x > y:
+		case a.ttft > b.ttft:
 			return 1
 		}
 		return 0
@@ -55,63 +77,79 @@ func newBootSet(rows []bootRow, durationS float64) *bootSet {
 	return s
 }
 
-// values are the verdict metrics (verdictMetrics' order) of the set with
-// each cluster weighed w[cluster] times (nil: once each).
-func (s *bootSet) values(w []uint32) [4]float64 {
-	weight := func(i int32) float64 {
-		if w == nil {
-			return 1
-		}
-		return float64(w[s.rows[i].cluster])
-	}
+// full is the verdict metrics (verdictMetrics' order) of the set as the
+// report computes them, row by row in trace order: the point estimate,
+// the same bits as the report's figures.
+func (s *bootSet) full() [4]float64 {
 	var n, sumTTFT, good, hit, input float64
 	for i := range s.rows {
 		r := &s.rows[i]
 		if !r.completed {
 			continue
 		}
-		k := weight(int32(i))
-		n += k
-		sumTTFT += float64(k * r.ttft)
-		hit += float64(k * float64(r.hit))
-		input += float64(k * float64(r.input))
+		n++
+		sumTTFT += r.ttft
+		hit += float64(r.hit)
+		input += float64(r.input)
 		if r.good {
-			good += k
+			good++
 		}
 	}
-	return [4]float64{sumTTFT / n, s.percentile(w, weight, n, 99), good / s.durationS, hit / input}
+	return [4]float64{sumTTFT / n, s.percentile(nil, n, 99), good / s.durationS, hit / input}
+}
+
+// resampled is the verdict metrics with each cluster counted w[cluster]
+// times: sums over the clusters, and one walk of the rows by TTFT.
+func (s *bootSet) resampled(w []uint32) [4]float64 {
+	var n, sumTTFT, good, hit, input float64
+	for c, k := range w {
+		if k == 0 {
+			continue
+		}
+		f := float64(k)
+		n += float64(f * s.n[c])
+		sumTTFT += float64(f * s.ttft[c])
+		good += float64(f * s.good[c])
+		hit += float64(f * s.hit[c])
+		input += float64(f * s.input[c])
+	}
+	return [4]float64{sumTTFT / n, s.percentile(w, n, 99), good / s.durationS, hit / input}
 }
 
 // percentile is numpy's linear percentile of the completed rows' TTFTs,
-// each row counted weight(row) times: one walk of the sorted rows.
-func (s *bootSet) percentile(w []uint32, weight func(int32) float64, n float64, p float64) float64 {
+// each row counted w[its cluster] times (nil: once), n in all. It walks
+// down from the longest: a high percentile is found within its first few
+// rows.
+func (s *bootSet) percentile(w []uint32, n float64, p float64) float64 {
 	if n == 0 {
 		return math.NaN()
 	}
 	pos := float64(p / 100 * (n - 1))
 	lo := math.Floor(pos)
-	below := 0.0 // rows of rank below the current one
-	var a float64
-	found := false
-	for _, i := range s.byTTFT {
-		k := weight(i)
-		if k == 0 {
-			continue
-		}
-		v := s.rows[i].ttft
-		if found { // the next rank after lo is this row's first
-			return a + float64((pos-lo)*(v-a))
-		}
-		if lo < below+k {
-			a = v
-			if pos == lo || lo+1 < below+k { // both ranks are this row
-				return a
+	above := 0.0 // rows of rank above the current one
+	var next float64
+	haveNext := pos == lo // the rank after lo is not needed
+	for i := len(s.byTTFT) - 1; i >= 0; i-- {
+		t := &s.byTTFT[i]
+		k := 1.0
+		if w != nil {
+			if k = float64(w[t.cluster]); k == 0 {
+				continue
 			}
-			found = true
 		}
-		below += k
+		first := n - above - k // this row holds ranks first .. first+k-1
+		if !haveNext && lo+1 >= first {
+			next, haveNext = t.ttft, true
+		}
+		if lo >= first {
+			if pos == lo {
+				return t.ttft
+			}
+			return t.ttft + float64((pos-lo)*(next-t.ttft))
+		}
+		above += k
 	}
-	return a
+	return math.NaN() // unreachable: the rows hold n ranks
 }
 
 // splitmix64 is the bootstrap's generator: written here, not taken from
@@ -138,45 +176,81 @@ func (s *splitmix64) below(n uint64) uint64 {
 	return hi
 }
 
-// pairedBootstrap gives, for each verdict metric, the ratio of other's
-// value to base's and its 95% percentile interval over the resamples of
-// clusters clusters; ok[m] is false where a ratio is not a finite number
-// (a zero baseline), which has no interval.
-func pairedBootstrap(base, other *bootSet, clusters int) (ratio [4]float64, ci [4][2]float64, ok [4]bool) {
-	b, o := base.values(nil), other.values(nil)
-	for m := range ratio {
-		ratio[m] = o[m] / b[m]
-		ok[m] = !math.IsNaN(ratio[m]) && !math.IsInf(ratio[m], 0)
+// resampleWeights draws resample b's clusters: each of the clusters
+// drawn clusters times with replacement, from a generator of its own, so
+// that a resample is the same whichever goroutine draws it.
+func resampleWeights(w []uint32, b int) {
+	clear(w)
+	rng := splitmix64(bootstrapSeed ^ uint64(b)*0xd1342543de82ef95)
+	for range w {
+		w[rng.below(uint64(len(w)))]++
 	}
-	draws := make([][]float64, len(ratio))
-	for m := range draws {
-		draws[m] = make([]float64, 0, bootstrapResamples)
-	}
-	rng := splitmix64(bootstrapSeed)
-	w := make([]uint32, clusters)
-	for range bootstrapResamples {
-		clear(w)
-		for range clusters {
-			w[rng.below(uint64(clusters))]++
-		}
-		b, o := base.values(w), other.values(w)
-		for m := range ratio {
-			r := o[m] / b[m]
-			if math.IsNaN(r) || math.IsInf(r, 0) {
-				ok[m] = false
-			}
-			draws[m] = append(draws[m], r)
-		}
-	}
-	for m := range ratio {
-		if !ok[m] {
-			continue
-		}
-		slices.Sort(draws[m])
-		ci[m] = [2]float64{numpyPercentile(draws[m], 2.5), numpyPercentile(draws[m], 97.5)}
-	}
-	return ratio, ci, ok
 }
+
+// bootstrapOutcome is one contender's ratios to the baseline on the
+// verdict metrics, their 95% intervals, and whether each is a finite
+// number throughout (a zero baseline has no ratio).
+type bootstrapOutcome struct {
+	ratio [4]float64
+	ci    [4][2]float64
+	ok    [4]bool
+}
+
+// pairedBootstrap measures each of others against base over the same
+// resamples of clusters clusters, jobs goroutines drawing them: each
+// resample's baseline once for all the others.
+func pairedBootstrap(base *bootSet, others []*bootSet, clusters, jobs int) []bootstrapOutcome {
+	out := make([]bootstrapOutcome, len(others))
+	b := base.full()
+	for i, o := range others {
+		v := o.full()
+		for m := range v {
+			out[i].ratio[m] = v[m] / b[m]
+			out[i].ok[m] = finite(out[i].ratio[m])
+		}
+	}
+	// draws[i][m][b]: other i's ratio on metric m at resample b.
+	draws := make([][4][]float64, len(others))
+	for i := range draws {
+		for m := range draws[i] {
+			draws[i][m] = make([]float64, bootstrapResamples)
+		}
+	}
+	var wg sync.WaitGroup
+	jobs = max(1, min(jobs, bootstrapResamples))
+	for j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := make([]uint32, clusters)
+			for r := j; r < bootstrapResamples; r += jobs {
+				resampleWeights(w, r)
+				bv := base.resampled(w)
+				for i, o := range others {
+					ov := o.resampled(w)
+					for m := range ov {
+						draws[i][m][r] = ov[m] / bv[m]
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range others {
+		for m := range draws[i] {
+			d := draws[i][m]
+			if !out[i].ok[m] || slices.ContainsFunc(d, func(x float64) bool { return !finite(x) }) {
+				out[i].ok[m] = false
+				continue
+			}
+			slices.Sort(d)
+			out[i].ci[m] = [2]float64{numpyPercentile(d, 2.5), numpyPercentile(d, 97.5)}
+		}
+	}
+	return out
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // numpyPercentile is numpy's default percentile of sorted xs.
 func numpyPercentile(xs []float64, p float64) float64 {

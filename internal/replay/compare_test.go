@@ -155,10 +155,10 @@ func TestWeightedPercentileIsNumpys(t *testing.T) {
 		if len(expanded) == 0 {
 			continue
 		}
-		s := newBootSet(rows, 1)
+		s := newBootSet(rows, 1, n)
 		sorted := sortedFloats(expanded)
 		for _, p := range []float64{0, 2.5, 50, 90, 99, 100} {
-			got := s.percentile(w, func(i int32) float64 { return float64(w[rows[i].cluster]) }, float64(len(expanded)), p)
+			got := s.percentile(w, float64(len(expanded)), p)
 			if want := numpyPercentile(sorted, p); got != want {
 				t.Fatalf("trial %d, p%v of %v weighed %v: %v, numpy gives %v", trial, p, rows, w, got, want)
 			}

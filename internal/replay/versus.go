@@ -3,15 +3,13 @@ package replay
 import (
 	"slices"
 	"strconv"
-	"sync"
 )
 
 // versus measures each contender against the baseline on the verdict
 // metrics (a paired bootstrap over sessions, on every repeat's records)
 // and words the verdicts. byContender holds each contender's results,
-// repeats in order. The contenders are measured Jobs at a time; each
-// resample is drawn the same for all, so the report does not depend on
-// how many.
+// repeats in order. Jobs goroutines draw the resamples; each resample is
+// the same whichever draws it, so the report does not depend on how many.
 func (e *Experiment) versus(d *Deterministic, byContender [][]*Result) {
 	d.Verdicts = []string{}
 	bi := slices.IndexFunc(e.Contenders, func(c Contender) bool { return c.Name == e.Baseline })
@@ -20,32 +18,30 @@ func (e *Experiment) versus(d *Deterministic, byContender [][]*Result) {
 	}
 	clusters, ids := e.clusters(byContender[bi])
 	sets := make([]*bootSet, len(byContender))
+	var others []*bootSet
 	for c, results := range byContender {
-		sets[c] = e.bootSetOf(results, ids)
+		sets[c] = e.bootSetOf(results, ids, clusters)
+		if c != bi {
+			others = append(others, sets[c])
+		}
 	}
+	outcomes := pairedBootstrap(sets[bi], others, clusters, e.Jobs)
 	versus := make([][]Versus, len(sets))
-	var wg sync.WaitGroup
-	limit := make(chan struct{}, max(e.Jobs, 1))
 	for c := range sets {
 		if c == bi {
 			continue
 		}
-		wg.Add(1)
-		limit <- struct{}{}
-		go func() {
-			defer func() { <-limit; wg.Done() }()
-			ratio, ci, ok := pairedBootstrap(sets[bi], sets[c], clusters)
-			for m, vm := range verdictMetrics {
-				if !ok[m] || vm.key == "request_goodput" && !e.Goodput.Set() {
-					continue
-				}
-				v := Versus{Metric: vm.key, Ratio: ratio[m], CI95: ci[m]}
-				judge(&v, vm.lower)
-				versus[c] = append(versus[c], v)
+		o := &outcomes[0]
+		outcomes = outcomes[1:]
+		for m, vm := range verdictMetrics {
+			if !o.ok[m] || vm.key == "request_goodput" && !e.Goodput.Set() {
+				continue
 			}
-		}()
+			v := Versus{Metric: vm.key, Ratio: o.ratio[m], CI95: o.ci[m]}
+			judge(&v, vm.lower)
+			versus[c] = append(versus[c], v)
+		}
 	}
-	wg.Wait()
 	for c := range sets {
 		d.Contenders[c].Versus = versus[c]
 		for _, v := range versus[c] {
@@ -85,7 +81,7 @@ func (e *Experiment) clusters(results []*Result) (int, [][]int32) {
 }
 
 // bootSetOf is one contender's rows over its repeats, for the bootstrap.
-func (e *Experiment) bootSetOf(results []*Result, ids [][]int32) *bootSet {
+func (e *Experiment) bootSetOf(results []*Result, ids [][]int32, clusters int) *bootSet {
 	var rows []bootRow
 	duration := 0.0
 	for k, res := range results {
@@ -97,5 +93,5 @@ func (e *Experiment) bootSetOf(results []*Result, ids [][]int32) *bootSet {
 				good: e.Goodput.Meets(r), ttft: r.TTFTMS, hit: r.CachedTokens, input: r.InputTokens})
 		}
 	}
-	return newBootSet(rows, duration)
+	return newBootSet(rows, duration, clusters)
 }
