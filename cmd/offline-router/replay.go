@@ -278,7 +278,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) 
 		table = cmd.ErrOrStderr()
 	}
 	title := describe(exp.TracePath, &o.workload)
-	if _, err := fmt.Fprintf(table, "replay of %s: %d requests on %s\n\n", title, len(trace), o.describeCluster()); err != nil {
+	if _, err := fmt.Fprintf(table, "replay of %s: %d requests on %s%s\n\n", title, len(trace), o.describeCluster(), describeRepeats(exp)); err != nil {
 		return &exitError{1, fmt.Errorf("writing the table: %w", err)}
 	}
 	streams, open, err := o.openStreams()
@@ -859,6 +859,18 @@ func (o *replayOptions) describeCluster() string {
 	}
 	if o.replicas.Count > 1 {
 		s += fmt.Sprintf(", %d router replicas", o.replicas.Count)
+	}
+	return s
+}
+
+// describeRepeats names the repeats for the table's first line.
+func describeRepeats(e *replay.Experiment) string {
+	if e.Repeats < 2 {
+		return ""
+	}
+	s := fmt.Sprintf("; %d repeats, seeds %d to %d", e.Repeats, e.Router.Seed, e.Router.Seed+uint64(e.Repeats-1))
+	if e.TracePath == "" {
+		s += " (the workload is made anew at each; this count is seed " + fmt.Sprint(e.Router.Seed) + "'s)"
 	}
 	return s
 }
