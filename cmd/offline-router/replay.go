@@ -102,6 +102,17 @@ events. A request the router turns away (every worker over a busy
 threshold: Dynamo's HTTP 529; a queue timeout) is counted as rejected, by
 reason.
 
+Comparisons: --compare, --policies or --contender NAME=POLICY:KEY=VALUE,...
+(a policy with config overrides) set contenders side by side. --repeats N
+runs each N times, repeat k at --seed + k for all of them, and gives means
+with 95% Student-t intervals. Against --baseline (round_robin when it
+runs), the table and report give each contender's ratio on mean and p99
+TTFT, goodput and prefix hit rate with a 95% interval (a paired bootstrap
+over sessions), and one verdict line each: "kv beats round_robin on p99
+TTFT by 23% [19, 27]", or a tie when the interval holds no difference.
+--requests-out FILE.csv (or .jsonl) writes one row per request per
+contender and repeat (docs/replay.md lists the columns).
+
 --report FILE.json (or - for stdout, the table then going to stderr) writes
 the report: docs/report.schema.json describes it. --requests-out FILE.csv (or
 .jsonl) writes one row per request per policy: its pool, worker, tokens,

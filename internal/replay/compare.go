@@ -156,16 +156,20 @@ func verdictLine(name, baseline, label string, v Versus) string {
 	return fmt.Sprintf("%s loses to %s on %s by %.1f%% [%.1f, %.1f]", name, baseline, label, -change, -hi, -lo)
 }
 
-// judge sets v's verdict from its interval and direction.
+// judge sets v's verdict from its interval and direction. The interval
+// is read as its line prints it, to 0.1%: a bound that rounds to no change
+// (the ratio of two equal p99s, a mass of resamples at exactly 1) holds
+// none, so a verdict never claims what its own numbers do not show.
 func judge(v *Versus, lower bool) {
 	v.Better = "higher"
 	if lower {
 		v.Better = "lower"
 	}
+	lo, hi := math.Round(float64(1000*v.CI95[0])), math.Round(float64(1000*v.CI95[1]))
 	switch {
-	case v.CI95[0] <= 1 && v.CI95[1] >= 1, math.IsNaN(v.Ratio):
+	case lo <= 1000 && hi >= 1000, math.IsNaN(v.Ratio):
 		v.Verdict = "tie"
-	case (v.CI95[1] < 1) == lower:
+	case (hi < 1000) == lower:
 		v.Verdict = "better"
 	default:
 		v.Verdict = "worse"

@@ -176,6 +176,8 @@ func TestVerdictLine(t *testing.T) {
 		{Versus{Ratio: 0.992, CI95: [2]float64{0.976, 1.009}, Better: "lower", Verdict: "tie"}, "kv and round_robin tie on p99 TTFT (-0.8% [-2.4, +0.9])"},
 		{Versus{Ratio: 1.1, CI95: [2]float64{1.05, 1.2}, Better: "lower", Verdict: "worse"}, "kv loses to round_robin on p99 TTFT by 10.0% [5.0, 20.0]"},
 		{Versus{Ratio: 0.9, CI95: [2]float64{0.8, 0.95}, Better: "higher", Verdict: "worse"}, "kv loses to round_robin on p99 TTFT by 10.0% [5.0, 20.0]"},
+		// An upper bound a hair below 1 prints as 0.0: no difference shown, a tie.
+		{Versus{Ratio: 0.993, CI95: [2]float64{0.926, 0.99996}, Better: "lower", Verdict: "tie"}, "kv and round_robin tie on p99 TTFT (-0.7% [-7.4, -0.0])"},
 	} {
 		if got := verdictLine("kv", "round_robin", "p99 TTFT", c.v); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.v, got, c.want)
