@@ -182,33 +182,36 @@ func TestSweepRefusals(t *testing.T) {
 	}
 }
 
-// TestSweepFindsTheBetterKnob: on examples/sweep.json the sweep recommends
-// a setting of Dynamo's cost other than its defaults, with a lower TTFT
-// p99 than the defaults at a worker-share CV within 0.1, as a person
-// tuning by hand found prefill weight 8 better than 1 on a real trace.
+// TestSweepFindsTheBetterKnob: on examples/sweep.json (five repeats) the
+// sweep recommends a setting of Dynamo's cost other than its defaults,
+// told apart from the runner-up, with a lower mean TTFT p99 than the
+// defaults at a worker-share CV within 0.2 by its whole interval, as a
+// person tuning by hand found prefill weight 8 better than 1 on a real
+// trace.
 func TestSweepFindsTheBetterKnob(t *testing.T) {
 	if raceBuild {
-		t.Skip("17 replays: TestSweepAnyPoolSize runs the pool under -race")
+		t.Skip("85 replays: TestSweepAnyPoolSize runs the pool under -race")
 	}
 	tab, _ := sweepInProcess(t, filepath.Join("..", "..", "examples", "sweep.json"), "--out", t.TempDir(), "--quiet")
 	r := tab.Deterministic
+	w := &r.Workloads[0]
 	var base, rec *sweep.PointResult
 	for i := range r.Points {
 		p := &r.Points[i]
 		if strings.Join(p.Varied, " ") == "--policy=kv --prefill-load-scale=1 --temperature=0" {
 			base = p
 		}
-		if r.Workloads[0].Recommended != nil && p.ID == *r.Workloads[0].Recommended {
+		if w.Recommended != nil && p.ID == *w.Recommended {
 			rec = p
 		}
 	}
-	if base == nil || rec == nil {
-		t.Fatalf("default kv point %v, recommended %v", base, r.Workloads[0].Recommended)
+	if base == nil || rec == nil || w.Test != "distinct" || w.Margin.CI95[1] >= 0 {
+		t.Fatalf("default kv point %v, recommended %v (%s, margin %+v)", base, w.Recommended, w.Test, w.Margin)
 	}
-	b, m := base.Report.Policies[0], rec.Report.Policies[0]
-	if rec.Policy != "kv" || rec.ID == base.ID || m.P99TTFTMS >= b.P99TTFTMS || m.PrefixHitRate <= b.PrefixHitRate || m.WorkerShareCV > 0.1 {
-		t.Errorf("recommended %s %v: p99 %.1f hit %.3f cv %.3f; the defaults: p99 %.1f hit %.3f", rec.Policy, rec.Varied,
-			m.P99TTFTMS, m.PrefixHitRate, m.WorkerShareCV, b.P99TTFTMS, b.PrefixHitRate)
+	mean := func(p *sweep.PointResult, name string) float64 { v, _ := p.Mean(name); return v }
+	if rec.Policy != "kv" || rec.ID == base.ID || mean(rec, "p99_ttft_ms") >= mean(base, "p99_ttft_ms") || mean(rec, "worker_share_cv") > 0.2 {
+		t.Errorf("recommended %s %v: p99 %.1f cv %.3f; the defaults: p99 %.1f", rec.Policy, rec.Varied,
+			mean(rec, "p99_ttft_ms"), mean(rec, "worker_share_cv"), mean(base, "p99_ttft_ms"))
 	}
 }
 
