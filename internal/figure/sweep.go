@@ -96,7 +96,7 @@ func SaveSweep(path string, t *sweep.Table) error {
 	top -= titleStyle.Height(title) * 1.4
 	for _, line := range []string{
 		fmt.Sprintf("%d points. Objective: %s.", len(r.Points), r.Objective.String()),
-		"Hollow: outside the objective's bounds. Black squares, joined and numbered: the Pareto front. Red cross: the recommended point.",
+		"Hollow: outside the objective's bounds. Black squares, joined and numbered: the Pareto front. Red cross: the recommended point; red rings: points tied for best.",
 	} {
 		body.FillText(subStyle, vg.Point{X: center, Y: top}, line)
 		top -= subStyle.Height(line) * 1.4
@@ -179,6 +179,10 @@ func sweepPanels(pts []*sweep.PointResult, w sweep.WorkloadResult, f sweep.Front
 	if w.Recommended != nil {
 		rec = byID[*w.Recommended]
 	}
+	var tied plotter.XYs // the best and those that tie with it, when none is recommended
+	for _, id := range w.Tied {
+		tied = append(tied, xy(byID[id]))
+	}
 	draw1 := func(title string) (*plot.Plot, error) {
 		p := plot.New()
 		p.Title.Text = title
@@ -241,6 +245,14 @@ func sweepPanels(pts []*sweep.PointResult, w sweep.WorkloadResult, f sweep.Front
 			}
 			p.Add(line, squares, labels)
 		}
+		if len(tied) > 0 {
+			rings, err := plotter.NewScatter(tied)
+			if err != nil {
+				return nil, err
+			}
+			rings.GlyphStyle = draw.GlyphStyle{Color: recommendedColor, Radius: 11, Shape: draw.RingGlyph{}}
+			p.Add(rings)
+		}
 		if rec != nil {
 			mark, err := plotter.NewScatter(plotter.XYs{xy(rec)})
 			if err != nil {
@@ -260,7 +272,7 @@ func sweepPanels(pts []*sweep.PointResult, w sweep.WorkloadResult, f sweep.Front
 	}
 	// The zoom frames the front and the recommended point, and shows
 	// whatever else falls there.
-	box := slices.Clone(frontXY)
+	box := append(slices.Clone(frontXY), tied...)
 	if rec != nil {
 		box = append(box, xy(rec))
 	}
