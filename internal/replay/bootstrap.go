@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"math"
 	"math/bits"
 	"slices"
@@ -65,15 +66,7 @@ func newBootSet(rows []bootRow, durationS float64, clusters int) *bootSet {
 		}
 		s.byTTFT = append(s.byTTFT, timed{r.ttft, c})
 	}
-	slices.SortStableFunc(s.byTTFT, func(a, b timed) int {
-		switch {
-		case a.ttft < b.ttft:
-			return -1
-		case a.ttft > b.ttft:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(s.byTTFT, func(a, b timed) int { return cmp.Compare(a.ttft, b.ttft) })
 	return s
 }
 
