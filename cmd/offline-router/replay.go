@@ -307,9 +307,18 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) 
 		}
 		return &exitError{1, err}
 	}
+	streamed := false // the streamed run ended whole, whatever became of the others
+	exp.StreamsDone = func() { streamed = true }
 	rep, results, err := exp.Run(ctx, trace, info)
 	for _, s := range open {
-		err = errors.Join(err, s.close(ctx, err))
+		cut := err
+		if streamed {
+			cut = nil
+		}
+		err = errors.Join(err, s.close(ctx, cut))
+	}
+	if err == nil && signalOf(ctx) != 0 { // after the last command: the outputs are not written all the same
+		err = fmt.Errorf("after the runs: %w", replay.ErrStopped)
 	}
 	if err != nil {
 		if rows != nil {
@@ -819,6 +828,14 @@ func (o *replayOptions) contenderSet(src wire.ConfigSource, cfg protocol.Config)
 		}
 		if i := slices.IndexFunc(out, func(c replay.Contender) bool { return c.Name == spec.Name }); i >= 0 {
 			return nil, fmt.Errorf("--contender %q: a contender is already named %s: give it a name of its own (NAME=POLICY:...)", text, spec.Name)
+		}
+		for _, kv := range spec.Settings {
+			key, _, _ := strings.Cut(kv, "=")
+			for _, o := range src.Overrides {
+				if key == o.Key || strings.HasPrefix(key, o.Key+".") || strings.HasPrefix(o.Key, key+".") {
+					return nil, fmt.Errorf("--contender %q sets %s, which %s sets for every contender: give it in one place", text, key, o.Flag)
+				}
+			}
 		}
 		withIt := src
 		withIt.Overrides = append(slices.Clone(src.Overrides), spec.Overrides()...)

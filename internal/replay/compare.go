@@ -70,23 +70,27 @@ var tQuantile975 = []float64{12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2
 	2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
 	2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042}
 
-// tCritical is the 0.975 quantile for df degrees of freedom: the table's up
-// to 30, then the entry for 40, 60 or 120 at or below df (a wider interval,
-// never a narrower one), then the normal's.
+// tBeyond30 are the 0.975 quantiles past the table, by degrees of
+// freedom: the entry at or below df is taken (a wider interval, never a
+// narrower one: at most 0.4% wider).
+var tBeyond30 = []struct {
+	df int
+	t  float64
+}{{30, 2.042}, {35, 2.030}, {40, 2.021}, {45, 2.014}, {50, 2.009}, {60, 2.000}, {70, 1.994}, {80, 1.990},
+	{100, 1.984}, {120, 1.980}, {150, 1.976}, {200, 1.972}, {300, 1.968}, {500, 1.965}, {1000, 1.962}}
+
+// tCritical is the 0.975 quantile for df degrees of freedom.
 func tCritical(df int) float64 {
-	switch {
-	case df <= len(tQuantile975):
+	if df <= len(tQuantile975) {
 		return tQuantile975[df-1]
-	case df < 40:
-		return 2.042
-	case df < 60:
-		return 2.021
-	case df < 120:
-		return 2.000
-	case df < 1000:
-		return 1.980
 	}
-	return 1.960
+	t := tBeyond30[0].t
+	for _, e := range tBeyond30 {
+		if e.df <= df {
+			t = e.t
+		}
+	}
+	return t
 }
 
 // MeanInterval is the mean of xs and, with two or more, its 95% Student-t
@@ -142,7 +146,9 @@ func summarizeRepeats(repeats []Metrics) map[string]Estimate {
 // round_robin on p99 TTFT by 23% [19, 27]", or a tie with the signed
 // change when the interval holds no difference.
 func verdictLine(name, baseline, label string, v Versus) string {
-	pct := func(x float64) float64 { return float64(100 * (x - 1)) }
+	// To the 0.1% printed, and +0.0 for what rounds to no change (not
+	// -0.0).
+	pct := func(x float64) float64 { return math.Round(float64(1000*(x-1)))/10 + 0 }
 	change, lo, hi := pct(v.Ratio), pct(v.CI95[0]), pct(v.CI95[1])
 	switch {
 	case v.Verdict == "tie":

@@ -129,7 +129,7 @@ func TestMeanInterval(t *testing.T) {
 	if e := MeanInterval([]float64{4}); e.Mean != 4 || e.CI95 != nil {
 		t.Errorf("one value: %+v, want no interval", e)
 	}
-	if tCritical(35) != 2.042 || tCritical(45) != 2.021 || tCritical(5000) != 1.960 {
+	if tCritical(31) != 2.042 || tCritical(44) != 2.021 || tCritical(5000) != 1.962 {
 		t.Error("the table past 30 degrees of freedom takes the entry at or below")
 	}
 }
@@ -177,7 +177,7 @@ func TestVerdictLine(t *testing.T) {
 		{Versus{Ratio: 1.1, CI95: [2]float64{1.05, 1.2}, Better: "lower", Verdict: "worse"}, "kv loses to round_robin on p99 TTFT by 10.0% [5.0, 20.0]"},
 		{Versus{Ratio: 0.9, CI95: [2]float64{0.8, 0.95}, Better: "higher", Verdict: "worse"}, "kv loses to round_robin on p99 TTFT by 10.0% [5.0, 20.0]"},
 		// An upper bound a hair below 1 prints as 0.0: no difference shown, a tie.
-		{Versus{Ratio: 0.993, CI95: [2]float64{0.926, 0.99996}, Better: "lower", Verdict: "tie"}, "kv and round_robin tie on p99 TTFT (-0.7% [-7.4, -0.0])"},
+		{Versus{Ratio: 0.993, CI95: [2]float64{0.926, 0.99996}, Better: "lower", Verdict: "tie"}, "kv and round_robin tie on p99 TTFT (-0.7% [-7.4, +0.0])"},
 	} {
 		if got := verdictLine("kv", "round_robin", "p99 TTFT", c.v); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.v, got, c.want)

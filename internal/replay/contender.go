@@ -2,9 +2,14 @@ package replay
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
+	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
@@ -20,7 +25,10 @@ type ContenderSpec struct {
 }
 
 // ParseContender reads one contender. Without a name, one of plain policy
-// is named after it, and one with settings after the whole text.
+// is named after it, and one with settings after the whole text. A name
+// may not be another policy's (a kv contender named round_robin would be
+// taken for the baseline), nor a policy's own name with settings (kv with
+// another prefill weight is not kv).
 func ParseContender(text string) (ContenderSpec, error) {
 	head, tail, hasSettings := strings.Cut(text, ":")
 	var c ContenderSpec
@@ -37,22 +45,68 @@ func ParseContender(text string) (ContenderSpec, error) {
 		return bad("no policy")
 	case named && name == "":
 		return bad("an empty name")
-	case strings.ContainsAny(name, " \t\n,"):
+	case named && strings.ContainsAny(name, " \t\n,"):
 		return bad("a name with a space or a comma")
+	case named && slices.Contains(protocol.Policies, protocol.Policy(name)) && (name != policy || hasSettings):
+		return bad(fmt.Sprintf("%s is a policy's name: give the contender one of its own", name))
 	}
-	if hasSettings {
-		for _, kv := range strings.Split(tail, ",") {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || k == "" || v == "" {
-				return bad(fmt.Sprintf("setting %q is not KEY=VALUE", kv))
-			}
-			if k == "policy" {
-				return bad("the policy is given before the colon, not as a setting")
-			}
-			c.Settings = append(c.Settings, kv)
+	if !hasSettings {
+		return c, nil
+	}
+	seen := map[string]bool{}
+	for _, kv := range splitSettings(tail) {
+		k, v, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok || k == "" || v == "":
+			return bad(fmt.Sprintf("setting %q is not KEY=VALUE", kv))
+		case seen[k]:
+			return bad(fmt.Sprintf("%s is set twice", k))
 		}
+		seen[k] = true
+		top, _, _ := strings.Cut(k, ".")
+		if why, ok := unsettable[top]; ok {
+			return bad(fmt.Sprintf("%s: %s", k, why))
+		}
+		if f, err := strconv.ParseFloat(v, 64); err == nil && math.IsInf(f, 0) || errors.Is(err, strconv.ErrRange) {
+			return bad(fmt.Sprintf("%s=%s is out of a number's range", k, v))
+		}
+		c.Settings = append(c.Settings, kv)
 	}
 	return c, nil
+}
+
+// unsettable are the config keys a contender may not set, and why.
+var unsettable = map[string]string{
+	"policy":          "the policy is given before the colon, not as a setting",
+	"seed":            "the seed is the run's (--seed, and --repeats for more of them), the same for every contender",
+	"block_size":      "the trace's hashes are of one block size, the run's (--block-size)",
+	"worker_defaults": "replay announces its own workers (--workers and the --worker-* flags)",
+}
+
+// splitSettings splits KEY=VALUE,KEY=VALUE at the commas that are not in
+// a value's JSON string, object or list (affinity={"mode":"hard","ttl_ms":5}).
+func splitSettings(s string) []string {
+	var out []string
+	depth, quoted, escaped, start := 0, false, false, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case escaped:
+			escaped = false
+		case quoted && c == '\\':
+			escaped = true
+		case c == '"':
+			quoted = !quoted
+		case quoted:
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			depth--
+		case c == ',' && depth == 0:
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
 }
 
 // Overrides are the contender's policy and settings as config overrides,

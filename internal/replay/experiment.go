@@ -40,8 +40,10 @@ type Experiment struct {
 	// depend on it.
 	Jobs int
 	// Streams, when set, receive the one contender's command and response
-	// streams.
-	Streams Streams
+	// streams at repeat 0; StreamsDone, if set, hears when that run has
+	// ended, its streams whole, however the others end.
+	Streams     Streams
+	StreamsDone func()
 	// Progress, if set, gives each contender's run a progress callback.
 	Progress func(contender string, total int) func(done, total int)
 	// Records, if set, is given every run's per-request records once all
@@ -180,6 +182,9 @@ func (e *Experiment) Run(ctx context.Context, trace []Request, info TraceInfo) (
 					return fmt.Errorf("replay of policy %s%s with one router: %w", c.Name, repeatLabel(r.repeat), err)
 				}
 				res.Metrics.OneRouter = OneRouterOf(&base.Metrics)
+			}
+			if streams != (Streams{}) && e.StreamsDone != nil {
+				e.StreamsDone()
 			}
 			res.Metrics.Contender = c.Name
 			r.result = res

@@ -211,6 +211,13 @@ var reserved = map[string]string{
 	"version": "a point runs, it does not print a version",
 }
 
+// notInGrid are the flags a grid may not vary: points compare pair by
+// pair only at the same seeds and repeats.
+var notInGrid = map[string]string{
+	"seed":    `a grid of seeds makes the sweep recommend a seed: give "repeats" in "flags" (and "seed" there, for other seeds)`,
+	"repeats": `points compare pair by pair only over the same repeats: give "repeats" in "flags"`,
+}
+
 func (s *Spec) check() error {
 	if len(s.Workloads) == 0 {
 		return errors.New(`"workloads": name at least one trace file, or "builtin"`)
@@ -242,6 +249,9 @@ func (s *Spec) check() error {
 	}
 	for i, block := range s.Grid {
 		for _, kv := range block {
+			if why, ok := notInGrid[kv.Name]; ok {
+				return fmt.Errorf(`"grid"[%d].%s: %s`, i, kv.Name, why)
+			}
 			if len(kv.Values) == 0 {
 				return fmt.Errorf(`"grid"[%d].%s: no values`, i, kv.Name)
 			}

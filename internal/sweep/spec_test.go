@@ -95,6 +95,8 @@ func TestSpecRefusals(t *testing.T) {
 		`{"workloads":[],` + objective + `}`:                                                                    `"workloads"`,
 		`{"workloads":[""],` + objective + `}`:                                                                  `"workloads"[0]`,
 		`{"workloads":["builtin"],"flags":{"report":"x.json"},` + objective + `}`:                               `flag "report": the sweep writes`,
+		`{"workloads":["builtin"],"grid":[{"policy":"kv","seed":[0,1]}],` + objective + `}`:                     `"grid"[0].seed: a grid of seeds makes the sweep recommend a seed`,
+		`{"workloads":["builtin"],"grid":[{"policy":"kv","repeats":[2,5]}],` + objective + `}`:                  `"grid"[0].repeats: points compare pair by pair only over the same repeats`,
 		`{"workloads":["builtin"],"grid":[{"compare":true}],` + objective + `}`:                                 `flag "compare": a point is one contender`,
 		`{"workloads":["builtin"],"grid":[{"--workers":[1]}],` + objective + `}`:                                `without their dashes`,
 		`{"workloads":["builtin"],"flags":{"workers":[1,2]},` + objective + `}`:                                 `"flags".workers: one value`,

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -289,9 +291,12 @@ func WriteTable(w io.Writer, t *Table, specDir string) error {
 		if settings == "" {
 			settings = "(the spec's flags)"
 		}
-		objective := fmt.Sprintf("%.4g", p.Objective.Mean)
+		objective := fixed(p.Objective.Mean, p.Objective.Mean)
 		if p.Objective.CI95 != nil {
-			objective += fmt.Sprintf(" ±%.2g", float64(p.Objective.CI95[1]-p.Objective.Mean))
+			objective += " ±" + fixed(float64(p.Objective.CI95[1]-p.Objective.Mean), p.Objective.Mean)
+		}
+		if !p.MeetsBounds {
+			mark += " (outside the bounds)"
 		}
 		vs := "-"
 		switch {
@@ -300,8 +305,8 @@ func WriteTable(w io.Writer, t *Table, specDir string) error {
 		case p.VsBaseline != nil:
 			vs = fmt.Sprintf("%.3fx", *p.VsBaseline)
 		}
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%.3f\t%.1f\t%.1f\t%.3f\t%.4g\t%s\n", row, settings, objective, vs,
-			mean("prefix_hit_rate"), mean("median_ttft_ms"), mean("p99_ttft_ms"), mean("worker_share_cv"), mean("rejected"), mark)
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%.3f\t%.1f\t%.1f\t%.3f\t%s\t%s\n", row, settings, objective, vs,
+			mean("prefix_hit_rate"), mean("median_ttft_ms"), mean("p99_ttft_ms"), mean("worker_share_cv"), count(mean("rejected")), mark)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -319,6 +324,28 @@ func WriteTable(w io.Writer, t *Table, specDir string) error {
 		}
 	}
 	return nil
+}
+
+// fixed writes x in fixed point, with the decimals four significant
+// digits of a value of scale's size need: 186.6 ±1.9, 0.0331 ±0.0042,
+// never 1.8e+02.
+func fixed(x, scale float64) string {
+	decimals := 3
+	for limit := 10.0; decimals > 0 && math.Abs(scale) >= limit; limit *= 10 {
+		decimals--
+	}
+	if math.Abs(scale) < 1 {
+		decimals = 4
+	}
+	return strconv.FormatFloat(x, 'f', decimals, 64)
+}
+
+// count writes a mean of counts: whole when it is, else to a tenth.
+func count(x float64) string {
+	if x == math.Trunc(x) {
+		return strconv.FormatFloat(x, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(x, 'f', 1, 64)
 }
 
 func direction(lower bool) string {
