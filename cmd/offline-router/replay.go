@@ -110,14 +110,13 @@ runs), the table and report give each contender's ratio on mean and p99
 TTFT, goodput and prefix hit rate with a 95% interval (a paired bootstrap
 over sessions), and one verdict line each: "kv beats round_robin on p99
 TTFT by 23% [19, 27]", or a tie when the interval holds no difference.
---requests-out FILE.csv (or .jsonl) writes one row per request per
-contender and repeat (docs/replay.md lists the columns).
 
 --report FILE.json (or - for stdout, the table then going to stderr) writes
 the report: docs/report.schema.json describes it. --requests-out FILE.csv (or
-.jsonl) writes one row per request per policy: its pool, worker, tokens,
-queue wait, TTFT, TPOT, E2EL, preemptions and rejection reason, from which
-the report's figures recompute (docs/replay.md gives the columns).
+.jsonl) writes one row per request per contender and repeat: its pool,
+worker, tokens, queue wait, TTFT, TPOT, E2EL, preemptions and rejection
+reason, from which the report's figures recompute (docs/replay.md gives the
+columns). --emit-commands and --emit-responses write repeat 0's streams.
 
 Every file is written beside its path and renamed: whole or not at all.
 

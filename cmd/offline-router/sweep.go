@@ -17,6 +17,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/offline-router/offline-router/internal/figure"
 	"github.com/offline-router/offline-router/internal/outfile"
@@ -46,16 +47,22 @@ func newSweepCommand() *cobra.Command {
 		Short: "Replay a grid of policies, knobs and cluster settings, and recommend one (locally, or as a Slurm array or Kubernetes Indexed Job)",
 		Long: `Runs every point of a sweep spec, each a replay with its own flags, and
 says which to deploy. The spec (docs/sweep.md; examples/sweep.json) names
-the workloads (trace files, or "builtin"), replay flags every point takes,
-a grid of flag values (blocks whose combinations are the points: policies,
-their knobs, worker counts, cluster settings) and an objective, e.g. the
-lowest p99_ttft_ms with worker_share_cv at most 0.1.
+the workloads (trace files, or "builtin"), replay flags every point takes
+("repeats": 5 runs each point five times, at seeds seed to seed+4, the same
+for every point), a grid of flag values (blocks whose combinations are the
+points: policies or contenders, their knobs, worker counts, cluster
+settings) and an objective, e.g. the lowest p99_ttft_ms with
+worker_share_cv at most 0.1, or median_ttft_ms at most "0.6x baseline" (the
+baseline point, --policy=round_robin by default). With repeats, a bound
+holds only if a point's whole 95% interval does, and the best point is
+recommended only when the paired interval of its difference to the
+runner-up holds no 0; otherwise the table names the points that tie.
 
 DIR receives plan.json (the points), points/ID.json (each point's replay
 report, written whole or not at all), and once every point has one,
 sweep.json (the merged table: every point's deterministic report, the
-Pareto front of prefix hit rate against TTFT p99, the recommended point)
-and sweep.png (the figure). The table is printed. Points run --jobs at a
+Pareto front of the objective's metric against the first it bounds, the
+recommended point or the tied set) and sweep.png (the figure). The table is printed. Points run --jobs at a
 time (one per CPU by default); results do not depend on --jobs. Every file
 is written whole or not at all. A sweep run again skips the points whose
 file is their whole report (any other file there is named and its point
@@ -169,7 +176,7 @@ func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
 	ran, resumed, err := sweep.Run(ctx, plan, sweep.Options{Out: o.out, Jobs: o.jobs, Shard: shard,
 		Progress: o.progress(len(shard.Of(points))), Redo: redo}, pointRunner(experiments))
 	if sig := signalOf(ctx); sig != 0 {
-		return &exitError{exitCodeFor(sig), fmt.Errorf("sweep stopped by %v: %d points replayed, %d found done; the same command resumes it", sig, ran, resumed)}
+		return &exitError{exitCodeFor(sig), fmt.Errorf("sweep stopped by %s: %d points replayed, %d found done; the same command resumes it", unix.SignalName(sig), ran, resumed)}
 	}
 	if err != nil {
 		return &exitError{1, err}

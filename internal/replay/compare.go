@@ -39,6 +39,9 @@ type ContenderReport struct {
 	// interval, by metric.
 	Repeats []Metrics           `json:"repeats,omitempty"`
 	Summary map[string]Estimate `json:"summary,omitempty"`
+	// PoolSummary is the same of each pool's figures, by role, when
+	// prefill and decode are disaggregated.
+	PoolSummary map[string]map[string]Estimate `json:"pool_summary,omitempty"`
 	// Versus is against the baseline, on the verdict's metrics; none for
 	// the baseline itself or when there is none.
 	Versus []Versus `json:"versus_baseline,omitempty"`
@@ -118,13 +121,40 @@ func MeanInterval(xs []float64) Estimate {
 // summarizeRepeats is each numeric metric's estimate across the repeats,
 // by JSON key.
 func summarizeRepeats(repeats []Metrics) map[string]Estimate {
+	values := make([]reflect.Value, len(repeats))
+	for r := range repeats {
+		values[r] = reflect.ValueOf(&repeats[r]).Elem()
+	}
+	return summarizeFields(values)
+}
+
+// summarizePools is each pool's summary across the repeats, by role:
+// every repeat has the same pools, in the same order.
+func summarizePools(repeats []Metrics) map[string]map[string]Estimate {
+	if len(repeats[0].Pools) == 0 {
+		return nil
+	}
+	out := map[string]map[string]Estimate{}
+	for k, p := range repeats[0].Pools {
+		values := make([]reflect.Value, len(repeats))
+		for r := range repeats {
+			values[r] = reflect.ValueOf(&repeats[r].Pools[k]).Elem()
+		}
+		out[p.Role] = summarizeFields(values)
+	}
+	return out
+}
+
+// summarizeFields is, for each numeric field of the structs (one a
+// repeat) that every repeat has, its estimate, by JSON key.
+func summarizeFields(values []reflect.Value) map[string]Estimate {
 	out := map[string]Estimate{}
-	t := reflect.TypeFor[Metrics]()
+	t := values[0].Type()
 	for i := range t.NumField() {
 		key, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		xs := make([]float64, 0, len(repeats))
-		for r := range repeats {
-			v := reflect.ValueOf(&repeats[r]).Elem().Field(i)
+		xs := make([]float64, 0, len(values))
+		for _, s := range values {
+			v := s.Field(i)
 			if v.Kind() == reflect.Pointer && !v.IsNil() {
 				v = v.Elem()
 			}
@@ -135,7 +165,7 @@ func summarizeRepeats(repeats []Metrics) map[string]Estimate {
 				xs = append(xs, float64(v.Convert(reflect.TypeFor[float64]()).Float()))
 			}
 		}
-		if len(xs) == len(repeats) {
+		if len(xs) == len(values) {
 			out[key] = MeanInterval(xs)
 		}
 	}
@@ -205,6 +235,7 @@ func (e *Experiment) compare(rep *Report, runs []run) {
 				cr.Repeats = append(cr.Repeats, res.Metrics)
 			}
 			cr.Summary = summarizeRepeats(cr.Repeats)
+			cr.PoolSummary = summarizePools(cr.Repeats)
 		}
 		d.Contenders = append(d.Contenders, cr)
 	}

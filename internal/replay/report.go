@@ -127,7 +127,13 @@ func WriteTable(w io.Writer, rep *Report) error {
 	}
 	row("mode", func(i int) string { return ms[i].Mode })
 	row("completed", num("%.0f", "completed", func(m *Metrics) float64 { return float64(m.Completed) }))
-	row("rejected", func(i int) string { return rejections(&ms[i]) })
+	rejected := num("%.0f", "rejected", func(m *Metrics) float64 { return float64(m.Rejected) })
+	row("rejected", func(i int) string {
+		if i < len(d.Contenders) && d.Contenders[i].Summary != nil {
+			return rejected(i) // the repeats' mean; the reasons are in the report
+		}
+		return rejections(&ms[i])
+	})
 	row("prefix hit rate", num("%.3f", "prefix_hit_rate", func(m *Metrics) float64 { return m.PrefixHitRate }))
 	row("router overlap rate", num("%.3f", "router_overlap_rate", func(m *Metrics) float64 { return m.RouterOverlapRate }))
 	row("mean overlap regret (blocks)", num("%.2f", "mean_overlap_regret_blocks", func(m *Metrics) float64 { return m.MeanOverlapRegretBlocks }))
@@ -155,22 +161,34 @@ func WriteTable(w io.Writer, rep *Report) error {
 	row("preemptions", num("%.0f", "num_preemptions", func(m *Metrics) float64 { return float64(m.NumPreemptions) }))
 	row("evicted blocks", num("%.0f", "evicted_blocks", func(m *Metrics) float64 { return float64(m.EvictedBlocks) }))
 	for k := range ms[0].Pools { // the same pools for every policy
-		writePoolRows(row, ms, k)
+		writePoolRows(row, d, ms, k)
 	}
 	row("simulated time (s)", num("%.1f", "duration", func(m *Metrics) float64 { return m.Duration }))
 	row("router commands/s (wall)", func(i int) string { return fmt.Sprintf("%.0f", costs[i].RouterCommandsPerS) })
-	writeVersus(tw, d, ms, row)
+	noRatio := writeVersus(tw, d, ms, row)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	return writeVerdicts(w, d)
+	if noRatio {
+		fmt.Fprintln(w, "  -: no ratio, where the baseline's figure is 0 or no request completed")
+	}
+	if err := writeVerdicts(w, d); err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if m.Rejected > 0 && d.Baseline != "" {
+			fmt.Fprintf(w, "note: %s turned %d of %d requests away (at seed %d): its latencies are those of the requests it served\n",
+				m.Contender, m.Rejected, m.Requests, d.Seed)
+		}
+	}
+	return nil
 }
 
 // writeVersus adds the rows of each contender's ratio to the baseline and
 // its interval, under a line saying what they are.
-func writeVersus(tw io.Writer, d *Deterministic, ms []Metrics, row func(string, func(int) string)) {
+func writeVersus(tw io.Writer, d *Deterministic, ms []Metrics, row func(string, func(int) string)) (noRatio bool) {
 	if d.Baseline == "" {
-		return
+		return false
 	}
 	fmt.Fprintln(tw, "\t")
 	row(fmt.Sprintf("against %s: ratio [95%% interval]", d.Baseline), func(i int) string { return ms[i].Contender })
@@ -190,9 +208,11 @@ func writeVersus(tw io.Writer, d *Deterministic, ms []Metrics, row func(string, 
 					return fmt.Sprintf("%.3f [%.3f, %.3f]", v.Ratio, v.CI95[0], v.CI95[1])
 				}
 			}
+			noRatio = true
 			return "-"
 		})
 	}
+	return noRatio
 }
 
 // writeVerdicts prints the verdict lines, with what their intervals are.
@@ -224,31 +244,43 @@ func intervalMethod(d *Deterministic) string {
 
 // writePoolRows writes the rows of pool k of a disaggregated cluster,
 // each named by the pool's role.
-func writePoolRows(row func(string, func(int) string), ms []Metrics, k int) {
+func writePoolRows(row func(string, func(int) string), d *Deterministic, ms []Metrics, k int) {
 	role := ms[0].Pools[k].Role
-	num := func(name, format string, f func(p *PoolMetrics) float64) {
-		row(role+": "+name, func(i int) string { return fmt.Sprintf(format, f(&ms[i].Pools[k])) })
+	// A cell is repeat 0's figure, or the repeats' mean ± half its interval.
+	num := func(name, format, key string, f func(p *PoolMetrics) float64) {
+		row(role+": "+name, func(i int) string {
+			if i < len(d.Contenders) {
+				if e, ok := d.Contenders[i].PoolSummary[role][key]; ok && e.CI95 != nil {
+					return fmt.Sprintf(format+" ±"+format, e.Mean, float64(e.CI95[1]-e.Mean))
+				}
+			}
+			return fmt.Sprintf(format, f(&ms[i].Pools[k]))
+		})
 	}
-	num("completed", "%.0f", func(p *PoolMetrics) float64 { return float64(p.Completed) })
+	num("completed", "%.0f", "completed", func(p *PoolMetrics) float64 { return float64(p.Completed) })
 	row(role+": rejected", func(i int) string {
+		if i < len(d.Contenders) && d.Contenders[i].PoolSummary != nil {
+			e := d.Contenders[i].PoolSummary[role]["rejected"]
+			return fmt.Sprintf("%.0f ±%.0f", e.Mean, float64(e.CI95[1]-e.Mean))
+		}
 		p := &ms[i].Pools[k]
 		return rejections(&Metrics{Rejected: p.Rejected, RejectedByReason: p.RejectedByReason})
 	})
 	if role == PoolPrefill {
-		num("prefix hit rate", "%.3f", func(p *PoolMetrics) float64 { return *p.PrefixHitRate })
-		num("mean TTFT (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.MeanTTFTMS })
-		num("P99 TTFT (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.P99TTFTMS })
+		num("prefix hit rate", "%.3f", "prefix_hit_rate", func(p *PoolMetrics) float64 { return *p.PrefixHitRate })
+		num("mean TTFT (ms)", "%.1f", "mean_ttft_ms", func(p *PoolMetrics) float64 { return p.MeanTTFTMS })
+		num("P99 TTFT (ms)", "%.1f", "p99_ttft_ms", func(p *PoolMetrics) float64 { return p.P99TTFTMS })
 	} else {
-		num("mean KV transfer (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.MeanTransferMS })
-		num("mean ITL (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.MeanITLMS })
-		num("P99 ITL (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.P99ITLMS })
+		num("mean KV transfer (ms)", "%.1f", "mean_transfer_ms", func(p *PoolMetrics) float64 { return p.MeanTransferMS })
+		num("mean ITL (ms)", "%.1f", "mean_itl_ms", func(p *PoolMetrics) float64 { return p.MeanITLMS })
+		num("P99 ITL (ms)", "%.1f", "p99_itl_ms", func(p *PoolMetrics) float64 { return p.P99ITLMS })
 	}
-	num("median queue wait (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.MedianQueueWaitMS })
-	num("P99 queue wait (ms)", "%.1f", func(p *PoolMetrics) float64 { return p.P99QueueWaitMS })
-	num("router overlap rate", "%.3f", func(p *PoolMetrics) float64 { return p.RouterOverlapRate })
-	num("worker share CV", "%.3f", func(p *PoolMetrics) float64 { return p.WorkerShareCV })
-	num("preemptions", "%.0f", func(p *PoolMetrics) float64 { return float64(p.NumPreemptions) })
-	num("evicted blocks", "%.0f", func(p *PoolMetrics) float64 { return float64(p.EvictedBlocks) })
+	num("median queue wait (ms)", "%.1f", "median_queue_wait_ms", func(p *PoolMetrics) float64 { return p.MedianQueueWaitMS })
+	num("P99 queue wait (ms)", "%.1f", "p99_queue_wait_ms", func(p *PoolMetrics) float64 { return p.P99QueueWaitMS })
+	num("router overlap rate", "%.3f", "router_overlap_rate", func(p *PoolMetrics) float64 { return p.RouterOverlapRate })
+	num("worker share CV", "%.3f", "worker_share_cv", func(p *PoolMetrics) float64 { return p.WorkerShareCV })
+	num("preemptions", "%.0f", "num_preemptions", func(p *PoolMetrics) float64 { return float64(p.NumPreemptions) })
+	num("evicted blocks", "%.0f", "evicted_blocks", func(p *PoolMetrics) float64 { return float64(p.EvictedBlocks) })
 }
 
 // rejections is the rejected count, with its reasons when there are any.

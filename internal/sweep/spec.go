@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -95,7 +94,7 @@ func (l *Limit) UnmarshalJSON(data []byte) error {
 	}
 	factor, ok := strings.CutSuffix(strings.TrimSpace(text), "x baseline")
 	f, err := strconv.ParseFloat(strings.TrimSpace(factor), 64)
-	if !ok || err != nil || !(f >= 0) || math.IsInf(f, 0) {
+	if !ok || err != nil || !(f > 0) || f > 1e6 {
 		return fmt.Errorf("%q: expected a number, or a multiple of the baseline as \"0.6x baseline\"", text)
 	}
 	*l = Limit{Value: f, OfBaseline: true}
