@@ -639,3 +639,29 @@ func readFile(t *testing.T, path string) []byte {
 	}
 	return data
 }
+
+// TestContenderRefusals: a contender that would crash or mislead is
+// refused before anything runs, naming it: a key a flag sets for all, the
+// workers replay announces, a repeated name, a baseline not run. Catches
+// each check dropped (worker_defaults crashed the run).
+func TestContenderRefusals(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--contender", "k=kv:prefill_load_scale=2", "--prefill-load-scale", "3"}, "sets prefill_load_scale, which --prefill-load-scale sets for every contender"},
+		{[]string{"--contender", "k=kv:worker_defaults.dp_size=2"}, "replay announces its own workers"},
+		{[]string{"--policies", "kv", "--contender", "kv"}, "a contender is already named kv"},
+		{[]string{"--contender", "a=kv", "--contender", "b=random", "--baseline", "c"}, `--baseline "c": not a contender of this run (a, b)`},
+	} {
+		dir := t.TempDir()
+		report := filepath.Join(dir, "r.json")
+		_, stderr, code := run(t, "", append([]string{"replay", "--sessions", "3", "-q", "--report", report}, c.args...)...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%q: exit %d, %s; want exit 2 and %q", c.args, code, stderr, c.want)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Errorf("%q left %d files", c.args, len(entries))
+		}
+	}
+}

@@ -189,3 +189,21 @@ func TestVerdictLine(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolSummary: disaggregated, each pool's figures get the repeats' mean
+// and interval too. Catches a pool summary left out, taken from one
+// repeat, or keyed by another role.
+func TestPoolSummary(t *testing.T) {
+	e := experiment(20, 2, "", policy("kv", protocol.PolicyKV))
+	e.Cluster.Workers, e.Cluster.PrefillWorkers, e.Cluster.DecodeWorkers, e.Cluster.KVTransferGBps = 2, 2, 2, 50
+	c := runExperiment(t, e).Deterministic.Contenders[0]
+	if len(c.Repeats) != 2 || len(c.Repeats[0].Pools) != 2 {
+		t.Fatalf("%d repeats, %d pools", len(c.Repeats), len(c.Repeats[0].Pools))
+	}
+	for k, role := range []string{"prefill", "decode"} {
+		want := float64(c.Repeats[0].Pools[k].Completed+c.Repeats[1].Pools[k].Completed) / 2
+		if got := c.PoolSummary[role]["completed"]; got.Mean != want || got.CI95 == nil {
+			t.Errorf("%s: completed %+v, want the mean %v with an interval", role, got, want)
+		}
+	}
+}

@@ -191,3 +191,21 @@ func TestLimitJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestFixedPoint: the table's figures are fixed point, to four
+// significant digits of their scale, and counts whole when they are.
+// Catches exponents (%g) and a half-width written to other decimals than
+// its mean.
+func TestFixedPoint(t *testing.T) {
+	for _, c := range []struct {
+		x, scale float64
+		want     string
+	}{{186.6, 186.6, "186.6"}, {185.0, 189.9, "185.0"}, {0.03313, 0.03313, "0.0331"}, {4.2, 0.5, "4.2000"}, {12345, 12345, "12345"}, {1.5, 42, "1.50"}} {
+		if got := fixed(c.x, c.scale); got != c.want {
+			t.Errorf("fixed(%v, %v) = %s, want %s", c.x, c.scale, got, c.want)
+		}
+	}
+	if count(3) != "3" || count(72.666) != "72.7" {
+		t.Errorf("count: %s, %s", count(3), count(72.666))
+	}
+}
