@@ -135,7 +135,8 @@ func (c *comparison) plots() ([]*plot.Plot, error) {
 		if err != nil {
 			return nil, err
 		}
-		ref.Color, ref.Dashes, ref.Width = color.Gray{0x40}, []vg.Length{4, 3}, 1
+		// Light, so that the labels above the bars it passes under read.
+		ref.Color, ref.Dashes, ref.Width = color.Gray{0xa0}, []vg.Length{4, 3}, 0.75
 		p.Add(plotter.NewGrid(), ref)
 		if len(bars) > 0 {
 			eb, err := plotter.NewXErrorBars(bars)
@@ -170,7 +171,7 @@ func (c *comparison) plots() ([]*plot.Plot, error) {
 		}
 		// Room on both sides for the percentages written over the marks.
 		span := math.Max(hi-lo, 0.02)
-		p.X.Min, p.X.Max = lo-0.35*span, hi+0.35*span
+		p.X.Min, p.X.Max = math.Max(0, lo-0.35*span), hi+0.35*span // a ratio is not below 0
 		p.X.Tick.Marker = niceTicks{}
 		if k == 0 {
 			p.NominalY(names...)

@@ -603,7 +603,8 @@ func (niceTicks) Ticks(lo, hi float64) []plot.Tick {
 	decimals := max(0, -int(math.Floor(math.Log10(step))))
 	var ts []plot.Tick
 	for k := math.Ceil(lo / step); k*step <= hi+step*1e-9; k++ {
-		ts = append(ts, plot.Tick{Value: k * step, Label: strconv.FormatFloat(k*step, 'f', decimals, 64)})
+		v := k*step + 0 // +0 for a tick at -0: "0", not "-0"
+		ts = append(ts, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', decimals, 64)})
 	}
 	return ts
 }

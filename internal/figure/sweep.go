@@ -267,12 +267,20 @@ func sweepPanels(pts []*sweep.PointResult, w sweep.WorkloadResult, f sweep.Front
 		return nil, nil, nil, err
 	}
 	pad(all, 0.04)
-	if zoom, err = draw1("Near the front"); err != nil {
+	zoomTitle := "Near the front"
+	if len(tied) > 0 {
+		zoomTitle = "The tied points"
+	}
+	if zoom, err = draw1(zoomTitle); err != nil {
 		return nil, nil, nil, err
 	}
 	// The zoom frames the front and the recommended point, and shows
 	// whatever else falls there.
-	box := append(slices.Clone(frontXY), tied...)
+	// With a tie, where the tied points crowd; else the front's region.
+	box := slices.Clone(tied)
+	if len(box) == 0 {
+		box = slices.Clone(frontXY)
+	}
 	if rec != nil {
 		box = append(box, xy(rec))
 	}

@@ -48,7 +48,7 @@ func TestSweepPanelsPlotTheFront(t *testing.T) {
 	if !strings.HasPrefix(all.X.Label.Text, "mean_ttft_ms") || !strings.HasPrefix(all.Y.Label.Text, "worker_share_cv") {
 		t.Errorf("axes %q and %q, want the front's metrics", all.X.Label.Text, all.Y.Label.Text)
 	}
-	if !(zoom.X.Min < 100 && zoom.X.Max > 101 && zoom.Y.Min < 0.1 && zoom.Y.Max > 0.2) || zoom.X.Max > 400 {
+	if !(zoom.X.Min < 100 && zoom.X.Max > 101 && zoom.Y.Min < 0.1 && zoom.Y.Max > 0.2) || zoom.X.Max > 400 || zoom.Title.Text != "The tied points" {
 		t.Errorf("the zoom frames x %v..%v, y %v..%v: want both tied points, not c", zoom.X.Min, zoom.X.Max, zoom.Y.Min, zoom.Y.Max)
 	}
 	if len(key) != 1 || !strings.Contains(key[0], "mean_ttft_ms 100") {
