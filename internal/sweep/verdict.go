@@ -374,12 +374,16 @@ func writeVerdict(w io.Writer, r *TableResult, wl *WorkloadResult, specDir strin
 	}
 	p := &r.Points[slices.IndexFunc(r.Points, func(p PointResult) bool { return p.ID == *wl.Recommended })]
 	fmt.Fprintf(w, "recommended%s for %s: %s, %s = %.4g\n", on, r.Objective.String(), p.ID, metric, p.Objective.Mean)
+	runnerUp := func() string {
+		i := slices.IndexFunc(r.Points, func(p PointResult) bool { return p.ID == *wl.RunnerUp })
+		return fmt.Sprintf("%s (%s)", *wl.RunnerUp, r.Points[i].settings())
+	}
 	switch wl.Test {
 	case "distinct":
-		fmt.Fprintf(w, "  against the runner-up %s: %+.4g [%+.4g, %+.4g] (paired over %d repeats, 95%%)\n",
-			*wl.RunnerUp, wl.Margin.Mean, wl.Margin.CI95[0], wl.Margin.CI95[1], p.Report.Repeats)
+		fmt.Fprintf(w, "  against the runner-up %s: %s %+.4g [%+.4g, %+.4g] (the paired difference over %d repeats, 95%%)\n",
+			runnerUp(), metric, wl.Margin.Mean, wl.Margin.CI95[0], wl.Margin.CI95[1], p.Report.Repeats)
 	case "one_repeat":
-		fmt.Fprintf(w, "  not tested against the runner-up %s: one repeat gives no interval (give the spec's flags \"repeats\": 5)\n", *wl.RunnerUp)
+		fmt.Fprintf(w, "  not tested against the runner-up %s: one repeat gives no interval (give the spec's flags \"repeats\": 5)\n", runnerUp())
 	}
 	args := p.Flags
 	note := ""
