@@ -212,13 +212,6 @@ func judge(v *Versus, lower bool) {
 	}
 }
 
-// sortedFloats is xs sorted, a copy.
-func sortedFloats(xs []float64) []float64 {
-	out := slices.Clone(xs)
-	slices.Sort(out)
-	return out
-}
-
 // compare fills the report's contenders (each repeat's metrics and their
 // intervals) and, with a baseline, each contender's ratios to it and the
 // verdicts.

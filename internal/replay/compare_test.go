@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -156,7 +157,7 @@ func TestWeightedPercentileIsNumpys(t *testing.T) {
 			continue
 		}
 		s := newBootSet(rows, 1, n)
-		sorted := sortedFloats(expanded)
+		sorted := slices.Sorted(slices.Values(expanded))
 		for _, p := range []float64{0, 2.5, 50, 90, 99, 100} {
 			got := s.percentile(w, float64(len(expanded)), p)
 			if want := numpyPercentile(sorted, p); got != want {
