@@ -324,6 +324,24 @@ class HostLoop(PolicyTest):
         self.assertEqual(self.evidence(p)["decision_count"], 400)
 
 
+def all_stopped(pid):
+    """Whether every thread of pid is stopped (state T in /proc), or there
+    is no /proc to tell (then the stop is taken as done)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return True
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if state not in ("T", "t"):
+            return False
+    return True
+
+
 def open_fds():
     return len(os.listdir("/proc/self/fd"))
 
@@ -364,6 +382,15 @@ class Process(PolicyTest):
     def stop(self, pid):
         os.kill(pid, signal.SIGSTOP)
         self.addCleanup(lambda: our_child(pid) and os.kill(pid, signal.SIGKILL))  # only if a test failed
+        # kill() returns before the stop is done: the thread the kernel picks
+        # starts the group stop when it next runs, and on a loaded machine
+        # another thread of the router can answer a command first. Wait until
+        # every thread is stopped.
+        deadline = time.monotonic() + 10
+        while not all_stopped(pid):
+            if time.monotonic() > deadline:
+                self.fail(f"router {pid} did not stop within 10 s of SIGSTOP")
+            time.sleep(0.001)
 
     def assert_gone(self, pid):
         self.assertFalse(our_child(pid), f"router {pid} is still a child of this process (alive or unreaped)")
