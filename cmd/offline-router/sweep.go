@@ -160,7 +160,7 @@ func runSweep(cmd *cobra.Command, o *sweepOptions, specPath string) error {
 	if err != nil {
 		return &exitError{2, fmt.Errorf("%s: %w", specPath, err)}
 	}
-	plan := &sweep.Plan{Description: spec.Description, Objective: spec.Objective, Points: points}
+	plan := &sweep.Plan{Description: spec.Description, Objective: spec.Objective, Scenario: spec.Scenario, Points: points}
 	if o.emit != "" {
 		return o.emitJob(cmd.OutOrStdout(), specPath, plan)
 	}

@@ -55,18 +55,17 @@ func SaveSweep(path string, t *sweep.Table) error {
 	}
 	var rows []row
 	height := sweepHeadH
-	for _, w := range r.Workloads {
-		var pts []*sweep.PointResult
-		for i := range r.Points {
-			if r.Points[i].Workload == w.Workload {
-				pts = append(pts, &r.Points[i])
-			}
-		}
+	groups := r.ScenarioPoints()
+	for wi, w := range r.Workloads {
+		pts := groups[wi]
 		all, zoom, key, err := sweepPanels(pts, w, r.Front, policies)
 		if err != nil {
 			return err
 		}
 		title := "Workload " + w.Workload + ": "
+		if len(w.Scenario) > 0 {
+			title = "Workload " + w.Workload + " with " + strings.Join(w.Scenario, " ") + ": "
+		}
 		switch {
 		case w.Recommended != nil:
 			i := slices.IndexFunc(pts, func(p *sweep.PointResult) bool { return p.ID == *w.Recommended })

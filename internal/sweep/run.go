@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,6 +69,7 @@ type Plan struct {
 	SchemaVersion int       `json:"schema_version"`
 	Description   string    `json:"description"`
 	Objective     Objective `json:"objective"`
+	Scenario      []string  `json:"scenario,omitempty"` // the flags whose values make a scenario
 	Points        []Point   `json:"points"`
 }
 
@@ -189,7 +191,7 @@ func Prepare(out string, plan *Plan) error {
 	if err := os.MkdirAll(filepath.Join(out, PointsDir), 0o755); err != nil {
 		return err
 	}
-	if old != nil && old.Description == plan.Description && reflect.DeepEqual(old.Objective, plan.Objective) {
+	if old != nil && old.Description == plan.Description && reflect.DeepEqual(old.Objective, plan.Objective) && slices.Equal(old.Scenario, plan.Scenario) {
 		return nil // the same points, above
 	}
 	data, err := json.MarshalIndent(plan, "", "  ")

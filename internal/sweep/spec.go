@@ -49,6 +49,11 @@ type Spec struct {
 	Grid []Object `json:"grid"`
 	// Objective picks the recommended point.
 	Objective Objective `json:"objective"`
+	// Scenario names grid flags whose values, with the workload, make a
+	// scenario (the engine, the cluster's size, its cache, the load): each
+	// scenario is judged apart, with its own recommendation, front and
+	// figure row, and the table counts what each contender wins.
+	Scenario []string `json:"scenario"`
 
 	dir string // the spec file's folder, which workloads are relative to
 }
@@ -259,7 +264,26 @@ func (s *Spec) check() error {
 			}
 		}
 	}
+	if err := s.checkScenario(); err != nil {
+		return err
+	}
 	return s.Objective.check()
+}
+
+// checkScenario: each scenario flag is named once, without its dashes,
+// and varied by a grid block (a flag no block varies makes no scenario).
+func (s *Spec) checkScenario() error {
+	for i, name := range s.Scenario {
+		switch {
+		case name == "" || strings.HasPrefix(name, "-"):
+			return fmt.Errorf(`"scenario"[%d]: %q: name a grid flag without its dashes ("workers", "arrival-speedup-ratio")`, i, name)
+		case slices.Contains(s.Scenario[:i], name):
+			return fmt.Errorf(`"scenario"[%d]: %s is given twice`, i, name)
+		case !slices.ContainsFunc(s.Grid, func(b Object) bool { return b.has(name) }):
+			return fmt.Errorf(`"scenario"[%d]: no grid block varies %s: a scenario flag takes its values from the grid`, i, name)
+		}
+	}
+	return nil
 }
 
 func (o *Objective) check() error {
@@ -406,13 +430,27 @@ func (s *Spec) checkBaseline(points []Point) error {
 		return nil
 	}
 	baseline := cmp.Or(o.Baseline, DefaultBaseline)
-	for _, w := range s.Workloads {
-		if !slices.ContainsFunc(points, func(p Point) bool { return p.Workload == w && strings.Join(p.Varied, " ") == baseline }) {
-			if o.Baseline == "" {
-				return fmt.Errorf(`"objective"."subject_to".%s is bounded against the baseline, and workload %s has no point %s (the default): add it to the grid, or name another in "objective"."baseline"`, relative, w, baseline)
-			}
-			return fmt.Errorf(`"objective"."baseline" %q: workload %s has no point of these settings (the table's settings column, e.g. --policy=round_robin)`, baseline, w)
+	scenarios := &TableResult{Scenario: s.Scenario}
+	group := func(p *Point) string { return p.Workload + "\x00" + strings.Join(scenarios.scenarioOf(p), "\x00") }
+	has := map[string]bool{}
+	for i := range points {
+		if contenderOf(&points[i], s.Scenario) == baseline {
+			has[group(&points[i])] = true
 		}
+	}
+	for i := range points {
+		p := &points[i]
+		if has[group(p)] {
+			continue
+		}
+		w := p.Workload
+		if scenario := scenarios.scenarioOf(p); len(scenario) > 0 {
+			w += " with " + strings.Join(scenario, " ")
+		}
+		if o.Baseline == "" {
+			return fmt.Errorf(`"objective"."subject_to".%s is bounded against the baseline, and workload %s has no point %s (the default): add it to the grid, or name another in "objective"."baseline"`, relative, w, baseline)
+		}
+		return fmt.Errorf(`"objective"."baseline" %q: workload %s has no point of these settings (the table's settings column without the scenario's flags, e.g. --policy=round_robin)`, baseline, w)
 	}
 	return nil
 }

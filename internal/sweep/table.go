@@ -29,11 +29,16 @@ type Table struct {
 // TableResult is every point's outcome and, per workload (points on other
 // traffic do not compare), the Pareto front and the recommended point.
 type TableResult struct {
-	Description string           `json:"description"`
-	Objective   Objective        `json:"objective"`
-	Front       Front            `json:"front"`
-	Workloads   []WorkloadResult `json:"workloads"`
-	Points      []PointResult    `json:"points"`
+	Description string    `json:"description"`
+	Objective   Objective `json:"objective"`
+	// Scenario names the flags whose values, with the workload, make a
+	// scenario: each is judged apart, and Summary counts, per contender
+	// (a point's settings but the scenario's), the scenarios it wins.
+	Scenario  []string         `json:"scenario"`
+	Front     Front            `json:"front"`
+	Workloads []WorkloadResult `json:"workloads"`
+	Summary   []Tally          `json:"summary"`
+	Points    []PointResult    `json:"points"`
 }
 
 // WorkloadResult judges the points of one workload. Only points that
@@ -43,6 +48,9 @@ type TableResult struct {
 type WorkloadResult struct {
 	Workload    string `json:"workload"`
 	TraceSHA256 string `json:"trace_sha256,omitempty"`
+	// Scenario is the scenario flags' values of these points, --flag=value
+	// in the spec's order (none without scenario flags).
+	Scenario []string `json:"scenario"`
 	// Recommended is the ID of the point the objective picks; null when no
 	// point keeps the objective's bounds.
 	Recommended *string `json:"recommended"`
@@ -64,6 +72,9 @@ type WorkloadResult struct {
 	RunnerUp *string          `json:"runner_up"`
 	Margin   *replay.Estimate `json:"margin"`
 	Tied     []string         `json:"tied"`
+	// Edges warn of a recommended knob at its grid's edge, where the best
+	// may lie beyond: the knob and the side.
+	Edges []string `json:"edges"`
 }
 
 // Front names the two metrics of the Pareto front and the figure: the
@@ -124,7 +135,7 @@ func Merge(dirs ...string) (*Table, error) {
 		return nil, errors.New("merge: name at least one sweep folder")
 	}
 	t := &Table{SchemaVersion: TableSchemaVersion,
-		Deterministic: TableResult{Description: plan.Description, Objective: plan.Objective}}
+		Deterministic: TableResult{Description: plan.Description, Objective: plan.Objective, Scenario: plan.Scenario}}
 	where, err := reportFolders(dirs)
 	if err != nil {
 		return nil, err
@@ -210,17 +221,27 @@ func CheckReport(path string, p *Point) (*replay.Report, error) {
 func (t *TableResult) judge() {
 	t.Workloads = nil
 	t.Front = t.Objective.front()
-	byWorkload := map[string][]int{}
+	if t.Scenario == nil {
+		t.Scenario = []string{}
+	}
+	byScenario := map[string][]int{}
+	var keys []string
 	for i := range t.Points {
 		p := &t.Points[i]
-		if _, ok := byWorkload[p.Workload]; !ok {
-			t.Workloads = append(t.Workloads, WorkloadResult{Workload: p.Workload, TraceSHA256: p.TraceSHA256, Pareto: []string{}, Tied: []string{}})
+		scenario := t.scenarioOf(&p.Point)
+		key := scenarioKey(p.Workload, scenario)
+		if _, ok := byScenario[key]; !ok {
+			keys = append(keys, key)
+			t.Workloads = append(t.Workloads, WorkloadResult{Workload: p.Workload, TraceSHA256: p.TraceSHA256, Scenario: scenario,
+				Pareto: []string{}, Tied: []string{}, Edges: []string{}})
 		}
-		byWorkload[p.Workload] = append(byWorkload[p.Workload], i)
+		byScenario[key] = append(byScenario[key], i)
 	}
-	for w := range t.Workloads {
-		t.judgeWorkload(&t.Workloads[w], byWorkload[t.Workloads[w].Workload])
+	tried := t.triedValues()
+	for w, key := range keys {
+		t.judgeWorkload(&t.Workloads[w], byScenario[key], tried)
 	}
+	t.tally()
 }
 
 func (o *Objective) metric() string { return o.Minimize + o.Maximize }

@@ -209,3 +209,54 @@ func TestFixedPoint(t *testing.T) {
 		t.Errorf("count: %s, %s", count(3), count(72.666))
 	}
 }
+
+// TestScenariosEdgesAndTally: with "workers" a scenario flag, each value
+// of it is judged apart, against its own baseline; a recommendation at a
+// grid block's largest value is warned of (not one at a floor of 0); the
+// summary counts each contender's wins and ties across scenarios.
+// Catches scenarios judged together, a baseline taken across scenarios,
+// an edge missed or a floor warned of, and a wrong tally.
+func TestScenariosEdgesAndTally(t *testing.T) {
+	pt := func(id, settings string, ttft ...float64) PointResult { return repeated(id, settings, ttft...) }
+	r := &TableResult{Objective: Objective{Minimize: "mean_ttft_ms"}, Scenario: []string{"workers"}, Points: []PointResult{
+		pt("a4", "--workers=4 --policy=kv --scale=1", 100, 101, 102),
+		pt("b4", "--workers=4 --policy=kv --scale=8", 50, 51, 52), // best at 4 workers, at the block's top
+		pt("r4", "--workers=4 --policy=round_robin", 200, 201, 202),
+		pt("a8", "--workers=8 --policy=kv --scale=1", 60, 70, 65), // ties b8 at 8 workers
+		pt("b8", "--workers=8 --policy=kv --scale=8", 66, 64, 67),
+		pt("r8", "--workers=8 --policy=round_robin", 90, 91, 92),
+		pt("t4", "--workers=4 --policy=kv --temp=0 --x=5", 300, 300, 300),
+		pt("t8", "--workers=8 --policy=kv --temp=0.5 --x=5", 300, 300, 300),
+	}}
+	r.judge()
+	if len(r.Workloads) != 2 || strings.Join(r.Workloads[0].Scenario, " ") != "--workers=4" || strings.Join(r.Workloads[1].Scenario, " ") != "--workers=8" {
+		t.Fatalf("scenarios %+v", r.Workloads)
+	}
+	w4, w8 := &r.Workloads[0], &r.Workloads[1]
+	if w4.Recommended == nil || *w4.Recommended != "b4" || w4.Baseline == nil || *w4.Baseline != "r4" || *w8.Baseline != "r8" {
+		t.Errorf("4 workers: recommended %v, baseline %v; 8: baseline %v", w4.Recommended, w4.Baseline, w8.Baseline)
+	}
+	if len(w4.Edges) != 1 || !strings.Contains(w4.Edges[0], "--scale=8 is the largest value its grid block tries (1, 8)") {
+		t.Errorf("edges %q", w4.Edges)
+	}
+	if w8.Test != "tie" || strings.Join(w8.Tied, " ") != "a8 b8" {
+		t.Errorf("8 workers: %s, tied %v", w8.Test, w8.Tied)
+	}
+	if r.Points[1].VsBaseline == nil || *r.Points[1].VsBaseline != 51.0/201 {
+		t.Errorf("b4 against its scenario's baseline: %v", r.Points[1].VsBaseline)
+	}
+	got := map[string][3]int{}
+	for _, c := range r.Summary {
+		got[c.Contender] = [3]int{c.Wins, c.Ties, c.Scenarios}
+	}
+	if got["--policy=kv --scale=8"] != [3]int{1, 1, 2} || got["--policy=kv --scale=1"] != [3]int{0, 1, 2} || r.Summary[0].Contender != "--policy=kv --scale=8" {
+		t.Errorf("summary %+v", r.Summary)
+	}
+	// A knob at 0, the smallest tried, is at its floor: no warning.
+	r = &TableResult{Objective: Objective{Minimize: "mean_ttft_ms"}, Points: []PointResult{
+		pt("z", "--policy=kv --temp=0", 10, 11, 12), pt("h", "--policy=kv --temp=0.5", 50, 51, 52)}}
+	r.judge()
+	if len(r.Workloads[0].Edges) != 0 {
+		t.Errorf("a floor warned of: %q", r.Workloads[0].Edges)
+	}
+}

@@ -77,12 +77,12 @@ func (o *Objective) front() Front {
 // judgeWorkload marks the front among the points of one workload that
 // serve every request, and recommends the best point within the bounds
 // when it is distinguishable from the runner-up.
-func (t *TableResult) judgeWorkload(w *WorkloadResult, idx []int) {
+func (t *TableResult) judgeWorkload(w *WorkloadResult, idx []int, tried map[string]map[string][]float64) {
 	pts, o := t.Points, &t.Objective
 	baseline := cmp.Or(o.Baseline, DefaultBaseline)
 	var base *PointResult
 	for _, i := range idx {
-		if pts[i].settings() == baseline {
+		if contenderOf(&pts[i].Point, t.Scenario) == baseline {
 			base = &pts[i]
 			w.Baseline = &pts[i].ID
 		}
@@ -147,6 +147,7 @@ func (t *TableResult) judgeWorkload(w *WorkloadResult, idx []int) {
 	case len(eligible) == 1:
 		w.Test = "alone"
 		w.Recommended = &pts[eligible[0]].ID
+		w.Edges = t.edges(&pts[eligible[0]], tried)
 		return
 	}
 	top, runner := &pts[eligible[0]], &pts[eligible[1]]
@@ -155,12 +156,14 @@ func (t *TableResult) judgeWorkload(w *WorkloadResult, idx []int) {
 	if !tested {
 		w.Test = "one_repeat"
 		w.Recommended = &top.ID
+		w.Edges = t.edges(top, tried)
 		return
 	}
 	w.Margin = &margin
 	if margin.CI95[0] > 0 || margin.CI95[1] < 0 {
 		w.Test = "distinct"
 		w.Recommended = &top.ID
+		w.Edges = t.edges(top, tried)
 		return
 	}
 	w.Test = "tie"
@@ -323,7 +326,37 @@ func WriteTable(w io.Writer, t *Table, specDir string) error {
 			return err
 		}
 	}
-	return nil
+	return writeSummary(w, r)
+}
+
+// writeSummary says, with several scenarios, which contender won how many
+// (and tied in how many).
+func writeSummary(w io.Writer, r *TableResult) error {
+	if len(r.Workloads) < 2 {
+		return nil
+	}
+	fmt.Fprintf(w, "\nover %d scenarios (workloads", len(r.Workloads))
+	if len(r.Scenario) > 0 {
+		fmt.Fprintf(w, " × %s", strings.Join(r.Scenario, ", "))
+	}
+	fmt.Fprintln(w, "):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  contender\twins\tties\tscenarios\t")
+	for _, c := range r.Summary {
+		if c.Wins+c.Ties == 0 {
+			continue
+		}
+		name := c.Contender
+		if name == "" {
+			name = "(the spec's flags)"
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t\n", name, c.Wins, c.Ties, c.Scenarios)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, "  (a contender that neither won nor tied anywhere is left out)")
+	return err
 }
 
 // fixed writes x in fixed point, with the decimals four significant
@@ -361,6 +394,9 @@ func writeVerdict(w io.Writer, r *TableResult, wl *WorkloadResult, specDir strin
 	on := ""
 	if len(r.Workloads) > 1 {
 		on = " on " + wl.Workload
+		if len(wl.Scenario) > 0 {
+			on += " with " + strings.Join(wl.Scenario, " ")
+		}
 	}
 	metric := r.Objective.metric()
 	switch wl.Test {
@@ -384,6 +420,9 @@ func writeVerdict(w io.Writer, r *TableResult, wl *WorkloadResult, specDir strin
 			runnerUp(), metric, wl.Margin.Mean, wl.Margin.CI95[0], wl.Margin.CI95[1], p.Report.Repeats)
 	case "one_repeat":
 		fmt.Fprintf(w, "  not tested against the runner-up %s: one repeat gives no interval (give the spec's flags \"repeats\": 5)\n", runnerUp())
+	}
+	for _, e := range wl.Edges {
+		fmt.Fprintf(w, "  warning: %s; extend the grid\n", e)
 	}
 	args := p.Flags
 	note := ""
