@@ -42,31 +42,10 @@ const (
 
 // headroomOf computes the headroom of trace (repeat 0's requests, before
 // any run) on cluster c; closedLoop says the arrival order is not known.
+// One pass over the requests in the LRU's order serves both rates: the
+// bound does not depend on the order.
 func headroomOf(trace []Request, c *ClusterConfig, closedLoop bool) *Headroom {
 	bs := c.BlockSize
-	seqs := make([][]protocol.SequenceHash, len(trace))
-	// cheapest is each block's fewest tokens over its occurrences: a chain
-	// hash names its whole prefix, so a block seen once has all its
-	// ancestors seen too, and the prefix match is the count of the
-	// prompt's blocks seen.
-	cheapest := map[protocol.SequenceHash]uint64{}
-	var input, blockTokens uint64
-	for i := range trace {
-		r := &trace[i]
-		seqs[i] = kvindex.SequenceHashes(r.HashIDs)
-		input += r.InputTokens
-		for k, h := range seqs[i] {
-			w := blockWeight(k, bs, r.InputTokens)
-			blockTokens += w
-			if old, ok := cheapest[h]; !ok || w < old {
-				cheapest[h] = w
-			}
-		}
-	}
-	hits := blockTokens
-	for _, w := range cheapest {
-		hits -= w
-	}
 	hr := &Headroom{LRUOrder: lruOrderArrival}
 	for _, p := range c.PoolSizes() {
 		if p.Role != PoolDecode {
@@ -75,8 +54,10 @@ func headroomOf(trace []Request, c *ClusterConfig, closedLoop bool) *Headroom {
 		}
 	}
 	order := make([]int, len(trace))
+	blocks := 0
 	for i := range order {
 		order[i] = i
+		blocks += len(trace[i].HashIDs)
 	}
 	if closedLoop {
 		hr.LRUOrder = lruOrderTrace
@@ -84,10 +65,26 @@ func headroomOf(trace []Request, c *ClusterConfig, closedLoop bool) *Headroom {
 		at := estimatedArrivals(trace)
 		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(at[a], at[b]) })
 	}
-	lru := newBlockLRU(hr.LRUCapacityBlocks)
-	var lruHits uint64
+	seen := newSeenBlocks(hr.LRUCapacityBlocks, blocks)
+	var input, blockTokens, lruHits uint64
+	var ids []int
 	for _, i := range order {
-		lruHits += lru.take(seqs[i], bs, trace[i].InputTokens)
+		r := &trace[i]
+		input += r.InputTokens
+		ids = ids[:0]
+		for k, h := range kvindex.SequenceHashes(r.HashIDs) {
+			w := blockWeight(k, bs, r.InputTokens)
+			blockTokens += w
+			ids = append(ids, seen.id(h, w))
+		}
+		lruHits += seen.take(ids, bs, r.InputTokens)
+	}
+	// Every block hits but once: a chain hash names its whole prefix, so
+	// a block seen has all its ancestors seen too, and a prompt's prefix
+	// match counts each of its blocks seen before.
+	hits := blockTokens
+	for i := range seen.blocks {
+		hits -= seen.blocks[i].cheapest
 	}
 	if input > 0 {
 		hr.InfiniteCacheHitRate = float64(hits) / float64(input)
@@ -121,88 +118,99 @@ func estimatedArrivals(trace []Request) []float64 {
 	return at
 }
 
-// blockLRU is one LRU cache of sequence hashes. It is a map into a slice
-// of nodes linked by index, not container/list, whose elements box each
-// hash into an interface: an allocation per block of every request.
-type blockLRU struct {
-	capacity uint64
-	index    map[protocol.SequenceHash]int32
-	nodes    []lruNode
-	head     int32 // the most recent, or -1
+// seenBlocks are the blocks seen, each once, with the fewest tokens it
+// held, and one LRU cache of capacity of them, linked through the same
+// entries. It is written out rather than container/list, which boxes
+// each hash into an interface and would need a map of its own: here one
+// map look-up a block serves the bound and the LRU.
+type seenBlocks struct {
+	index          map[protocol.SequenceHash]int
+	blocks         []seenBlock
+	capacity, used uint64
+	head           int // the most recently used, or -1
 }
 
-type lruNode struct {
-	hash       protocol.SequenceHash
-	prev, next int32 // a ring: head's prev is the least recent
+type seenBlock struct {
+	cheapest   uint64 // tokens, over its occurrences
+	prev, next int    // in the LRU's ring (head's prev is the least recent), when cached
+	cached     bool
 }
 
-func newBlockLRU(capacity uint64) *blockLRU {
-	return &blockLRU{capacity: capacity, index: map[protocol.SequenceHash]int32{}, head: -1}
+// newSeenBlocks makes room for size blocks (every block of the trace, the
+// most there can be).
+func newSeenBlocks(capacity uint64, size int) *seenBlocks {
+	return &seenBlocks{index: make(map[protocol.SequenceHash]int, size), blocks: make([]seenBlock, 0, size), capacity: capacity, head: -1}
 }
 
-// take matches a request's prompt against the cache and returns the input
-// tokens its cached prefix holds; then it puts every block of the prompt
-// in, deepest first, so that the first block is the most recent and a
-// child is evicted before its parent.
-func (c *blockLRU) take(seq []protocol.SequenceHash, bs, input uint64) uint64 {
+// id is block h's entry, made if it is new, its cheapest lowered to w.
+func (s *seenBlocks) id(h protocol.SequenceHash, w uint64) int {
+	if n, ok := s.index[h]; ok {
+		s.blocks[n].cheapest = min(s.blocks[n].cheapest, w)
+		return n
+	}
+	n := len(s.blocks)
+	s.blocks = append(s.blocks, seenBlock{cheapest: w})
+	s.index[h] = n
+	return n
+}
+
+// take matches a prompt's blocks against the LRU cache and returns the
+// input tokens its cached prefix holds; then it puts every block in,
+// deepest first, so that the first block is the most recent and a child
+// is evicted before its parent.
+func (s *seenBlocks) take(ids []int, bs, input uint64) uint64 {
 	hit := 0
-	for hit < len(seq) {
-		if _, ok := c.index[seq[hit]]; !ok {
-			break
-		}
+	for hit < len(ids) && s.blocks[ids[hit]].cached {
 		hit++
 	}
-	for k := len(seq) - 1; k >= 0 && c.capacity > 0; k-- {
-		c.touch(seq[k])
+	for k := len(ids) - 1; k >= 0 && s.capacity > 0; k-- {
+		s.touch(ids[k])
 	}
 	return min(uint64(hit)*bs, input)
 }
 
-// touch makes h the most recent, adding it (and evicting the least recent
-// when full) if it is not cached.
-func (c *blockLRU) touch(h protocol.SequenceHash) {
-	if n, ok := c.index[h]; ok {
-		if n != c.head {
-			c.unlink(n)
-			c.pushFront(n)
+// touch makes n the most recent, caching it (and evicting the least
+// recent when full) if it is not.
+func (s *seenBlocks) touch(n int) {
+	if s.blocks[n].cached {
+		if n != s.head {
+			s.unlink(n)
+			s.pushFront(n)
 		}
 		return
 	}
-	var n int32
-	if uint64(len(c.nodes)) < c.capacity {
-		n = int32(len(c.nodes))
-		c.nodes = append(c.nodes, lruNode{})
-	} else { // full: the least recent's node is the new block's
-		n = c.nodes[c.head].prev
-		delete(c.index, c.nodes[n].hash)
-		c.unlink(n)
+	if s.used == s.capacity {
+		oldest := s.blocks[s.head].prev
+		s.unlink(oldest)
+		s.blocks[oldest].cached = false
+		s.used--
 	}
-	c.nodes[n].hash = h
-	c.index[h] = n
-	c.pushFront(n)
+	s.pushFront(n)
+	s.blocks[n].cached = true
+	s.used++
 }
 
-func (c *blockLRU) unlink(n int32) {
-	x := &c.nodes[n]
+func (s *seenBlocks) unlink(n int) {
+	x := &s.blocks[n]
 	if x.next == n { // the only one
-		c.head = -1
+		s.head = -1
 		return
 	}
-	c.nodes[x.prev].next, c.nodes[x.next].prev = x.next, x.prev
-	if c.head == n {
-		c.head = x.next
+	s.blocks[x.prev].next, s.blocks[x.next].prev = x.next, x.prev
+	if s.head == n {
+		s.head = x.next
 	}
 }
 
-func (c *blockLRU) pushFront(n int32) {
-	x := &c.nodes[n]
-	if c.head < 0 {
-		x.prev, x.next, c.head = n, n, n
+func (s *seenBlocks) pushFront(n int) {
+	x := &s.blocks[n]
+	if s.head < 0 {
+		x.prev, x.next, s.head = n, n, n
 		return
 	}
-	h := &c.nodes[c.head]
-	x.prev, x.next = h.prev, c.head
-	c.nodes[h.prev].next = n
+	h := &s.blocks[s.head]
+	x.prev, x.next = h.prev, s.head
+	s.blocks[h.prev].next = n
 	h.prev = n
-	c.head = n
+	s.head = n
 }
