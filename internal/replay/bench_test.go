@@ -72,3 +72,13 @@ func readSharedTrace(b *testing.B) []Request {
 	}
 	return trace
 }
+
+// BenchmarkHeadroomSharedTrace: the headroom a report adds, beside a
+// replay of the same trace.
+func BenchmarkHeadroomSharedTrace(b *testing.B) {
+	trace := readSharedTrace(b)
+	cluster := DefaultCluster(8)
+	for b.Loop() {
+		headroomOf(trace, &cluster, false)
+	}
+}

@@ -138,6 +138,7 @@ type run struct {
 func (e *Experiment) Run(ctx context.Context, trace []Request, info TraceInfo) (*Report, []*Result, error) {
 	rep := &Report{SchemaVersion: protocol.ReportSchemaVersion, Deterministic: e.Setup(info),
 		Run: RunInfo{TracePath: e.TracePath, Host: Host{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}}}
+	rep.Deterministic.Headroom = headroomOf(trace, &e.Cluster, e.Workload.ReplayConcurrency > 0)
 	traces := make([][]Request, e.repeats())
 	traces[0] = trace
 	for k := 1; k < len(traces); k++ {

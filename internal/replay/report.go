@@ -37,6 +37,10 @@ type Deterministic struct {
 	Workload        Workload      `json:"workload"`
 	Cluster         ClusterConfig `json:"cluster"`
 	Replicas        Replicas      `json:"router_replicas"`
+	// Headroom is how far any router could take the prefix hit rate on
+	// repeat 0's requests and this cluster (absent from reports made
+	// before it was).
+	Headroom *Headroom `json:"headroom,omitempty"`
 	// Router is the router's config in full; each entry of Policies ran it
 	// with its own policy.
 	Router  protocol.Config `json:"router"`
@@ -172,6 +176,7 @@ func WriteTable(w io.Writer, rep *Report) error {
 	if noRatio {
 		fmt.Fprintln(w, "  -: no ratio, where the baseline's figure is 0 or no request completed")
 	}
+	writeHeadroom(w, d, ms)
 	if err := writeVerdicts(w, d); err != nil {
 		return err
 	}
@@ -213,6 +218,24 @@ func writeVersus(tw io.Writer, d *Deterministic, ms []Metrics, row func(string, 
 		})
 	}
 	return noRatio
+}
+
+// writeHeadroom says, under the table, how far any router could go.
+func writeHeadroom(w io.Writer, d *Deterministic, ms []Metrics) {
+	hr := d.Headroom
+	if hr == nil {
+		return
+	}
+	served := ""
+	if slices.ContainsFunc(ms, func(m Metrics) bool { return m.Rejected > 0 }) {
+		served = " (of all the requests' input tokens; a contender's rate above is of those it served)"
+	}
+	order := ""
+	if hr.LRUOrder == lruOrderTrace {
+		order = ", in trace order"
+	}
+	fmt.Fprintf(w, "headroom: any router's prefix hit rate is at most %.3f (an infinite cache)%s; one LRU cache of the cluster's %d blocks reaches %.3f%s\n",
+		hr.InfiniteCacheHitRate, served, hr.LRUCapacityBlocks, hr.ClusterLRUHitRate, order)
 }
 
 // writeVerdicts prints the verdict lines, with what their intervals are.
@@ -303,6 +326,7 @@ func rejections(m *Metrics) string {
 func (d *Deterministic) SetupDigest() string {
 	setup := *d
 	setup.Trace, setup.Policies, setup.Contenders, setup.Verdicts = TraceInfo{}, nil, nil, nil
+	setup.Headroom = nil      // measured on the trace, digested apart
 	setup.Cluster.Pools = nil // stated from the cluster's fields
 	setup.Router.Policy = ""  // a report of many policies ran each
 	data, err := json.Marshal(&setup)

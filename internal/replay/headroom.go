@@ -1,0 +1,216 @@
+package replay
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/offline-router/offline-router/internal/kvindex"
+	"github.com/offline-router/offline-router/internal/protocol"
+)
+
+// Headroom is how far routing could take the prefix hit rate on the
+// requests replayed: it follows from the requests and the cluster, not
+// from a policy, so a report has it once. Both rates count tokens as
+// prefix_hit_rate does (whole blocks matched from the first, a prompt's
+// hit capped at its input tokens) over every input token of the requests.
+type Headroom struct {
+	// InfiniteCacheHitRate bounds any router's prefix_hit_rate on these
+	// requests (when every request completes; one that rejects requests
+	// has its rate over those it served, and the bound holds for its
+	// cached tokens over all of them): every block hits but one of its
+	// occurrences, the one that first computes it, and that one is
+	// charged at the block's fewest tokens (a prompt's partial last
+	// block), whatever order the workers start requests in.
+	InfiniteCacheHitRate float64 `json:"infinite_cache_hit_rate"`
+	// ClusterLRUHitRate is a reference, not a bound: the hit rate of one
+	// LRU cache of LRUCapacityBlocks, the blocks of every rank of the
+	// pool that prefills (the aggregated pool, or the prefill pool),
+	// taking each request's blocks as it arrives, in LRUOrder.
+	ClusterLRUHitRate float64 `json:"cluster_lru_hit_rate"`
+	LRUCapacityBlocks uint64  `json:"lru_capacity_blocks"`
+	// LRUOrder is arrival (open loop: a later turn placed at its previous
+	// turn's arrival and its delay, as if served at once) or trace (a
+	// closed loop, whose arrivals are known only as it runs).
+	LRUOrder string `json:"lru_order"`
+}
+
+// The orders the LRU reference takes requests in.
+const (
+	lruOrderArrival = "arrival"
+	lruOrderTrace   = "trace"
+)
+
+// headroomOf computes the headroom of trace (repeat 0's requests, before
+// any run) on cluster c; closedLoop says the arrival order is not known.
+// One pass over the requests in the LRU's order serves both rates: the
+// bound does not depend on the order.
+func headroomOf(trace []Request, c *ClusterConfig, closedLoop bool) *Headroom {
+	bs := c.BlockSize
+	hr := &Headroom{LRUOrder: lruOrderArrival}
+	for _, p := range c.PoolSizes() {
+		if p.Role != PoolDecode {
+			hr.LRUCapacityBlocks = uint64(p.Workers) * uint64(p.DPSize) * uint64(max(c.TotalKVBlocks, 0))
+			break
+		}
+	}
+	order := make([]int, len(trace))
+	blocks := 0
+	for i := range order {
+		order[i] = i
+		blocks += len(trace[i].HashIDs)
+	}
+	if closedLoop {
+		hr.LRUOrder = lruOrderTrace
+	} else {
+		at := estimatedArrivals(trace)
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(at[a], at[b]) })
+	}
+	seen := newSeenBlocks(hr.LRUCapacityBlocks, blocks)
+	var input, blockTokens, lruHits uint64
+	var ids []int
+	for _, i := range order {
+		r := &trace[i]
+		input += r.InputTokens
+		ids = ids[:0]
+		for k, h := range kvindex.SequenceHashes(r.HashIDs) {
+			w := blockWeight(k, bs, r.InputTokens)
+			blockTokens += w
+			ids = append(ids, seen.id(h, w))
+		}
+		lruHits += seen.take(ids, bs, r.InputTokens)
+	}
+	// Every block hits but once: a chain hash names its whole prefix, so
+	// a block seen has all its ancestors seen too, and a prompt's prefix
+	// match counts each of its blocks seen before.
+	hits := blockTokens
+	for i := range seen.blocks {
+		hits -= seen.blocks[i].cheapest
+	}
+	if input > 0 {
+		hr.InfiniteCacheHitRate = float64(hits) / float64(input)
+		hr.ClusterLRUHitRate = float64(lruHits) / float64(input)
+	}
+	return hr
+}
+
+// blockWeight is the input tokens block k of a prompt of n tokens holds:
+// a prefix of k blocks hits min(k × bs, n) tokens, the sum of these.
+func blockWeight(k int, bs, n uint64) uint64 {
+	return min(uint64(k+1)*bs, n) - min(uint64(k)*bs, n)
+}
+
+// estimatedArrivals are the requests' arrival times for the LRU's order:
+// a first turn's its own, a later turn's its previous turn's and its
+// delay, service taking no time (the run's own are known only as it goes).
+func estimatedArrivals(trace []Request) []float64 {
+	at := make([]float64, len(trace))
+	last := map[string]float64{}
+	for i := range trace {
+		r := &trace[i]
+		at[i] = r.Arrival
+		if r.DelayMS != nil {
+			at[i] = last[r.Session] + *r.DelayMS
+		}
+		if r.Session != "" {
+			last[r.Session] = at[i]
+		}
+	}
+	return at
+}
+
+// seenBlocks are the blocks seen, each once, with the fewest tokens it
+// held, and one LRU cache of capacity of them, linked through the same
+// entries. It is written out rather than container/list, which boxes
+// each hash into an interface and would need a map of its own: here one
+// map look-up a block serves the bound and the LRU.
+type seenBlocks struct {
+	index          map[protocol.SequenceHash]int
+	blocks         []seenBlock
+	capacity, used uint64
+	head           int // the most recently used, or -1
+}
+
+type seenBlock struct {
+	cheapest   uint64 // tokens, over its occurrences
+	prev, next int    // in the LRU's ring (head's prev is the least recent), when cached
+	cached     bool
+}
+
+// newSeenBlocks makes room for size blocks (every block of the trace, the
+// most there can be).
+func newSeenBlocks(capacity uint64, size int) *seenBlocks {
+	return &seenBlocks{index: make(map[protocol.SequenceHash]int, size), blocks: make([]seenBlock, 0, size), capacity: capacity, head: -1}
+}
+
+// id is block h's entry, made if it is new, its cheapest lowered to w.
+func (s *seenBlocks) id(h protocol.SequenceHash, w uint64) int {
+	if n, ok := s.index[h]; ok {
+		s.blocks[n].cheapest = min(s.blocks[n].cheapest, w)
+		return n
+	}
+	n := len(s.blocks)
+	s.blocks = append(s.blocks, seenBlock{cheapest: w})
+	s.index[h] = n
+	return n
+}
+
+// take matches a prompt's blocks against the LRU cache and returns the
+// input tokens its cached prefix holds; then it puts every block in,
+// deepest first, so that the first block is the most recent and a child
+// is evicted before its parent.
+func (s *seenBlocks) take(ids []int, bs, input uint64) uint64 {
+	hit := 0
+	for hit < len(ids) && s.blocks[ids[hit]].cached {
+		hit++
+	}
+	for k := len(ids) - 1; k >= 0 && s.capacity > 0; k-- {
+		s.touch(ids[k])
+	}
+	return min(uint64(hit)*bs, input)
+}
+
+// touch makes n the most recent, caching it (and evicting the least
+// recent when full) if it is not.
+func (s *seenBlocks) touch(n int) {
+	if s.blocks[n].cached {
+		if n != s.head {
+			s.unlink(n)
+			s.pushFront(n)
+		}
+		return
+	}
+	if s.used == s.capacity {
+		oldest := s.blocks[s.head].prev
+		s.unlink(oldest)
+		s.blocks[oldest].cached = false
+		s.used--
+	}
+	s.pushFront(n)
+	s.blocks[n].cached = true
+	s.used++
+}
+
+func (s *seenBlocks) unlink(n int) {
+	x := &s.blocks[n]
+	if x.next == n { // the only one
+		s.head = -1
+		return
+	}
+	s.blocks[x.prev].next, s.blocks[x.next].prev = x.next, x.prev
+	if s.head == n {
+		s.head = x.next
+	}
+}
+
+func (s *seenBlocks) pushFront(n int) {
+	x := &s.blocks[n]
+	if s.head < 0 {
+		x.prev, x.next, s.head = n, n, n
+		return
+	}
+	h := &s.blocks[s.head]
+	x.prev, x.next = h.prev, s.head
+	s.blocks[h.prev].next = n
+	h.prev = n
+	s.head = n
+}
