@@ -14,6 +14,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/offline-router/offline-router/internal/protocol"
+	"github.com/offline-router/offline-router/internal/replay"
 	"github.com/offline-router/offline-router/internal/sweep"
 )
 
@@ -244,6 +245,9 @@ func sweepPanels(pts []*sweep.PointResult, w sweep.WorkloadResult, f sweep.Front
 			}
 			p.Add(line, squares, labels)
 		}
+		if err := addHeadroom(p, w.Headroom, f, pts, xy); err != nil {
+			return nil, err
+		}
 		if len(tied) > 0 {
 			rings, err := plotter.NewScatter(tied)
 			if err != nil {
@@ -296,6 +300,57 @@ func sweepPanels(pts []*sweep.PointResult, w sweep.WorkloadResult, f sweep.Front
 		pad(zoom, 0.15)
 	}
 	return all, zoom, key, nil
+}
+
+// addHeadroom draws, where an axis is the prefix hit rate, the
+// infinite-cache bound (no router can pass it) and one cluster-sized LRU
+// cache's rate (a reference) across the panel.
+func addHeadroom(p *plot.Plot, h *replay.Headroom, f sweep.Front, pts []*sweep.PointResult, xy func(*sweep.PointResult) plotter.XY) error {
+	if h == nil || f.X != "prefix_hit_rate" && f.Y != "prefix_hit_rate" || len(pts) == 0 {
+		return nil
+	}
+	lo, hi := math.Inf(1), math.Inf(-1) // the other axis's span, for the lines' length
+	for _, pt := range pts {
+		at := xy(pt)
+		v := at.Y
+		if f.Y == "prefix_hit_rate" {
+			v = at.X
+		}
+		lo, hi = math.Min(lo, v), math.Max(hi, v)
+	}
+	type reference struct {
+		at    float64
+		label string
+		dash  []vg.Length
+		top   bool // labelled at the line's far end, else its near end
+	}
+	refs := []reference{{h.InfiniteCacheHitRate, "infinite cache (bound)", []vg.Length{2, 2}, true},
+		{h.ClusterLRUHitRate, "one cluster-sized LRU", []vg.Length{6, 3}, false}}
+	if math.Abs(h.InfiniteCacheHitRate-h.ClusterLRUHitRate) < 5e-4 { // the workload fits the cluster: one line
+		refs = []reference{{h.InfiniteCacheHitRate, "infinite cache = one cluster-sized LRU", []vg.Length{2, 2}, true}}
+	}
+	for _, ref := range refs {
+		ends := plotter.XYs{{X: ref.at, Y: lo}, {X: ref.at, Y: hi}}
+		if f.Y == "prefix_hit_rate" {
+			ends = plotter.XYs{{X: lo, Y: ref.at}, {X: hi, Y: ref.at}}
+		}
+		at := ends[:1]
+		if ref.top {
+			at = ends[1:]
+		}
+		line, err := plotter.NewLine(ends)
+		if err != nil {
+			return err
+		}
+		line.Color, line.Dashes, line.Width = color.RGBA{0x40, 0x40, 0x90, 255}, ref.dash, 1
+		label, err := plotter.NewLabels(plotter.XYLabels{XYs: at, Labels: []string{" " + ref.label}})
+		if err != nil {
+			return err
+		}
+		label.TextStyle[0] = textStyle(9)
+		p.Add(line, label)
+	}
+	return nil
 }
 
 // axisLabel names a metric and its good direction.

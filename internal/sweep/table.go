@@ -75,6 +75,11 @@ type WorkloadResult struct {
 	// Edges warn of a recommended knob at its grid's edge, where the best
 	// may lie beyond: the knob and the side.
 	Edges []string `json:"edges"`
+	// Headroom is how far any router could take the hit rate on the
+	// scenario's requests: the infinite-cache bound, and one LRU cache of
+	// the cluster's capacity (the first point's, where the points differ
+	// in cluster size).
+	Headroom *replay.Headroom `json:"headroom"`
 }
 
 // Front names the two metrics of the Pareto front and the figure: the
@@ -240,6 +245,7 @@ func (t *TableResult) judge() {
 	tried := t.triedValues()
 	for w, key := range keys {
 		t.judgeWorkload(&t.Workloads[w], byScenario[key], tried)
+		t.Workloads[w].Headroom = t.Points[byScenario[key][0]].Report.Headroom
 	}
 	t.tally()
 }

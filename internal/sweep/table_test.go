@@ -260,3 +260,22 @@ func TestScenariosEdgesAndTally(t *testing.T) {
 		t.Errorf("a floor warned of: %q", r.Workloads[0].Edges)
 	}
 }
+
+// TestHeadroomPerScenario: each scenario states the headroom of its
+// requests, from its points' reports, in the JSON and the printed table.
+// Catches headroom dropped, or taken from another scenario.
+func TestHeadroomPerScenario(t *testing.T) {
+	a, b := repeated("a", "--workers=4 --policy=kv", 10), repeated("b", "--workers=8 --policy=kv", 10)
+	a.Report.Headroom = &replay.Headroom{InfiniteCacheHitRate: 0.65, ClusterLRUHitRate: 0.3, LRUCapacityBlocks: 100}
+	b.Report.Headroom = &replay.Headroom{InfiniteCacheHitRate: 0.65, ClusterLRUHitRate: 0.4, LRUCapacityBlocks: 200}
+	r := &TableResult{Objective: Objective{Minimize: "mean_ttft_ms"}, Scenario: []string{"workers"}, Points: []PointResult{a, b}}
+	r.judge()
+	if r.Workloads[0].Headroom.LRUCapacityBlocks != 100 || r.Workloads[1].Headroom.LRUCapacityBlocks != 200 {
+		t.Errorf("headroom %+v, %+v", r.Workloads[0].Headroom, r.Workloads[1].Headroom)
+	}
+	var out bytes.Buffer
+	WriteTable(&out, &Table{Deterministic: *r}, "")
+	if !strings.Contains(out.String(), "headroom on builtin with --workers=8: any router's prefix hit rate is at most 0.650 (an infinite cache); one LRU cache of the cluster's 200 blocks reaches 0.400") {
+		t.Errorf("the table:\n%s", out.String())
+	}
+}

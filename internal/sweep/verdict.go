@@ -399,6 +399,10 @@ func writeVerdict(w io.Writer, r *TableResult, wl *WorkloadResult, specDir strin
 		}
 	}
 	metric := r.Objective.metric()
+	if h := wl.Headroom; h != nil {
+		fmt.Fprintf(w, "headroom%s: any router's prefix hit rate is at most %.3f (an infinite cache); one LRU cache of the cluster's %d blocks reaches %.3f\n",
+			on, h.InfiniteCacheHitRate, h.LRUCapacityBlocks, h.ClusterLRUHitRate)
+	}
 	switch wl.Test {
 	case "none":
 		_, err := fmt.Fprintf(w, "no point%s meets the objective: %s\n", on, r.Objective.String())
