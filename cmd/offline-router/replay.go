@@ -362,17 +362,15 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) 
 	return nil
 }
 
-// load makes the requests to replay; with --capacity also the same
-// requests at speed-up 1, the search's base, from which the replay's are
-// shaped (so that a trace on stdin is read once), its rate checked.
+// load makes the requests to replay; with --capacity also the requests as
+// stamped, the search's base, from which the replay's are shaped (so that
+// a trace on stdin is read once), its rate checked.
 func (o *replayOptions) load(exp *replay.Experiment) (trace []replay.Request, info replay.TraceInfo, base []replay.Request, err error) {
 	if !o.capacity {
 		trace, info, err = exp.Load()
 		return trace, info, nil, err
 	}
-	unit := *exp
-	unit.Workload.ArrivalSpeedupRatio = 1
-	if base, info, err = unit.Load(); err != nil {
+	if base, info, err = exp.LoadUnshaped(); err != nil {
 		return nil, info, nil, err
 	}
 	if _, err = exp.UnitRate(base); err != nil {

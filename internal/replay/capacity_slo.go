@@ -133,18 +133,16 @@ func (s CapacitySearch) Check() error {
 	return nil
 }
 
-// Shaped is a copy of base (a trace loaded at speed-up 1) with its
-// arrivals ratio times faster: the same requests, to the bit, as the trace
-// loaded at that ratio (base's first arrival is 0, so SpeedUp's shift is
-// none and only its division is left).
+// Shaped is a copy of base (the requests as stamped: LoadUnshaped) with
+// its arrivals shaped at speed-up ratio, as Load shapes them.
 func Shaped(base []Request, ratio float64) []Request {
 	out := slices.Clone(base)
 	SpeedUp(out, ratio)
 	return out
 }
 
-// UnitRate is the offered rate of base, a trace loaded at speed-up 1, in
-// requests/s (CapacityReport.UnitRate).
+// UnitRate is the offered rate of base (the requests as stamped) at
+// speed-up 1, in requests/s (CapacityReport.UnitRate).
 func (e *Experiment) UnitRate(base []Request) (float64, error) {
 	if s := e.Workload.Synthetic; s != nil {
 		if !(s.ArrivalIntervalMS > 0) {
@@ -152,20 +150,20 @@ func (e *Experiment) UnitRate(base []Request) (float64, error) {
 		}
 		return 1000 / s.ArrivalIntervalMS, nil
 	}
-	span := 0.0
+	first, last := math.Inf(1), math.Inf(-1)
 	for i := range base {
 		if base[i].DelayMS == nil {
-			span = math.Max(span, base[i].Arrival)
+			first, last = math.Min(first, base[i].Arrival), math.Max(last, base[i].Arrival)
 		}
 	}
-	if !(span > 0) {
+	if !(last > first) {
 		return 0, fmt.Errorf("the trace's arrivals span no time (every stamped request at one timestamp): a capacity search needs a rate to scale")
 	}
-	return float64(len(base)) / (span / 1000), nil
+	return float64(len(base)) / ((last - first) / 1000), nil
 }
 
 // Capacity searches each contender's capacity at SLO (the experiment's
-// Goodput) on base, the trace loaded at speed-up 1 (a generated workload
+// Goodput) on base, the requests as stamped (LoadUnshaped; a generated workload
 // is made anew at each later repeat's seed and the probe's speed-up), from
 // the experiment's own speed-up. Contenders search at once, Jobs at a
 // time, each its probes in turn; the report does not depend on Jobs.
