@@ -114,6 +114,16 @@ TTFT, goodput and prefix hit rate with a 95% interval (a paired bootstrap
 over sessions), and one verdict line each: "kv beats round_robin on p99
 TTFT by 23% [19, 27]", or a tie when the interval holds no difference.
 
+--capacity (with --goodput) also searches each contender's capacity at
+SLO: the highest offered rate at which the share of requests offered that
+meet every level stays >= --attainment (0.9), doubling or halving the
+speed-up from --arrival-speedup-ratio until bracketed, then bisecting to
+--capacity-tolerance (2%), at most 12 replays (of every repeat) a
+contender; without contenders named it runs --compare's four. The table
+and the report's capacity part give each rate, its ratio to the baseline
+and every probe; --plot then draws TTFT and attainment against offered
+load (docs/replay.md, "Capacity at SLO").
+
 --report FILE.json (or - for stdout, the table then going to stderr) writes
 the report: docs/report.schema.json describes it. --requests-out FILE.csv (or
 .jsonl) writes one row per request per contender and repeat: its pool,
