@@ -312,7 +312,7 @@ func searchCapacity(start, unit float64, s CapacitySearch, probe func(ratio floa
 		}
 	}
 	for lo > 0 && hi > 0 && float64(hi-lo) > float64(s.Tolerance*lo) && len(res.Probes) < s.MaxProbes {
-		mid := lo + float64(hi-lo)/2
+		mid := (lo + hi) / 2 // not lo + (hi-lo)/2: the halving is a product by 0.5, which arm64 fuses with the sum
 		if met, err = try(mid); err != nil {
 			return res, err
 		} else if met {
