@@ -28,6 +28,8 @@ var replayBadValues = []badValue{
 	{"approx-ttl-ms", "-1", []string{"--kv-events=false"}},
 	{"arrival-interval-ms", "-1", []string{"--input-tokens", "8", "--output-tokens", "2", "--request-count", "3"}},
 	{"arrival-speedup-ratio", "0", nil},
+	{"attainment", "0", []string{"--capacity", "--goodput", "ttft:1000"}},
+	{"capacity-tolerance", "0", []string{"--capacity", "--goodput", "ttft:1000"}},
 	{"baseline", "bogus", []string{"--policies", "kv"}},
 	{"block-size", "0", nil},
 	{"contender", "kv:prefill_load_scale=-1", nil},
@@ -90,7 +92,7 @@ var replayBadValues = []badValue{
 
 // noRange are the replay flags that take any value of their type.
 var noRange = map[string]string{
-	"compare": "a switch", "dedupe-event-ids": "a switch", "kv-events": "a switch",
+	"compare": "a switch", "capacity": "a switch", "dedupe-event-ids": "a switch", "kv-events": "a switch",
 	"quiet": "a switch", "help": "a switch",
 }
 

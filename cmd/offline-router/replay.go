@@ -53,6 +53,8 @@ type replayOptions struct {
 	profileFile   string
 	maxLineBytes  int
 	quiet         bool
+	capacity      bool
+	search        replay.CapacitySearch
 }
 
 func newReplayCommand() *cobra.Command {
@@ -62,7 +64,8 @@ func newReplayCommand() *cobra.Command {
 
 // replayCommand is the replay command and the options its flags fill.
 func replayCommand() (*cobra.Command, *replayOptions) {
-	o := &replayOptions{cluster: replay.DefaultCluster(8), workload: replay.Workload{ArrivalSpeedupRatio: 1, BuiltinSessions: 300}}
+	o := &replayOptions{cluster: replay.DefaultCluster(8), workload: replay.Workload{ArrivalSpeedupRatio: 1, BuiltinSessions: 300},
+		search: replay.CapacitySearch{MaxProbes: replay.DefaultCapacityProbes}}
 	cmd := &cobra.Command{
 		Use:   "replay [TRACE] [--goodput ttft:MS tpot:MS e2el:MS]",
 		Short: "Replay a trace (or a built-in or synthetic workload) through the router and a simulated cluster",
@@ -110,6 +113,16 @@ runs), the table and report give each contender's ratio on mean and p99
 TTFT, goodput and prefix hit rate with a 95% interval (a paired bootstrap
 over sessions), and one verdict line each: "kv beats round_robin on p99
 TTFT by 23% [19, 27]", or a tie when the interval holds no difference.
+
+--capacity (with --goodput) also searches each contender's capacity at
+SLO: the highest offered rate at which the share of requests offered that
+meet every level stays >= --attainment (0.9), doubling or halving the
+speed-up from --arrival-speedup-ratio until bracketed, then bisecting to
+--capacity-tolerance (2%), at most 12 replays (of every repeat) a
+contender; without contenders named it runs --compare's four. The table
+and the report's capacity part give each rate, its ratio to the baseline
+and every probe; --plot then draws TTFT and attainment against offered
+load (docs/replay.md, "Capacity at SLO").
 
 --report FILE.json (or - for stdout, the table then going to stderr) writes
 the report: docs/report.schema.json describes it. --requests-out FILE.csv (or
@@ -176,6 +189,9 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 	f.StringVar(&o.plotFile, "plot", "", "draw the contenders side by side (their ratios to the baseline, hit rate, TTFT, hit rate over time, per-worker load) to this .png, .svg or .pdf")
 	f.IntVar(&o.maxLineBytes, "max-line-bytes", wire.DefaultMaxLineBytes, "a longer trace line is refused by its number (the trace is read as it streams, never whole)")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress bar")
+	f.BoolVar(&o.capacity, "capacity", false, "also search each contender's capacity at SLO: the highest offered rate at which the share of requests meeting every --goodput level stays >= --attainment (needs --goodput; without contenders named, runs --compare's four; --plot then draws TTFT and attainment against offered load)")
+	f.Float64Var(&o.search.Attainment, "attainment", replay.DefaultCapacityAttainment, "with --capacity: the share of requests offered that must meet every --goodput level (rejected and unfinished ones miss)")
+	f.Float64Var(&o.search.Tolerance, "capacity-tolerance", replay.DefaultCapacityTolerance, "with --capacity: the relative width the search narrows each contender's bracket to (at most 12 probes a contender)")
 	return cmd, o
 }
 
@@ -279,7 +295,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) 
 	if err != nil {
 		return &exitError{2, err}
 	}
-	trace, info, err := exp.Load()
+	trace, info, base, err := o.load(exp)
 	if err != nil {
 		return &exitError{2, err}
 	}
@@ -316,6 +332,9 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) 
 		}
 		err = errors.Join(err, s.close(ctx, cut))
 	}
+	if err == nil && o.capacity {
+		rep.Deterministic.Capacity, err = exp.Capacity(ctx, base, o.search)
+	}
 	if err == nil && signalOf(ctx) != 0 { // after the last command: the outputs are not written all the same
 		err = fmt.Errorf("after the runs: %w", replay.ErrStopped)
 	}
@@ -334,16 +353,40 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) 
 	if err == nil {
 		err = o.writeReport(rep, out)
 	}
-	if err == nil && o.plotFile != "" {
+	switch {
+	case err == nil && o.plotFile != "" && o.capacity:
+		err = figure.SaveCapacity(o.plotFile, "capacity at SLO: "+title, rep.Deterministic.Capacity, exp.Goodput)
+	case err == nil && o.plotFile != "":
 		err = figure.SaveReplay(o.plotFile, "replay of "+title, rep, results)
 	}
-	if terr := replay.WriteTable(table, rep); terr != nil {
+	terr := replay.WriteTable(table, rep)
+	if terr == nil && o.capacity {
+		terr = replay.WriteCapacityTable(table, rep.Deterministic.Capacity, exp.Goodput)
+	}
+	if terr != nil {
 		err = errors.Join(err, fmt.Errorf("writing the table: %w", terr))
 	}
 	if err != nil {
 		return &exitError{1, err}
 	}
 	return nil
+}
+
+// load makes the requests to replay; with --capacity also the requests as
+// stamped, the search's base, from which the replay's are shaped (so that
+// a trace on stdin is read once), its rate checked.
+func (o *replayOptions) load(exp *replay.Experiment) (trace []replay.Request, info replay.TraceInfo, base []replay.Request, err error) {
+	if !o.capacity {
+		trace, info, err = exp.Load()
+		return trace, info, nil, err
+	}
+	if base, info, err = exp.LoadUnshaped(); err != nil {
+		return nil, info, nil, err
+	}
+	if _, err = exp.UnitRate(base); err != nil {
+		return nil, info, nil, fmt.Errorf("--capacity: %w", err)
+	}
+	return replay.Shaped(base, exp.Workload.ArrivalSpeedupRatio), info, base, nil
 }
 
 // openRows starts the --requests-out file, if asked, and has the
@@ -497,6 +540,9 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	if w.ReplayConcurrency > 0 && (flags.Changed("arrival-speedup-ratio") || flags.Changed("arrival-interval-ms")) {
 		return fmt.Errorf("--replay-concurrency runs a closed loop, where arrival times do not apply: drop --arrival-speedup-ratio and --arrival-interval-ms")
 	}
+	if err := o.checkCapacity(flags); err != nil {
+		return err
+	}
 	if o.compare && flags.Changed("policies") {
 		return fmt.Errorf("--compare is --policies kv,round_robin,random,least_loaded: give one of them")
 	}
@@ -556,6 +602,35 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 		}
 	}
 	return checkOutputs(inputs, outs)
+}
+
+// checkCapacity checks --capacity's flags: its own only with it, the
+// goodput levels it measures, an open loop with a rate to scale; without
+// contenders named it runs --compare's four, round_robin the baseline.
+func (o *replayOptions) checkCapacity(flags *pflag.FlagSet) error {
+	if !o.capacity {
+		for _, name := range []string{"attainment", "capacity-tolerance"} {
+			if flags.Changed(name) {
+				return fmt.Errorf("--%s shapes the capacity search: give --capacity too", name)
+			}
+		}
+		return nil
+	}
+	switch {
+	case len(o.goodput) == 0:
+		return fmt.Errorf("--capacity measures the share of requests meeting --goodput's levels: give --goodput ttft:MS tpot:MS (e2el:MS)")
+	case o.workload.ReplayConcurrency > 0:
+		return fmt.Errorf("--capacity scales the offered rate, which the closed loop of --replay-concurrency does not have: drop one of them")
+	case o.workload.Synthetic != nil && o.synthetic.ArrivalIntervalMS == 0:
+		return fmt.Errorf("--arrival-interval-ms 0 sends every request at once: --capacity needs a rate to scale (give an interval)")
+	}
+	if err := o.search.Check(); err != nil {
+		return err
+	}
+	if !slices.ContainsFunc([]string{"policy", "router-mode", "policies", "compare", "contender"}, flags.Changed) {
+		o.compare = true
+	}
+	return nil
 }
 
 // checkEngine refuses the flags of the engine not chosen, and loads the

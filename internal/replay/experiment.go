@@ -73,6 +73,17 @@ type Streams struct {
 // taken as it is read), or the generated workload; arrivals shaped by the
 // workload's speed-up.
 func (e *Experiment) Load() ([]Request, TraceInfo, error) {
+	trace, info, err := e.LoadUnshaped()
+	if err != nil {
+		return nil, info, err
+	}
+	SpeedUp(trace, e.Workload.ArrivalSpeedupRatio)
+	return trace, info, nil
+}
+
+// LoadUnshaped is Load before the speed-up: the requests as stamped, which
+// Shaped makes into those of any speed-up.
+func (e *Experiment) LoadUnshaped() ([]Request, TraceInfo, error) {
 	var trace []Request
 	var info TraceInfo
 	bs := e.Router.BlockSize
@@ -99,7 +110,6 @@ func (e *Experiment) Load() ([]Request, TraceInfo, error) {
 		info.Source, info.SHA256 = "file", sum
 	}
 	info.Requests = len(trace)
-	SpeedUp(trace, e.Workload.ArrivalSpeedupRatio)
 	return trace, info, nil
 }
 

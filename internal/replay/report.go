@@ -59,6 +59,8 @@ type Deterministic struct {
 	// against the baseline, by how much and how sure: each interval is
 	// 95% for its own comparison (no correction for the many).
 	Verdicts []string `json:"verdicts"`
+	// Capacity is each contender's capacity at SLO, with --capacity only.
+	Capacity *CapacityReport `json:"capacity,omitempty"`
 }
 
 // TraceInfo identifies the requests replayed.
@@ -325,7 +327,7 @@ func rejections(m *Metrics) string {
 // it, so a report copied from another point is not taken for its own.
 func (d *Deterministic) SetupDigest() string {
 	setup := *d
-	setup.Trace, setup.Policies, setup.Contenders, setup.Verdicts = TraceInfo{}, nil, nil, nil
+	setup.Trace, setup.Policies, setup.Contenders, setup.Verdicts, setup.Capacity = TraceInfo{}, nil, nil, nil, nil
 	setup.Headroom = nil      // measured on the trace, digested apart
 	setup.Cluster.Pools = nil // stated from the cluster's fields
 	setup.Router.Policy = ""  // a report of many policies ran each
