@@ -27,11 +27,6 @@ func (g *kvGauge) set(t float64, inUse int) {
 	g.peak = max(g.peak, inUse)
 }
 
-// areaUntil is the integral up to end (at or after the last change).
-func (g *kvGauge) areaUntil(end float64) float64 {
-	return g.area + float64(float64(g.inUse)*(end-g.at))
-}
-
 // busySpans is the length of a union of intervals given in order of their
 // starts: the simple engine's requests, each busy on its worker from the
 // start of its prefill to its last token (its prefill server's time, then
@@ -81,7 +76,9 @@ func (h *host) utilisation(from, to float64) []rankUtil {
 		if w.iter == nil {
 			busy = w.util.spans.total()
 		}
-		out[i] = rankUtil{busy: busy / span, meanKV: w.util.kv.areaUntil(to) / float64(capacity*span),
+		// Every request gave its blocks back by the last end: the gauge's
+		// area is whole.
+		out[i] = rankUtil{busy: busy / span, meanKV: w.util.kv.area / float64(capacity*span),
 			peakKV: float64(w.util.kv.peak) / capacity}
 	}
 	return out
