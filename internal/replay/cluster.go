@@ -85,8 +85,6 @@ func (c *ClusterConfig) pools(opt Options) []poolSpec {
 		{protocol.RoleDecode, c.DecodeWorkers, opt.DecodeCommands, opt.DecodeResponses}}
 }
 
-// transferMS is how long a prompt of n tokens' KV takes to reach its
-// decode worker. The product is rounded alone: the same on every platform.
 // decodeMS is the simple model's decode time of a request of outputs
 // tokens: prefill made the first. The product is rounded alone (no fused
 // multiply-add), so that every platform replays to the same numbers.
@@ -94,6 +92,8 @@ func (c *ClusterConfig) decodeMS(outputs uint64) float64 {
 	return float64(float64(max(outputs, 1)-1) * c.DecodeMSPerToken)
 }
 
+// transferMS is how long a prompt of n tokens' KV takes to reach its
+// decode worker. The product is rounded alone: the same on every platform.
 func (c *ClusterConfig) transferMS(n uint64) float64 {
 	bytes := float64(float64(n) * float64(c.Profile.Model.kvBytesPerToken()))
 	return bytes / float64(c.KVTransferGBps*1e6) // GB/s is 1e6 bytes a ms
@@ -165,7 +165,7 @@ type simWorker struct {
 	stored  []protocol.StoredBlock
 	// evictedBlocks counts the simple model's evictions over the run.
 	evictedBlocks int
-	util          workerUtil
+	util          workerUtil // what its busy share and KV cache usage are made from
 }
 
 // admit tries to start r on the worker: a free sequence slot, a prefill

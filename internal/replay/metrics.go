@@ -437,8 +437,11 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 	if h.opt.Cluster.Disaggregated() {
 		for _, p := range h.pools {
 			pm := h.poolMetrics(p, trace)
-			lo := int(p.order[0].idx)
-			f := utilFiguresOf(ranks[lo : lo+len(p.order)])
+			own := make([]rankUtil, 0, len(p.order))
+			for _, w := range p.order {
+				own = append(own, ranks[w.idx])
+			}
+			f := utilFiguresOf(own)
 			pm.WorkerBusyShare, pm.MeanBusyShare, pm.WorkerKVCacheUsage = f.busy, f.meanBusy, f.meanKV
 			pm.WorkerPeakKVCacheUsage, pm.MeanKVCacheUsage, pm.PeakKVCacheUsage = f.peakKV, f.meanMeanKV, f.peak
 			m.Pools = append(m.Pools, pm)
