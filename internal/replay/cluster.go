@@ -85,6 +85,13 @@ func (c *ClusterConfig) pools(opt Options) []poolSpec {
 		{protocol.RoleDecode, c.DecodeWorkers, opt.DecodeCommands, opt.DecodeResponses}}
 }
 
+// decodeMS is the simple model's decode time of a request of outputs
+// tokens: prefill made the first. The product is rounded alone (no fused
+// multiply-add), so that every platform replays to the same numbers.
+func (c *ClusterConfig) decodeMS(outputs uint64) float64 {
+	return float64(float64(max(outputs, 1)-1) * c.DecodeMSPerToken)
+}
+
 // transferMS is how long a prompt of n tokens' KV takes to reach its
 // decode worker. The product is rounded alone: the same on every platform.
 func (c *ClusterConfig) transferMS(n uint64) float64 {
@@ -158,6 +165,7 @@ type simWorker struct {
 	stored  []protocol.StoredBlock
 	// evictedBlocks counts the simple model's evictions over the run.
 	evictedBlocks int
+	util          workerUtil // what its busy share and KV cache usage are made from
 }
 
 // admit tries to start r on the worker: a free sequence slot, a prefill
@@ -241,6 +249,11 @@ func (w *simWorker) counts() (preemptions, evicted int) {
 	}
 	return 0, w.evictedBlocks
 }
+
+// blocksInUse is how many of the simple model's cached blocks admitted
+// requests reference (the idle ones, kept for later hits, are free to
+// evict, as in vLLM's free queue).
+func (w *simWorker) blocksInUse() int { return w.cache.used - w.cache.idle }
 
 // lookUpRest finds the blocks of r's positions not looked up yet.
 func lookUpRest(c *blockCache, r *simRequest) {

@@ -595,7 +595,9 @@ func (h *host) outputsOn(p *pool, r *simRequest) uint64 {
 // startStep starts the worker's next step, if it has work; its results,
 // KV events included, come when it ends.
 func (h *host) startStep(t float64, w *simWorker) {
-	if w.iter.startStep(t) {
+	started := w.iter.startStep(t)
+	w.util.kv.set(t, w.iter.live)
+	if started {
 		w.iter.startRun()
 		h.scheduleStepEnd(w)
 	}
@@ -616,7 +618,9 @@ const tooLongForCache protocol.Code = "exceeds_kv_cache"
 // stepDone applies a step's end: blocks stored, first tokens, requests
 // done; then the next step starts.
 func (h *host) stepDone(t float64, w *simWorker) {
+	w.util.busyMS += t - w.iter.start
 	res := w.iter.endStep(w, t)
+	w.util.kv.set(t, w.iter.live)
 	p := w.pool
 	for i := range res.events {
 		h.observe(t, w, &res.events[i])
@@ -685,6 +689,8 @@ func (h *host) admitWaiting(t float64, w *simWorker) {
 		r.prefillStart = math.Max(t, w.prefillFreeAt)
 		w.prefillFreeAt = r.prefillStart + float64(r.uncached)/h.opt.Cluster.PrefillTokensPerMS
 		h.schedule(w.prefillFreeAt, evPrefillDone, r)
+		w.util.kv.set(t, w.blocksInUse())
+		w.util.spans.add(r.prefillStart, w.prefillFreeAt+h.opt.Cluster.decodeMS(r.OutputTokens))
 	}
 }
 
@@ -696,14 +702,14 @@ func (h *host) prefillDone(t float64, r *simRequest) {
 	h.observe(t, r.worker, r.worker.store(r))
 	h.toOwner(r.worker.pool, r, &protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
 	// Prefill made the first output token, as in vLLM; each later one takes
-	// a decode step. The product is rounded alone (no fused multiply-add),
-	// so that every platform replays to the same numbers.
-	h.schedule(t+float64(float64(max(r.OutputTokens, 1)-1)*h.opt.Cluster.DecodeMSPerToken), evDecodeDone, r)
+	// a decode step.
+	h.schedule(t+h.opt.Cluster.decodeMS(r.OutputTokens), evDecodeDone, r)
 }
 
 func (h *host) decodeDone(t float64, r *simRequest) {
 	r.doneAt = t
 	r.worker.release(r)
+	r.worker.util.kv.set(t, r.worker.blocksInUse())
 	h.toOwner(r.worker.pool, r, &protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
 	h.ended(t, r)
 	h.admitWaiting(t, r.worker)

@@ -40,6 +40,13 @@ type Metrics struct {
 	RequestThroughput    float64 `json:"request_throughput"`
 	OutputThroughput     float64 `json:"output_throughput"`
 	TotalTokenThroughput float64 `json:"total_token_throughput"`
+	// OfferedRequestRate is the trace's requests over the span of their
+	// arrivals as replayed (first to last), per second: the load offered,
+	// beside request_throughput, the load served. Under
+	// --replay-concurrency the closed loop makes the arrivals (a session
+	// starts when one ends), so there it is the rate the loop drew, not a
+	// load set beforehand. 0 when every request arrives at once.
+	OfferedRequestRate float64 `json:"offered_request_rate"`
 	// RequestGoodput is completed requests meeting every --goodput level,
 	// per second; null when no level was given (as vLLM writes it).
 	RequestGoodput *float64 `json:"request_goodput" jsonschema:"nullable"`
@@ -105,6 +112,28 @@ type Metrics struct {
 	// request; EvictedBlocks the cached blocks workers evicted to make room.
 	NumPreemptions int `json:"num_preemptions"`
 	EvictedBlocks  int `json:"evicted_blocks"`
+	// Utilisation over the run's duration (the first arrival to the last
+	// end), per rank in (worker id, DP rank) order and over the ranks (of
+	// both pools, prefill's first, when disaggregated).
+	// WorkerBusyShare is each rank's share of the duration busy: under the
+	// iteration engine, a step running; under the simple engine, its
+	// prefill server busy or a decode running. MeanBusyShare is their mean.
+	WorkerBusyShare []float64 `json:"worker_busy_share"`
+	MeanBusyShare   float64   `json:"mean_busy_share"`
+	// KV cache usage is a rank's blocks in use over its capacity
+	// (worker_kv_blocks), as vLLM's kv_cache_usage_perc gauge (a fraction
+	// from 0 to 1): blocks requests hold, cached blocks no request holds
+	// counting as free, as in vLLM's free queue. Under the simple engine a
+	// request holds only its prompt's blocks (it keeps none for output
+	// tokens), so its usage reads lower than the iteration engine's.
+	// WorkerKVCacheUsage is each rank's time-weighted mean over the
+	// duration, WorkerPeakKVCacheUsage its highest; MeanKVCacheUsage is
+	// the mean of the ranks' means, PeakKVCacheUsage the highest any rank
+	// reached.
+	WorkerKVCacheUsage     []float64 `json:"worker_kv_cache_usage"`
+	WorkerPeakKVCacheUsage []float64 `json:"worker_peak_kv_cache_usage"`
+	MeanKVCacheUsage       float64   `json:"mean_kv_cache_usage"`
+	PeakKVCacheUsage       float64   `json:"peak_kv_cache_usage"`
 	// Pools are each pool's own figures when prefill and decode are
 	// disaggregated (prefill, then decode); the figures above are end to
 	// end, worker_requests over the ranks of both pools, prefill's first.
@@ -170,6 +199,14 @@ type PoolMetrics struct {
 	// NumPreemptions and EvictedBlocks are the pool's workers'.
 	NumPreemptions int `json:"num_preemptions"`
 	EvictedBlocks  int `json:"evicted_blocks"`
+	// Utilisation: as the end-to-end figures, over the pool's ranks (and
+	// the same duration).
+	WorkerBusyShare        []float64 `json:"worker_busy_share"`
+	MeanBusyShare          float64   `json:"mean_busy_share"`
+	WorkerKVCacheUsage     []float64 `json:"worker_kv_cache_usage"`
+	WorkerPeakKVCacheUsage []float64 `json:"worker_peak_kv_cache_usage"`
+	MeanKVCacheUsage       float64   `json:"mean_kv_cache_usage"`
+	PeakKVCacheUsage       float64   `json:"peak_kv_cache_usage"`
 }
 
 // Cost is what computing one policy's replay took on this machine: not
@@ -314,11 +351,12 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 	}
 	var hitTokens, overlap, islBlocks, regret, overlapTokens, regretTokens float64
 	var ttft, tpot, itl, e2el, wait []sample
-	first, last := math.Inf(1), 0.0
+	first, last, lastArrival := math.Inf(1), 0.0, 0.0
 	good := 0
 	for i := range trace {
 		r := h.byID[trace[i].ID]
 		first, last = math.Min(first, r.Arrival), math.Max(last, r.doneAt)
+		lastArrival = math.Max(lastArrival, r.Arrival)
 		rec := h.record(r)
 		if h.opt.Records {
 			recs = append(recs, rec)
@@ -391,9 +429,22 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 	s = summarize(wait)
 	m.MeanQueueWaitMS, m.MedianQueueWaitMS, m.StdQueueWaitMS, m.P90QueueWaitMS, m.P99QueueWaitMS = s.mean, s.median, s.std, s.p90, s.p99
 	m.WorkerShare, m.WorkerShareCV = shares(m.WorkerRequests)
+	m.OfferedRequestRate = offeredRate(len(trace), first, lastArrival)
+	ranks := h.utilisation(first, last)
+	f := utilFiguresOf(ranks)
+	m.WorkerBusyShare, m.MeanBusyShare, m.WorkerKVCacheUsage = f.busy, f.meanBusy, f.meanKV
+	m.WorkerPeakKVCacheUsage, m.MeanKVCacheUsage, m.PeakKVCacheUsage = f.peakKV, f.meanMeanKV, f.peak
 	if h.opt.Cluster.Disaggregated() {
 		for _, p := range h.pools {
-			m.Pools = append(m.Pools, h.poolMetrics(p, trace))
+			pm := h.poolMetrics(p, trace)
+			own := make([]rankUtil, 0, len(p.order))
+			for _, w := range p.order {
+				own = append(own, ranks[w.idx])
+			}
+			f := utilFiguresOf(own)
+			pm.WorkerBusyShare, pm.MeanBusyShare, pm.WorkerKVCacheUsage = f.busy, f.meanBusy, f.meanKV
+			pm.WorkerPeakKVCacheUsage, pm.MeanKVCacheUsage, pm.PeakKVCacheUsage = f.peakKV, f.meanMeanKV, f.peak
+			m.Pools = append(m.Pools, pm)
 		}
 	}
 	return m, recs

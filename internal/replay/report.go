@@ -153,6 +153,7 @@ func WriteTable(w io.Writer, rep *Report) error {
 	row("P99 E2EL (ms)", num("%.1f", "p99_e2el_ms", func(m *Metrics) float64 { return m.P99E2ELMS }))
 	row("median queue wait (ms)", num("%.1f", "median_queue_wait_ms", func(m *Metrics) float64 { return m.MedianQueueWaitMS }))
 	row("P99 queue wait (ms)", num("%.1f", "p99_queue_wait_ms", func(m *Metrics) float64 { return m.P99QueueWaitMS }))
+	row("offered request rate (req/s)", num("%.2f", "offered_request_rate", func(m *Metrics) float64 { return m.OfferedRequestRate }))
 	row("request throughput (req/s)", num("%.2f", "request_throughput", func(m *Metrics) float64 { return m.RequestThroughput }))
 	row("output throughput (tok/s)", num("%.1f", "output_throughput", func(m *Metrics) float64 { return m.OutputThroughput }))
 	if d.Goodput.Set() {
@@ -166,6 +167,9 @@ func WriteTable(w io.Writer, rep *Report) error {
 	row("worker share CV", num("%.3f", "worker_share_cv", func(m *Metrics) float64 { return m.WorkerShareCV }))
 	row("preemptions", num("%.0f", "num_preemptions", func(m *Metrics) float64 { return float64(m.NumPreemptions) }))
 	row("evicted blocks", num("%.0f", "evicted_blocks", func(m *Metrics) float64 { return float64(m.EvictedBlocks) }))
+	row("mean busy share", num("%.3f", "mean_busy_share", func(m *Metrics) float64 { return m.MeanBusyShare }))
+	row("mean KV cache usage", num("%.3f", "mean_kv_cache_usage", func(m *Metrics) float64 { return m.MeanKVCacheUsage }))
+	row("peak KV cache usage", num("%.3f", "peak_kv_cache_usage", func(m *Metrics) float64 { return m.PeakKVCacheUsage }))
 	for k := range ms[0].Pools { // the same pools for every policy
 		writePoolRows(row, d, ms, k)
 	}
@@ -306,6 +310,9 @@ func writePoolRows(row func(string, func(int) string), d *Deterministic, ms []Me
 	num("worker share CV", "%.3f", "worker_share_cv", func(p *PoolMetrics) float64 { return p.WorkerShareCV })
 	num("preemptions", "%.0f", "num_preemptions", func(p *PoolMetrics) float64 { return float64(p.NumPreemptions) })
 	num("evicted blocks", "%.0f", "evicted_blocks", func(p *PoolMetrics) float64 { return float64(p.EvictedBlocks) })
+	num("mean busy share", "%.3f", "mean_busy_share", func(p *PoolMetrics) float64 { return p.MeanBusyShare })
+	num("mean KV cache usage", "%.3f", "mean_kv_cache_usage", func(p *PoolMetrics) float64 { return p.MeanKVCacheUsage })
+	num("peak KV cache usage", "%.3f", "peak_kv_cache_usage", func(p *PoolMetrics) float64 { return p.PeakKVCacheUsage })
 }
 
 // rejections is the rejected count, with its reasons when there are any.
