@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"context"
 	"os"
 	"slices"
 	"testing"
@@ -200,14 +199,11 @@ func TestReportHasTheHeadroomOnce(t *testing.T) {
 	e := &Experiment{Workload: Workload{ArrivalSpeedupRatio: 1, BuiltinSessions: 30}, Cluster: DefaultCluster(4),
 		Router: routerConfig(protocol.PolicyKV), Repeats: 2,
 		Contenders: []Contender{{Name: "kv", Router: routerConfig(protocol.PolicyKV)}, {Name: "round_robin", Router: routerConfig(protocol.PolicyRoundRobin)}}}
-	trace, info, err := e.Load()
+	trace, _, err := e.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, _, err := e.Run(context.Background(), trace, info)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := runExperiment(t, e)
 	want := headroomOf(trace, &e.Cluster, false)
 	if rep.Deterministic.Headroom == nil || *rep.Deterministic.Headroom != *want {
 		t.Fatalf("headroom %+v, want %+v", rep.Deterministic.Headroom, want)
