@@ -299,14 +299,15 @@ func checkMergeOutputs(dirs []string, report, plot string) error {
 // any point runs, so that a typo in the last block fails the sweep at once,
 // and reads each trace at each block size the points give it. It gives
 // each point's experiment, by point ID.
-func checkPoints(points []sweep.Point, objective *sweep.Objective) (map[string]*replay.Experiment, error) {
+func checkPoints(points []sweep.Point, objective *sweep.Objective) (map[string]*pointPlan, error) {
 	needsGoodput := objective.Names("request_goodput")
+	needsCapacity := objective.Names(sweep.SustainableRate)
 	type read struct {
 		trace     string
 		blockSize uint64
 	}
 	traces := map[read]bool{}
-	experiments := map[string]*replay.Experiment{}
+	experiments := map[string]*pointPlan{}
 	for i := range points {
 		p := &points[i]
 		cmd, o := replayCommand()
@@ -334,28 +335,53 @@ func checkPoints(points []sweep.Point, objective *sweep.Objective) (map[string]*
 		if needsGoodput && !exp.Goodput.Set() {
 			return nil, fail(errors.New("the objective names request_goodput, which a point reports only with --goodput: give goodput in the spec's flags"))
 		}
+		if needsCapacity && !o.capacity {
+			return nil, fail(errors.New("the objective names sustainable_rate, which a point reports only with --capacity: give capacity (and goodput) in the spec's flags"))
+		}
 		if key := (read{p.Workload, exp.Router.BlockSize}); exp.TracePath != "" && !traces[key] {
-			if _, _, err := exp.Load(); err != nil {
+			if _, _, _, err := o.load(exp); err != nil {
 				return nil, fmt.Errorf("workload %s at block size %d: %w", p.Workload, exp.Router.BlockSize, err)
 			}
 			traces[key] = true
 		}
-		experiments[p.ID] = exp
+		plan := &pointPlan{exp: exp}
+		if o.capacity {
+			plan.capacity = &o.search
+		}
+		experiments[p.ID] = plan
 	}
 	return experiments, nil
 }
 
+// pointPlan is what a point runs: its experiment and, with the
+// "capacity" flag, the capacity search after it.
+type pointPlan struct {
+	exp      *replay.Experiment
+	capacity *replay.CapacitySearch
+}
+
 // pointRunner runs each point's experiment in this process, and writes
 // its report whole or not at all.
-func pointRunner(experiments map[string]*replay.Experiment) sweep.RunPoint {
+func pointRunner(experiments map[string]*pointPlan) sweep.RunPoint {
 	return func(ctx context.Context, p *sweep.Point, report string) error {
-		exp := experiments[p.ID]
+		plan := experiments[p.ID]
+		exp := plan.exp
 		fail := func(err error) error { return fmt.Errorf("replay %s: %w", strings.Join(p.Args(), " "), err) }
-		trace, info, err := exp.Load()
+		var trace, base []replay.Request
+		var info replay.TraceInfo
+		var err error
+		if plan.capacity == nil {
+			trace, info, err = exp.Load()
+		} else if base, info, err = exp.LoadUnshaped(); err == nil { // as replay --capacity loads it
+			trace = replay.Shaped(base, exp.Workload.ArrivalSpeedupRatio)
+		}
 		if err != nil {
 			return fail(err)
 		}
 		rep, _, err := exp.Run(ctx, trace, info)
+		if err == nil && plan.capacity != nil {
+			rep.Deterministic.Capacity, err = exp.Capacity(ctx, base, *plan.capacity)
+		}
 		if err != nil {
 			return fail(err)
 		}

@@ -133,15 +133,16 @@ func TestSweepShardsResumeAndMerge(t *testing.T) {
 func TestSweepRefusals(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	for spec, want := range map[string]string{
-		`{"workloads":["builtin"],"grid":[{"workers":[2,"many"]}],"objective":{"minimize":"p99_ttft_ms"}}`:            `point 2 (--workers=many)`,
-		`{"workloads":["builtin"],"grid":[{"policy":["kv","best"]}],"objective":{"minimize":"p99_ttft_ms"}}`:          `point 2 (--policy=best): --policy (config policy): "best" is not one of`,
-		`{"workloads":["no-such.jsonl"],"objective":{"minimize":"p99_ttft_ms"}}`:                                      `workload no-such.jsonl`,
-		`{"workloads":["builtin"],"grid":[{"no-such-flag":[1]}],"objective":{"minimize":"p99_ttft_ms"}}`:              `unknown flag: --no-such-flag`,
-		`{"workloads":["builtin"],"objective":{"minimize":"ttft"}}`:                                                   `"ttft" is not a metric`,
-		`{"workloads":["builtin"],"flags":{"sessions":0},"objective":{"minimize":"p99_ttft_ms"}}`:                     `--sessions 0`,
-		`{"workloads":["bad.jsonl"],"objective":{"minimize":"p99_ttft_ms"}}`:                                          `workload bad.jsonl at block size 512:`,
-		`{"workloads":["builtin"],"objective":{"maximize":"request_goodput"}}`:                                        `point 1 (): the objective names request_goodput, which a point reports only with --goodput`,
-		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttft_ms","subject_to":{"request_goodput":{"min":1}}}}`: `the objective names request_goodput`,
+		`{"workloads":["builtin"],"grid":[{"workers":[2,"many"]}],"objective":{"minimize":"p99_ttft_ms"}}`:                   `point 2 (--workers=many)`,
+		`{"workloads":["builtin"],"grid":[{"policy":["kv","best"]}],"objective":{"minimize":"p99_ttft_ms"}}`:                 `point 2 (--policy=best): --policy (config policy): "best" is not one of`,
+		`{"workloads":["no-such.jsonl"],"objective":{"minimize":"p99_ttft_ms"}}`:                                             `workload no-such.jsonl`,
+		`{"workloads":["builtin"],"grid":[{"no-such-flag":[1]}],"objective":{"minimize":"p99_ttft_ms"}}`:                     `unknown flag: --no-such-flag`,
+		`{"workloads":["builtin"],"objective":{"minimize":"ttft"}}`:                                                          `"ttft" is not a metric`,
+		`{"workloads":["builtin"],"flags":{"sessions":0},"objective":{"minimize":"p99_ttft_ms"}}`:                            `--sessions 0`,
+		`{"workloads":["bad.jsonl"],"objective":{"minimize":"p99_ttft_ms"}}`:                                                 `workload bad.jsonl at block size 512:`,
+		`{"workloads":["builtin"],"objective":{"maximize":"request_goodput"}}`:                                               `point 1 (): the objective names request_goodput, which a point reports only with --goodput`,
+		`{"workloads":["builtin"],"objective":{"minimize":"p99_ttft_ms","subject_to":{"request_goodput":{"min":1}}}}`:        `the objective names request_goodput`,
+		`{"workloads":["builtin"],"flags":{"goodput":"ttft:200","policy":"kv"},"objective":{"maximize":"sustainable_rate"}}`: `the objective names sustainable_rate, which a point reports only with --capacity`,
 	} {
 		path := writeSpec(t, spec)
 		os.WriteFile(filepath.Join(filepath.Dir(path), "bad.jsonl"), []byte("garbage\n"), 0o644)

@@ -413,8 +413,12 @@ var MetricNames, metricField = func() ([]string, map[string]int) {
 			names, field[name] = append(names, name), i
 		}
 	}
-	return names, field
+	return append(names, SustainableRate), field
 }()
+
+// SustainableRate names a point's capacity at SLO (replay --capacity: the
+// "capacity" flag), an objective's metric beside the report's own.
+const SustainableRate = "sustainable_rate"
 
 // checkBaseline refuses a baseline the objective names that some workload
 // has no point of, and a bound on the baseline with no baseline point.

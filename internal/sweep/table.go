@@ -269,6 +269,9 @@ func (o *Objective) servesEnough(p *PointResult) bool {
 // Metric is the metric of m named by its JSON key (one of MetricNames),
 // and whether m has it (request_goodput is null without --goodput).
 func Metric(m *replay.Metrics, name string) (float64, bool) {
+	if name == SustainableRate {
+		return 0, false // the report's capacity part's, not a metric's (PointResult.value)
+	}
 	i, ok := metricField[name]
 	if !ok {
 		panic("no metric " + name) // the spec's check names only MetricNames

@@ -279,3 +279,28 @@ func TestHeadroomPerScenario(t *testing.T) {
 		t.Errorf("the table:\n%s", out.String())
 	}
 }
+
+// TestSustainableRate: an objective on the capacity at SLO reads each
+// point's search, and the best is not tested against the runner-up (a
+// search's rate has no interval). Catches the rate read from the metrics
+// (absent there), and a test claimed where none was made.
+func TestSustainableRate(t *testing.T) {
+	pt := func(id, settings string, rate float64) PointResult {
+		p := repeated(id, settings, 10, 11)
+		p.Report.Capacity = &replay.CapacityReport{Contenders: []replay.CapacityResult{{Name: id, SustainableRate: rate}}}
+		return p
+	}
+	r := &TableResult{Objective: Objective{Maximize: SustainableRate}, Points: []PointResult{
+		pt("kv", "--policy=kv", 22.2), pt("rr", DefaultBaseline, 11.6), pt("ll", "--policy=least_loaded", 13.2)}}
+	r.judge()
+	w := &r.Workloads[0]
+	if w.Recommended == nil || *w.Recommended != "kv" || w.Test != "no_interval" || *w.RunnerUp != "ll" {
+		t.Errorf("recommended %v (%s), runner-up %v", w.Recommended, w.Test, w.RunnerUp)
+	}
+	if v := r.Points[0].VsBaseline; v == nil || *v != 22.2/11.6 {
+		t.Errorf("kv against the baseline: %v", v)
+	}
+	if _, ok := Metric(&replay.Metrics{}, SustainableRate); ok {
+		t.Error("sustainable_rate read from the metrics")
+	}
+}

@@ -29,6 +29,13 @@ type value struct {
 // value is the point's figure for a metric, and whether it has it.
 func (r *PointResult) value(name string) (value, bool) {
 	d := &r.Report
+	if name == SustainableRate { // one search on the repeats' mean: one value
+		if d.Capacity == nil || len(d.Capacity.Contenders) != 1 {
+			return value{}, false
+		}
+		v := d.Capacity.Contenders[0].SustainableRate
+		return value{v, v, v, []float64{v}}, true
+	}
 	if len(d.Contenders) == 1 && len(d.Contenders[0].Repeats) > 1 {
 		reps := d.Contenders[0].Repeats
 		xs := make([]float64, 0, len(reps))
@@ -155,6 +162,9 @@ func (t *TableResult) judgeWorkload(w *WorkloadResult, idx []int, tried map[stri
 	margin, tested := pairedDifference(top, runner, o.metric())
 	if !tested {
 		w.Test = "one_repeat"
+		if o.metric() == SustainableRate {
+			w.Test = "no_interval" // a search's rate, not a mean over repeats
+		}
 		w.Recommended = &top.ID
 		w.Edges = t.edges(top, tried)
 		return
@@ -424,6 +434,8 @@ func writeVerdict(w io.Writer, r *TableResult, wl *WorkloadResult, specDir strin
 			runnerUp(), metric, wl.Margin.Mean, wl.Margin.CI95[0], wl.Margin.CI95[1], p.Report.Repeats)
 	case "one_repeat":
 		fmt.Fprintf(w, "  not tested against the runner-up %s: one repeat gives no interval (give the spec's flags \"repeats\": 5)\n", runnerUp())
+	case "no_interval":
+		fmt.Fprintf(w, "  not tested against the runner-up %s: a capacity is one search on the repeats' mean, with no interval of its own\n", runnerUp())
 	}
 	for _, e := range wl.Edges {
 		fmt.Fprintf(w, "  warning: %s; extend the grid\n", e)
