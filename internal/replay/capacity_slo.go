@@ -103,6 +103,13 @@ type CapacityResult struct {
 	RatioToBaseline *float64 `json:"ratio_to_baseline" jsonschema:"nullable"`
 	// Probes are the points tried, in the order the search tried them.
 	Probes []CapacityProbe `json:"probes"`
+	// With several repeats, RepeatRates are the sustainable rates of a
+	// search of each repeat alone (repeat k at seed + k, the same for every
+	// contender), and Interval their mean and 95% Student-t interval: how
+	// far the rate moves with the seed. SustainableRate stays the search
+	// on the repeats' mean attainment.
+	RepeatRates []float64 `json:"repeat_rates,omitempty"`
+	Interval    *Estimate `json:"interval,omitempty"`
 }
 
 // CapacityProbe is one offered rate a search tried.
@@ -196,6 +203,13 @@ func (e *Experiment) Capacity(ctx context.Context, base []Request, s CapacitySea
 			if err != nil {
 				return fmt.Errorf("capacity of policy %s: %w", e.Contenders[c].Name, err)
 			}
+			if e.repeats() > 1 {
+				if res.RepeatRates, err = e.repeatRates(gctx, base, c, s, unit); err != nil {
+					return fmt.Errorf("capacity of policy %s: %w", e.Contenders[c].Name, err)
+				}
+				est := MeanInterval(res.RepeatRates)
+				res.Interval = &est
+			}
 			res.Name = e.Contenders[c].Name
 			rep.Contenders[c] = res
 			return nil
@@ -206,6 +220,39 @@ func (e *Experiment) Capacity(ctx context.Context, base []Request, s CapacitySea
 	}
 	rep.ratios()
 	return rep, nil
+}
+
+// repeatRates searches contender c's capacity at each repeat alone: the
+// run of seed + k, on repeat k's requests (a generated workload made at
+// its seed), one replay a probe.
+func (e *Experiment) repeatRates(ctx context.Context, base []Request, c int, s CapacitySearch, unit float64) ([]float64, error) {
+	rates := make([]float64, e.repeats())
+	for k := range rates {
+		one := *e
+		one.Repeats, one.Router.Seed = 1, e.seed(k)
+		reqs := base
+		if k > 0 && e.TracePath == "" {
+			var err error
+			if reqs, _, err = one.LoadUnshaped(); err != nil {
+				return nil, err
+			}
+		}
+		u := unit
+		if k > 0 && e.TracePath == "" {
+			var err error
+			if u, err = one.UnitRate(reqs); err != nil {
+				return nil, err
+			}
+		}
+		res, err := searchCapacity(e.Workload.ArrivalSpeedupRatio, u, s, func(ratio float64) (CapacityProbe, error) {
+			return one.probe(ctx, reqs, c, ratio, 1, s.Attainment)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("repeat %d: %w", k, err)
+		}
+		rates[k] = res.SustainableRate
+	}
+	return rates, nil
 }
 
 // ratios sets each contender's ratio to the baseline's rate, where both
@@ -349,7 +396,12 @@ func WriteCapacityTable(w io.Writer, r *CapacityReport, slo SLO) error {
 	if r.Baseline != "" {
 		against = "x " + r.Baseline
 	}
-	fmt.Fprintf(tw, "contender\tsustainable req/s\t%s\tprobes\t\n", against)
+	repeats := r.Repeats > 1
+	head := fmt.Sprintf("contender\tsustainable req/s\t%s\tprobes\t", against)
+	if repeats {
+		head += "each repeat alone: mean [95% interval]\t"
+	}
+	fmt.Fprintln(tw, head)
 	for _, c := range r.Contenders {
 		rate := fmt.Sprintf("%.2f", c.SustainableRate)
 		switch c.Bound {
@@ -367,7 +419,11 @@ func WriteCapacityTable(w io.Writer, r *CapacityReport, slo SLO) error {
 		case c.RatioToBaseline != nil:
 			ratio = fmt.Sprintf("%.3f", *c.RatioToBaseline)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t\n", c.Name, rate, ratio, len(c.Probes))
+		line := fmt.Sprintf("%s\t%s\t%s\t%d\t", c.Name, rate, ratio, len(c.Probes))
+		if repeats && c.Interval != nil && c.Interval.CI95 != nil {
+			line += fmt.Sprintf("%.2f [%.2f, %.2f]\t", c.Interval.Mean, c.Interval.CI95[0], c.Interval.CI95[1])
+		}
+		fmt.Fprintln(tw, line)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

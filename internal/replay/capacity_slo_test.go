@@ -212,6 +212,37 @@ func TestCapacityWithRepeats(t *testing.T) {
 	}
 }
 
+// TestRepeatRatesAreEachRepeatsSearch: with repeats, each repeat's rate
+// is the search of that repeat alone, the run of seed + k (its workload
+// made at that seed), and the interval is theirs. Catches repeat rates
+// searched on the mean, another seed, or repeat 0's requests reused.
+func TestRepeatRatesAreEachRepeatsSearch(t *testing.T) {
+	e := capacityExperiment(2, 2)
+	e.Contenders, e.Baseline = e.Contenders[1:], ""
+	search := CapacitySearch{Attainment: 0.8, Tolerance: 0.1, MaxProbes: 4}
+	base, _, _ := e.LoadUnshaped()
+	rep, err := e.Capacity(context.Background(), base, search)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rep.Contenders[0]
+	if len(c.RepeatRates) != 2 || c.Interval == nil || c.Interval.Mean != (c.RepeatRates[0]+c.RepeatRates[1])/2 {
+		t.Fatalf("repeat rates %v, interval %+v", c.RepeatRates, c.Interval)
+	}
+	for k := range 2 {
+		one := *e
+		one.Repeats, one.Router.Seed = 1, e.seed(k)
+		b, _, _ := one.LoadUnshaped()
+		alone, err := one.Capacity(context.Background(), b, search)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := alone.Contenders[0].SustainableRate; got != c.RepeatRates[k] {
+			t.Errorf("repeat %d: %v, the search of seed %d alone %v", k, c.RepeatRates[k], one.Router.Seed, got)
+		}
+	}
+}
+
 // TestCapacityRefusals: no goodput levels, a closed loop, all requests at
 // once: each refused, naming the flag. Catches each check dropped.
 func TestCapacityRefusals(t *testing.T) {

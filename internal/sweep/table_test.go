@@ -303,4 +303,14 @@ func TestSustainableRate(t *testing.T) {
 	if _, ok := Metric(&replay.Metrics{}, SustainableRate); ok {
 		t.Error("sustainable_rate read from the metrics")
 	}
+	// With each repeat's own search, the rates pair up across points.
+	for i, rates := range [][]float64{{22, 23, 22.5}, {11, 11.5, 12}, {13, 13.5, 13.2}} {
+		c := &r.Points[i].Report.Capacity.Contenders[0]
+		est := replay.MeanInterval(rates)
+		c.RepeatRates, c.Interval = rates, &est
+	}
+	r.judge()
+	if w := &r.Workloads[0]; w.Test != "distinct" || *w.Recommended != "kv" || w.Margin.CI95[0] <= 0 {
+		t.Errorf("with repeat rates: %s, margin %+v", w.Test, w.Margin)
+	}
 }

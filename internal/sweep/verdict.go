@@ -29,11 +29,15 @@ type value struct {
 // value is the point's figure for a metric, and whether it has it.
 func (r *PointResult) value(name string) (value, bool) {
 	d := &r.Report
-	if name == SustainableRate { // one search on the repeats' mean: one value
+	if name == SustainableRate { // the search on the repeats' mean, and each repeat's
 		if d.Capacity == nil || len(d.Capacity.Contenders) != 1 {
 			return value{}, false
 		}
-		v := d.Capacity.Contenders[0].SustainableRate
+		c := &d.Capacity.Contenders[0]
+		v := c.SustainableRate
+		if c.Interval != nil && c.Interval.CI95 != nil { // a search of each repeat alone: paired across points
+			return value{v, c.Interval.CI95[0], c.Interval.CI95[1], c.RepeatRates}, true
+		}
 		return value{v, v, v, []float64{v}}, true
 	}
 	if len(d.Contenders) == 1 && len(d.Contenders[0].Repeats) > 1 {
