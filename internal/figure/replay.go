@@ -115,6 +115,11 @@ func SaveReplay(path, title string, rep *replay.Report, results []*replay.Result
 	if err != nil {
 		return err
 	}
+	if rep != nil {
+		if err := addHitBounds(hit, rep.Deterministic.Headroom, len(ss)); err != nil {
+			return err
+		}
+	}
 	cdf, err := cdfPlot(ss)
 	if err != nil {
 		return err
@@ -297,6 +302,41 @@ func drawLegendLine(c draw.Canvas, sty text.Style, line []legendEntry, y vg.Leng
 		c.FillText(sty, vg.Point{X: x + swatchW + 6, Y: y}, e.name)
 		x += e.width + entryGap
 	}
+}
+
+// addHitBounds draws across the hit-rate bars the infinite-cache bound
+// (no router passes it) and one cluster-sized LRU cache's rate (a
+// reference), n bars high.
+func addHitBounds(p *plot.Plot, h *replay.Headroom, n int) error {
+	if h == nil {
+		return nil
+	}
+	refs := []struct {
+		at    float64
+		label string
+		dash  []vg.Length
+		y     float64
+	}{{h.InfiniteCacheHitRate, "infinite cache", []vg.Length{2, 2}, float64(n) - 0.45},
+		{h.ClusterLRUHitRate, "cluster LRU", []vg.Length{6, 3}, -0.55}}
+	if math.Abs(h.InfiniteCacheHitRate-h.ClusterLRUHitRate) < 5e-4 {
+		refs = refs[:1]
+		refs[0].label = "infinite cache = cluster LRU"
+	}
+	for _, r := range refs {
+		line, err := plotter.NewLine(plotter.XYs{{X: r.at, Y: -0.5}, {X: r.at, Y: float64(n) - 0.5}})
+		if err != nil {
+			return err
+		}
+		line.Color, line.Dashes, line.Width = color.RGBA{0x40, 0x40, 0x90, 255}, r.dash, 1
+		label, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: r.at, Y: r.y}}, Labels: []string{r.label}})
+		if err != nil {
+			return err
+		}
+		label.TextStyle[0] = textStyle(9)
+		label.TextStyle[0].XAlign = draw.XCenter
+		p.Add(line, label)
+	}
+	return nil
 }
 
 // barPlots draws per policy the prefix hit rate, and TTFT p50 (pale) and
