@@ -121,7 +121,7 @@ func WriteTable(w io.Writer, rep *Report) error {
 		return func(i int) string {
 			if i < len(d.Contenders) {
 				if e, ok := d.Contenders[i].Summary[key]; ok && e.CI95 != nil {
-					return fmt.Sprintf(format+" ±"+format, e.Mean, float64(e.CI95[1]-e.Mean))
+					return meanCell(format, e)
 				}
 			}
 			return fmt.Sprintf(format, f(&ms[i]))
@@ -193,6 +193,12 @@ func WriteTable(w io.Writer, rep *Report) error {
 		}
 	}
 	return nil
+}
+
+// meanCell is a figure over repeats as the table prints it: the mean ±
+// half its 95% interval, both in format.
+func meanCell(format string, e Estimate) string {
+	return fmt.Sprintf(format+" ±"+format, e.Mean, float64(e.CI95[1]-e.Mean))
 }
 
 // writeVersus adds the rows of each contender's ratio to the baseline and
@@ -280,7 +286,7 @@ func writePoolRows(row func(string, func(int) string), d *Deterministic, ms []Me
 		row(role+": "+name, func(i int) string {
 			if i < len(d.Contenders) {
 				if e, ok := d.Contenders[i].PoolSummary[role][key]; ok && e.CI95 != nil {
-					return fmt.Sprintf(format+" ±"+format, e.Mean, float64(e.CI95[1]-e.Mean))
+					return meanCell(format, e)
 				}
 			}
 			return fmt.Sprintf(format, f(&ms[i].Pools[k]))
@@ -290,7 +296,7 @@ func writePoolRows(row func(string, func(int) string), d *Deterministic, ms []Me
 	row(role+": rejected", func(i int) string {
 		if i < len(d.Contenders) && d.Contenders[i].PoolSummary != nil {
 			e := d.Contenders[i].PoolSummary[role]["rejected"]
-			return fmt.Sprintf("%.0f ±%.0f", e.Mean, float64(e.CI95[1]-e.Mean))
+			return meanCell("%.0f", e)
 		}
 		p := &ms[i].Pools[k]
 		return rejections(&Metrics{Rejected: p.Rejected, RejectedByReason: p.RejectedByReason})

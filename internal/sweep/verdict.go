@@ -194,8 +194,7 @@ func (r *PointResult) valueOf(name string) (float64, bool) {
 	if r == nil {
 		return 0, false
 	}
-	v, ok := r.value(name)
-	return v.mean, ok
+	return r.Mean(name)
 }
 
 // pairedDifference is a's mean difference to b on a metric over their
