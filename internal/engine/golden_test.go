@@ -57,6 +57,17 @@ func (sc goldenScenario) run(t *testing.T, input []byte) []byte {
 	return out.Bytes()
 }
 
+// defaults is the config a bare config command is answered with, against
+// which a scenario records its config answer (scenario.Recorder).
+func (sc goldenScenario) defaults(t *testing.T) json.RawMessage {
+	t.Helper()
+	d, err := scenario.DefaultsOf(sc.run(t, []byte(`{"op":"config"}`+"\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // answered tells the lines serve answers, whatever their length, from
 // comments.
 func answered(line []byte) bool { return !wire.IsComment(line) }
@@ -84,7 +95,11 @@ func TestGolden(t *testing.T) {
 			if again := sc.run(t, input); !bytes.Equal(out, again) {
 				t.Fatal("two runs of the same input differ")
 			}
-			got, err := scenario.Render(sc.text, out, answered)
+			recorded, err := scenario.NewRecorder(sc.text, sc.defaults(t)).Record(out)
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			got, err := scenario.Render(sc.text, recorded, answered)
 			if err != nil {
 				t.Fatalf("%s: %v", path, err)
 			}

@@ -49,3 +49,29 @@ func TestMaxLineBytes(t *testing.T) {
 		t.Error("a limit that is not a number must be an error")
 	}
 }
+
+// TestRecordNarrowsTheConfig: a config answer is recorded with only the
+// keys that differ from the defaults, nested objects narrowed, order kept;
+// every other line, and every line of a scenario marked whole, is as
+// served. (Catches: comparing nested objects whole, dropping a changed
+// key, reordering, narrowing a marked scenario.)
+func TestRecordNarrowsTheConfig(t *testing.T) {
+	defaults := []byte(`{"policy":"kv","seed":0,"affinity":{"mode":"off","ttl_ms":3600000},"queue_threshold":null}`)
+	out := []byte(`{"seq":1,"op":"config","ok":true,"config":{"policy":"kv","seed":0,"affinity":{"mode":"hard","ttl_ms":3600000},"queue_threshold":1},"versions":{"protocol":1}}` + "\n" +
+		`{"seq":2,"op":"place","ok":true}` + "\n" +
+		`{"seq":3,"op":"config","ok":true,"config":{"policy":"kv","seed":0,"affinity":{"mode":"off","ttl_ms":3600000},"queue_threshold":null}}` + "\n")
+	got, err := NewRecorder([]byte("# why\n"), defaults).Record(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"seq":1,"op":"config","ok":true,"config_changes":{"affinity":{"mode":"hard"},"queue_threshold":1},"versions":{"protocol":1}}` + "\n" +
+		`{"seq":2,"op":"place","ok":true}` + "\n" +
+		`{"seq":3,"op":"config","ok":true,"config_changes":{}}` + "\n"
+	if string(got) != want {
+		t.Errorf("recorded:\n%s\nwant:\n%s", got, want)
+	}
+	whole, err := NewRecorder([]byte("# why\n# config: whole\n"), defaults).Record(out)
+	if err != nil || !bytes.Equal(whole, out) {
+		t.Errorf("a scenario marked whole must record the answer as served: %v\n%s", err, whole)
+	}
+}
