@@ -48,18 +48,20 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 
 // selectAmong costs every candidate and selects among them.
 func (e *Engine) selectAmong(d *demand, cs candidateSet, preferred int, routed []uint32) selector.Result {
-	llmd, sessionHash := e.cfg.Policy == protocol.PolicyLLMD, e.cfg.Policy == protocol.PolicySessionHash
+	reads := selector.Of(e.cfg.Policy).Reads
+	load, key := reads&(selector.ReadsWaiting|selector.ReadsKVUsage) != 0, reads&selector.ReadsKey != 0
 	cands := slices.Grow(e.cands[:0], len(cs.ranks))[:len(cs.ranks)]
 	e.cands = cands
 	for i, r := range cs.ranks {
 		newBlocks := uint64(len(d.local)) - uint64(e.hits[r.slot]) + d.privateBlocks
 		cands[i] = selector.Candidate{Overlap: uint64(e.overlap[r.slot]), PrefillTokens: r.prefill.at(e.now),
 			DecodeBlocks: r.activeDecodeBlocks() + newBlocks, ActiveRequests: r.activeRequests}
-		// What one policy alone reads is not worked out for the others.
-		if llmd {
+		// What the policy does not read (its entry in the table) is not
+		// worked out.
+		if load {
 			cands[i].Waiting, cands[i].KVUsage = uint64(r.prefill.live), r.kvUsage()
 		}
-		if sessionHash {
+		if key {
 			cands[i].Key = r.w.id*0x9e3779b97f4a7c15 ^ uint64(r.dp)
 		}
 		if routed != nil {

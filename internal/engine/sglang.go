@@ -7,6 +7,7 @@ import (
 
 	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/protocol"
+	"github.com/offline-router/offline-router/internal/selector"
 )
 
 // routedTree is policy sglang_cache_aware's picture of the caches: SGLang's
@@ -32,7 +33,7 @@ type routedBlock struct {
 
 // newRoutedTree returns the tree when the policy needs one.
 func newRoutedTree(cfg *protocol.Config) *routedTree {
-	if cfg.Policy != protocol.PolicySGLang {
+	if selector.Of(cfg.Policy).Reads&selector.ReadsRouted == 0 {
 		return nil
 	}
 	return &routedTree{index: kvindex.New()}

@@ -99,13 +99,13 @@ func Select(p Params, req Request, cands []Candidate, preferred int, draws Draws
 	return Result{Index: index, Chosen: scores[index], Ties: ties, BestCost: best, Scores: scores}
 }
 
-// Cheapest reports whether PickCheapest chooses as Select would: under the
-// kv policy at temperature 0 with no preferred candidate, where only the
+// Cheapest reports whether PickCheapest chooses as Select would: under a
+// policy that picks by cost alone (kv) at temperature 0 with no preferred candidate, where only the
 // lowest cost matters. (pick's own temperature-0 branch draws among the
 // ties the same way; the engine's TestCheapestSelectsAsEveryScore holds
 // the two together.)
 func Cheapest(p *Params, preferred int) bool {
-	return p.Policy == protocol.PolicyKV && p.Temperature == 0 && preferred < 0
+	return Of(p.Policy).ByCost && p.Temperature == 0 && preferred < 0
 }
 
 // PickCheapest is Select's choice where Cheapest holds, from each
@@ -163,125 +163,26 @@ func costOf(p *Params, prefill float64, decodeBlocks uint64) float64 {
 }
 
 // pick chooses among scores: the preferred index when there is one, else
-// the cheapest (ties broken by a draw) at temperature 0, else a softmax draw
-// over range-normalised costs. It fills every score's probability and
-// returns the chosen index, the number of candidates at the minimum cost,
-// and that cost.
+// by the policy's entry in the table. It fills every score's probability
+// and returns the chosen index, the number of candidates at the minimum
+// cost, and that cost.
 func pick(p *Params, req Request, scores []Score, cands []Candidate, preferred int, draws Draws) (int, int, float64) {
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, s := range scores {
-		lo, hi = min(lo, s.Cost), max(hi, s.Cost)
+	s := spread{lo: math.Inf(1), hi: math.Inf(-1)}
+	for _, x := range scores {
+		s.lo, s.hi = min(s.lo, x.Cost), max(s.hi, x.Cost)
 	}
-	ties := 0
-	for _, s := range scores {
-		if s.Cost == lo {
-			ties++
+	for _, x := range scores {
+		if x.Cost == s.lo {
+			s.ties++
 		}
 	}
 	if len(scores) == 1 {
 		preferred = 0 // nothing to choose: no policy counter or draw is used
 	}
 	if preferred >= 0 {
-		for i := range scores {
-			scores[i].Prob = 0
-		}
-		scores[preferred].Prob = 1
-		return preferred, ties, lo
+		return only(scores, preferred), s.ties, s.lo
 	}
-	switch p.Policy {
-	case protocol.PolicyKV:
-	case protocol.PolicySGLang:
-		return pickSGLang(&p.SGLang, req, scores, cands), ties, lo
-	case protocol.PolicyLLMD:
-		return pickLLMD(&p.LLMD, scores, cands, draws), ties, lo
-	default:
-		return pickBaseline(p.Policy, req, scores, cands, draws), ties, lo
-	}
-	t := p.Temperature
-	if t == 0 || hi == lo {
-		chosen := 0
-		if ties > 1 {
-			chosen = draws.Index(ties)
-		}
-		seen := 0
-		pick := 0
-		for i := range scores {
-			if scores[i].Cost == lo {
-				scores[i].Prob = 1 / float64(ties)
-				if seen == chosen {
-					pick = i
-				}
-				seen++
-			}
-		}
-		return pick, ties, lo
-	}
-	total := 0.0
-	for i := range scores {
-		scores[i].Prob = portableExp(-(scores[i].Cost - lo) / ((hi - lo) * t))
-		total += scores[i].Prob
-	}
-	u := draws.Unit() * total
-	// The last candidate takes any rounding shortfall of the running sum.
-	pick := -1
-	acc := 0.0
-	for i := range scores {
-		acc += scores[i].Prob
-		if pick < 0 && u < acc {
-			pick = i
-		}
-		scores[i].Prob /= total
-	}
-	if pick < 0 {
-		pick = len(scores) - 1
-	}
-	return pick, ties, lo
-}
-
-// pickBaseline chooses by a policy that ignores cost (the costs are still
-// computed, for the evidence): round_robin takes the candidates in turn
-// from one counter, random draws uniformly, least_loaded takes the fewest
-// active requests with ties drawn uniformly, session_hash hashes the
-// session onto a candidate (round robin without a session).
-func pickBaseline(policy protocol.Policy, req Request, scores []Score, cands []Candidate, draws Draws) int {
-	for i := range scores {
-		scores[i].Prob = 0
-	}
-	var pick int
-	switch {
-	case policy == protocol.PolicySessionHash && req.Session != "":
-		pick = rendezvous(req.Session, cands)
-		scores[pick].Prob = 1
-		return pick
-	case policy == protocol.PolicyRoundRobin || policy == protocol.PolicySessionHash:
-		pick = int(draws.Turn() % uint64(len(scores)))
-		scores[pick].Prob = 1
-		return pick
-	case policy == protocol.PolicyRandom:
-		pick = draws.Index(len(scores))
-		for i := range scores {
-			scores[i].Prob = 1 / float64(len(scores))
-		}
-		return pick
-	}
-	least := cands[0].ActiveRequests
-	for _, c := range cands {
-		least = min(least, c.ActiveRequests)
-	}
-	var tied []int
-	for i, c := range cands {
-		if c.ActiveRequests == least {
-			tied = append(tied, i)
-		}
-	}
-	pick = tied[0]
-	if len(tied) > 1 {
-		pick = tied[draws.Index(len(tied))]
-	}
-	for _, i := range tied {
-		scores[i].Prob = 1 / float64(len(tied))
-	}
-	return pick
+	return Of(p.Policy).pick(p, req, scores, cands, draws, s), s.ties, s.lo
 }
 
 // rendezvous is consistent hashing of a session onto the candidates
