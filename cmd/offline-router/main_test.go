@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/offline-router/offline-router/internal/protocol"
+
 	"github.com/goccy/go-json"
 )
 
@@ -131,7 +133,8 @@ func TestConfigFileAndFlagOverride(t *testing.T) {
 func TestVersionAndExample(t *testing.T) {
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		stdout, _, code := run(t, "", args...)
-		if code != 0 || !strings.HasPrefix(stdout, "offline-router ") || !strings.Contains(stdout, "(wire protocol v1, report schema v1)") {
+		if code != 0 || !strings.HasPrefix(stdout, "offline-router ") || !strings.Contains(stdout, "(wire protocol v1, report schema v1)") ||
+			!strings.Contains(stdout, "follows "+protocol.Followed.Dynamo+"\n") || !strings.Contains(stdout, protocol.Followed.AISimulate) {
 			t.Fatalf("%v: %d %q", args, code, stdout)
 		}
 	}

@@ -28,8 +28,8 @@ func toolVersion() string {
 // versionLine is what `offline-router version` and `--version` print: the
 // tool, and the versions a host or a report reader checks behaviour by.
 func versionLine() string {
-	return fmt.Sprintf("offline-router %s (wire protocol v%d, report schema v%d)\n",
-		toolVersion(), protocol.Version, protocol.ReportSchemaVersion)
+	return fmt.Sprintf("offline-router %s (wire protocol v%d, report schema v%d)\nfollows %s\nfollows %s (policy bridge)\n",
+		toolVersion(), protocol.Version, protocol.ReportSchemaVersion, protocol.Followed.Dynamo, protocol.Followed.AISimulate)
 }
 
 func newVersionCommand() *cobra.Command {

@@ -116,7 +116,7 @@ func (e *Experiment) LoadUnshaped() ([]Request, TraceInfo, error) {
 // Setup is the report's deterministic part before any contender ran: what
 // the experiment set up.
 func (e *Experiment) Setup(info TraceInfo) Deterministic {
-	d := Deterministic{ProtocolVersion: protocol.Version, Trace: info, Workload: e.Workload,
+	d := Deterministic{ProtocolVersion: protocol.Version, Follows: protocol.Followed, Trace: info, Workload: e.Workload,
 		Cluster: e.Cluster, Replicas: e.Replicas, Router: e.Router, Seed: e.Router.Seed, Goodput: e.Goodput,
 		Repeats: e.repeats(), Baseline: e.Baseline}
 	d.Cluster.Pools = e.Cluster.PoolSizes()

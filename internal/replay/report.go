@@ -32,11 +32,13 @@ type Report struct {
 // Deterministic is the part of a report that two runs of the same trace and
 // config agree on to the byte.
 type Deterministic struct {
-	ProtocolVersion int           `json:"protocol_version"`
-	Trace           TraceInfo     `json:"trace"`
-	Workload        Workload      `json:"workload"`
-	Cluster         ClusterConfig `json:"cluster"`
-	Replicas        Replicas      `json:"router_replicas"`
+	ProtocolVersion int `json:"protocol_version"`
+	// Follows names the Dynamo and AISimulate commits the router follows.
+	Follows  protocol.Follows `json:"follows"`
+	Trace    TraceInfo        `json:"trace"`
+	Workload Workload         `json:"workload"`
+	Cluster  ClusterConfig    `json:"cluster"`
+	Replicas Replicas         `json:"router_replicas"`
 	// Headroom is how far any router could take the prefix hit rate on
 	// repeat 0's requests and this cluster (absent from reports made
 	// before it was).
