@@ -77,6 +77,7 @@ type Command struct {
 	ParentSessionID *string
 	Priority        *float64
 	StrictPriority  *int64
+	PolicyClass     *string
 	AllowedWorkers  []uint64
 	DPRank          *uint32
 
@@ -118,6 +119,7 @@ const (
 	FieldParentSessionID
 	FieldPriority
 	FieldStrictPriority
+	FieldPolicyClass
 	FieldAllowedWorkers
 	FieldDPRank
 	NumFields
@@ -132,7 +134,7 @@ var FieldNames = [NumFields]string{
 	FieldOutputTokens: "output_tokens", FieldTokens: "tokens", FieldBlockHashes: "block_hashes",
 	FieldSequenceHashes: "sequence_hashes", FieldSessionID: "session_id",
 	FieldParentSessionID: "parent_session_id", FieldPriority: "priority",
-	FieldStrictPriority: "strict_priority", FieldAllowedWorkers: "allowed_workers", FieldDPRank: "dp_rank",
+	FieldStrictPriority: "strict_priority", FieldPolicyClass: "policy_class", FieldAllowedWorkers: "allowed_workers", FieldDPRank: "dp_rank",
 }
 
 // FieldSet is a set of fields.
@@ -177,6 +179,7 @@ func (c *Command) Fields() FieldSet {
 	add(FieldParentSessionID, c.ParentSessionID != nil)
 	add(FieldPriority, c.Priority != nil)
 	add(FieldStrictPriority, c.StrictPriority != nil)
+	add(FieldPolicyClass, c.PolicyClass != nil)
 	add(FieldAllowedWorkers, c.AllowedWorkers != nil)
 	add(FieldDPRank, c.DPRank != nil)
 	return s
@@ -203,7 +206,7 @@ func specOf(op Op) (opSpec, bool) {
 		return opSpec{
 			allowed: set(FieldRequestID, FieldInputTokens, FieldOutputTokens, FieldTokens, FieldBlockHashes,
 				FieldSequenceHashes, FieldRole, FieldSessionID, FieldParentSessionID, FieldPriority,
-				FieldStrictPriority, FieldAllowedWorkers, FieldWorkerID, FieldDPRank),
+				FieldStrictPriority, FieldPolicyClass, FieldAllowedWorkers, FieldWorkerID, FieldDPRank),
 			required: set(FieldRequestID),
 		}, true
 	case OpObserve:

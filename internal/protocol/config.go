@@ -26,6 +26,13 @@ type Config struct {
 	PrefillLoadModel                 PrefillLoadModel `json:"prefill_load_model"`
 	PrefillTokensPerMS               *float64         `json:"prefill_tokens_per_ms" jsonschema:"nullable"`
 	Affinity                         AffinityConfig   `json:"affinity"`
+	// DefaultPolicyClass and PolicyClasses are Dynamo's router policy
+	// config (--router-policy-config's root profile): without them every
+	// request is in one synthetic class that queue_threshold and
+	// queue_policy describe.
+	DefaultPolicyClass string          `json:"default_policy_class"`
+	PolicyClasses      []PolicyClass   `json:"policy_classes"`
+	WorkerSelection    WorkerSelection `json:"worker_selection"`
 	Evidence                         Evidence         `json:"evidence"`
 	SGLang                           SGLangConfig     `json:"sglang"`
 	LLMD                             LLMDConfig       `json:"llmd"`
@@ -62,6 +69,49 @@ type AffinityConfig struct {
 	Mode  AffinityMode `json:"mode"`
 	TTLMS float64      `json:"ttl_ms"`
 	Key   AffinityKey  `json:"key"`
+}
+
+// PolicyClass is one of Dynamo's policy classes (lib/kv-router
+// scheduling/policy_config.rs at the pinned commit): its own queue, ordered
+// by deadline (arrival + slo_ms), its share of dispatches by deficit round
+// robin (quantum, in uncached prompt tokens), its busy test and its queue
+// limits, each per worker.
+type PolicyClass struct {
+	Name                           string   `json:"name"`
+	SLOMS                          uint64   `json:"slo_ms"`
+	Quantum                        uint64   `json:"quantum"`
+	PrefillBusyThreshold           *uint64  `json:"prefill_busy_threshold" jsonschema:"nullable"`
+	PrefillBusyThresholdFrac       *float64 `json:"prefill_busy_threshold_frac" jsonschema:"nullable"`
+	RequestQueueLimitPerWorker     *uint64  `json:"request_queue_limit_per_worker" jsonschema:"nullable"`
+	RawISLTokenQueueLimitPerWorker *uint64  `json:"raw_isl_token_queue_limit_per_worker" jsonschema:"nullable"`
+	CachedTokenQueueLimitPerWorker *uint64  `json:"cached_token_queue_limit_per_worker" jsonschema:"nullable"`
+}
+
+// WorkerSelection is Dynamo's worker_selection block: named instances, each
+// a policy with its selector parameters, and which one each role uses.
+// Default is every role's unless Prefill or Decode names another ("": the
+// policy and knobs of the config itself).
+type WorkerSelection struct {
+	Default   string              `json:"default"`
+	Prefill   string              `json:"prefill"`
+	Decode    string              `json:"decode"`
+	Instances []SelectionInstance `json:"instances"`
+}
+
+// SelectionInstance is one named worker-selection instance: a policy (its
+// type) and the selector knobs it sets over the config's.
+type SelectionInstance struct {
+	Name       string              `json:"name"`
+	Type       Policy              `json:"type"`
+	Parameters SelectionParameters `json:"parameters"`
+}
+
+// SelectionParameters are the knobs an instance may set; one it leaves
+// out is the config's.
+type SelectionParameters struct {
+	Temperature        *float64 `json:"temperature" jsonschema:"nullable"`
+	OverlapScoreCredit *float64 `json:"overlap_score_credit" jsonschema:"nullable"`
+	PrefillLoadScale   *float64 `json:"prefill_load_scale" jsonschema:"nullable"`
 }
 
 // WorkerDefaults fills worker_ready fields a command leaves out.
@@ -253,5 +303,8 @@ func (c *Config) Validate() error {
 	if v := c.WorkerDefaults.DPSize; v != nil && (*v == 0 || *v > MaxDPSize) {
 		return fmt.Errorf("config worker_defaults.dp_size: expected 1 to %d ranks, got %d", MaxDPSize, *v)
 	}
-	return nil
+	if err := c.validatePolicyClasses(); err != nil {
+		return err
+	}
+	return c.validateWorkerSelection()
 }

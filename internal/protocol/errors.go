@@ -23,6 +23,9 @@ const (
 	CodePinnedWorkerOverloaded  Code = "pinned_worker_overloaded"
 	CodeAffinityConflict        Code = "affinity_conflict"
 	CodeQueueTimeout            Code = "queue_timeout"
+	CodeUnknownPolicyClass      Code = "unknown_policy_class"
+	CodeQueueRejected           Code = "queue_rejected"
+	CodeQueueDeadlineExceeded   Code = "queue_deadline_exceeded"
 	CodeConfigTooLate           Code = "config_too_late"
 )
 
