@@ -13,8 +13,6 @@ import (
 // deadlines, and moving the clock through the moments it acts at (which
 // wakeup.go finds).
 
-func (e *Engine) queueEnabled() bool { return e.cfg.QueueThreshold != nil }
-
 func (e *Engine) prefillRate() float64 {
 	if e.cfg.PrefillLoadModel == protocol.PrefillLoadLinear {
 		return *e.cfg.PrefillTokensPerMS
@@ -22,74 +20,180 @@ func (e *Engine) prefillRate() float64 {
 	return 0
 }
 
-// admissible reports whether d could be placed at time t, and among which
-// ranks: it has candidates, and not all of them are busy by queue_threshold.
-// It changes nothing.
-func (e *Engine) admissible(d *demand, t float64) (candidateSet, bool) {
+// defaultMaxBatchedTokens is what Dynamo's queue takes for a worker that
+// does not say its max_num_batched_tokens (queue.rs at the pinned commit).
+const defaultMaxBatchedTokens = 10_000_000
+
+// admissible reports whether d, of class c, could be placed at time t, and
+// among which ranks: it has candidates, and not all of them are busy by its
+// class. It changes nothing. noEndpoints is set, with ok, when no rank
+// passes d's filters other than the busy thresholds (Dynamo's NoEndpoints):
+// the head is dispatchable, and placing it fails with that error.
+func (e *Engine) admissible(d *demand, c *flowClass, t float64) (cs candidateSet, ok bool, noEndpoints *protocol.Error) {
 	cs, err := e.candidates(d, t)
 	if err != nil {
-		return cs, false
+		if cs.filtered.Busy == 0 {
+			return cs, true, err
+		}
+		return cs, false, nil // busy by a threshold: it waits (PROTOCOL.md §5)
 	}
 	for _, r := range cs.ranks {
-		if !e.queueBusy(r, t) {
-			return cs, true
+		if !c.busy(r, t) {
+			return cs, true, nil
 		}
 	}
-	return cs, !e.queueEnabled()
+	return cs, false, nil
 }
 
-// queueBusy: active_prefill_tokens > queue_threshold × max_num_batched_tokens;
-// a rank without max_num_batched_tokens is never busy by this rule.
-func (e *Engine) queueBusy(r *rank, t float64) bool {
-	q := e.cfg.QueueThreshold
-	return q != nil && r.w.maxNumBatchedTokens != nil && r.prefill.at(t) > *q*float64(*r.w.maxNumBatchedTokens)
+// busy is Dynamo's per-class busy test of a rank at time t: its prefill load
+// above prefill_busy_threshold tokens, or above prefill_busy_threshold_frac
+// of its max_num_batched_tokens (each strictly).
+func (c *flowClass) busy(r *rank, t float64) bool {
+	if c.busyAbs == nil && c.busyFrac == nil {
+		return false
+	}
+	load := r.prefill.at(t)
+	if c.busyAbs != nil && load > *c.busyAbs {
+		return true
+	}
+	return c.busyFrac != nil && load > float64(*c.busyFrac*maxBatched(r))
+}
+
+func maxBatched(r *rank) float64 {
+	if m := r.w.maxNumBatchedTokens; m != nil {
+		return float64(*m)
+	}
+	return defaultMaxBatchedTokens
 }
 
 // preferred is the index of the rank a soft-affinity request should go to
-// while that rank passes the filters and is not queue-busy, or -1.
-func (e *Engine) preferred(d *demand, ranks []*rank) int {
-	target := d.boundTarget()
-	if target == nil || e.queueBusy(target, e.now) {
+// while that rank passes the filters and is not busy by its class, or -1.
+func (e *Engine) preferred(req *request, ranks []*rank) int {
+	target := req.d.boundTarget()
+	if target == nil || req.class.class.busy(target, e.now) {
 		return -1
 	}
 	return slices.Index(ranks, target)
 }
 
-// placeOrWait places a request now, or queues it when its role already has
-// waiting requests (no overtaking) or it is not admissible. Without a queue
-// it places among cs, which the caller found.
-func (e *Engine) placeOrWait(req *request, cs candidateSet) (protocol.Placement, bool) {
-	if !e.queueEnabled() {
-		return e.place(req, cs, e.preferred(req.d, cs.ranks)), true
+// outcome is what became of a request that asked to be placed.
+type outcome uint8
+
+const (
+	outPlaced outcome = iota
+	outQueued
+	outRejected
+)
+
+// placeOrWait places a request now, or queues it when its class already
+// has waiting requests in its role (no overtaking) or it is not admissible,
+// or rejects it when its class's queue is full or it has nowhere to go. A
+// request of a class that never queues is placed among cs, which the
+// caller found.
+func (e *Engine) placeOrWait(req *request, cs candidateSet) (protocol.Placement, outcome) {
+	cq := req.class
+	if !cq.class.queueing() {
+		return e.place(req, cs, e.preferred(req, cs.ranks)), outPlaced
 	}
-	if e.queue.head(req.d.role) == nil {
-		if cs, ok := e.admissible(req.d, e.now); ok {
-			return e.place(req, cs, e.preferred(req.d, cs.ranks)), true
+	if cq.head() == nil {
+		cs, ok, noEndpoints := e.admissible(req.d, cq.class, e.now)
+		switch {
+		case noEndpoints != nil:
+			e.reject(req, noEndpoints.Code, noEndpoints.Message)
+			return protocol.Placement{}, outRejected
+		case ok:
+			return e.place(req, cs, e.preferred(req, cs.ranks)), outPlaced
 		}
 	}
-	req.score = e.queueScore(req.d)
-	e.queue.push(req)
-	if e.queue.head(req.d.role) == req { // queued behind a head, it changes nothing
-		e.stale(req.d.role)
+	e.queueKey(req)
+	if code, msg := e.overLimit(req); code != "" {
+		e.reject(req, code, msg)
+		return protocol.Placement{}, outRejected
 	}
-	return protocol.Placement{}, false
+	e.queue.push(req)
+	if cq.head() == req { // queued behind a head, it changes nothing
+		cq.stale()
+	}
+	return protocol.Placement{}, outQueued
 }
 
 // release places (or queues) a request that stopped waiting for its
-// binding. Without a queue, one that cannot be placed now is rejected with
-// the error a new request would get.
+// binding. One of a class that never queues, that cannot be placed now, is
+// rejected with the error a new request would get.
 func (e *Engine) release(req *request) {
 	var cs candidateSet
-	if !e.queueEnabled() {
+	if !req.class.class.queueing() {
 		var err *protocol.Error
 		if cs, err = e.candidates(req.d, e.now); err != nil {
 			e.reject(req, err.Code, err.Message)
 			return
 		}
 	}
-	if p, placed := e.placeOrWait(req, cs); placed {
+	if p, o := e.placeOrWait(req, cs); o == outPlaced {
 		e.out.released = append(e.out.released, p)
 	}
+}
+
+// limitNames name the per-worker queue limits as Dynamo's rejection does.
+var limitNames = [3]string{"requests", "raw_isl_tokens", "cached_tokens"}
+
+// overLimit is Dynamo's queue-limit check of a request about to join its
+// class's queue: each limit is per worker of the role (ready or draining),
+// checked before the request is counted, so the request that reaches a
+// limit is taken and the next one is not (a limit of 0 takes none: the class
+// places what it can and rejects what would wait).
+func (e *Engine) overLimit(req *request) (protocol.Code, string) {
+	cq := req.class
+	workers := e.fleet.discovered[roleIndex(cq.role)]
+	for i, per := range cq.class.limits {
+		if per == nil {
+			continue
+		}
+		if limit := saturatingMul(*per, workers); cq.held[i] >= limit {
+			return protocol.CodeQueueRejected, fmt.Sprintf("router policy class %q queue %s limit reached (current=%d, limit=%d)",
+				cq.class.name, limitNames[i], cq.held[i], limit)
+		}
+	}
+	return "", ""
+}
+
+// queueKey fixes what req is queued by, at its arrival: the synthetic
+// class's queue_policy score, or a configured class's deadline; its cost to
+// round robin and its counts against the limits. The cached tokens are the
+// best overlap among the ranks it may go to, from the index as it is now.
+func (e *Engine) queueKey(req *request) {
+	d, c := req.d, req.class.class
+	if c.legacy && e.cfg.QueuePolicy != protocol.QueueWSPT {
+		req.score = e.queueScore(d, 0)
+		req.cost = 1
+		return
+	}
+	cached := min(e.bestStaticOverlap(d)*e.cfg.BlockSize, d.isl)
+	req.cost = max(d.isl-cached, 1)
+	if c.legacy {
+		req.score = e.queueScore(d, d.isl-cached)
+		return
+	}
+	req.deadline = d.arrival + c.sloMS
+	req.holds = usage{1, d.isl, cached}
+}
+
+// bestStaticOverlap is the most leading blocks of d's prompt any rank d may
+// go to (by allowed_workers and its pin) caches.
+func (e *Engine) bestStaticOverlap(d *demand) uint64 {
+	e.index.FindMatches(d.local, e.overlap)
+	best := uint64(0)
+	for _, w := range e.fleet.readyWorkers() {
+		if w.role != d.role {
+			continue
+		}
+		for _, r := range w.ranks {
+			if ok, _ := d.staticallyAllowed(r); ok {
+				best = max(best, uint64(e.overlap[r.slot]))
+			}
+		}
+	}
+	return best
 }
 
 // trackDeadline notes a request that starts waiting, for queue_timeout_ms.
@@ -107,28 +211,14 @@ func (e *Engine) trackDeadline(req *request) {
 	q.arrivals = append(q.arrivals, req)
 }
 
-// queueScore is the queue_policy score of d at its arrival (higher first).
-// wspt uses the best overlap among the ranks d may go to, from the index as
-// it is now.
-func (e *Engine) queueScore(d *demand) float64 {
+// queueScore is the synthetic class's queue_policy score of d at its
+// arrival (higher first); wspt's uses the request's uncached tokens.
+func (e *Engine) queueScore(d *demand, uncached uint64) float64 {
 	arrivalS := d.arrival / 1000
 	switch e.cfg.QueuePolicy {
 	case protocol.QueueLCFS:
 		return d.priority + arrivalS
 	case protocol.QueueWSPT:
-		e.index.FindMatches(d.local, e.overlap)
-		best := uint64(0)
-		for _, w := range e.fleet.readyWorkers() {
-			if w.role != d.role {
-				continue
-			}
-			for _, r := range w.ranks {
-				if ok, _ := d.staticallyAllowed(r); ok {
-					best = max(best, uint64(e.overlap[r.slot]))
-				}
-			}
-		}
-		uncached := d.isl - min(best*e.cfg.BlockSize, d.isl)
 		return (1 + d.priority) / max(float64(uncached), 1)
 	}
 	return d.priority - arrivalS
@@ -163,27 +253,64 @@ func (e *Engine) expireQueue() {
 	}
 }
 
-// drain places queue heads, role by role, for as long as the head is
-// admissible.
+// expireClasses rejects every waiting request past its class's deadline:
+// Dynamo's expiry at dispatch, which takes a class's heads while now >
+// deadline (a class's order is its deadline order, so they are its first).
+// It neither spends nor earns round-robin credit.
+func (e *Engine) expireClasses() {
+	for i := range e.queue.roles {
+		for _, cq := range e.queue.roles[i].classes {
+			for head := cq.head(); head != nil && !cq.class.legacy && e.now > head.deadline; head = cq.head() {
+				cq.stale()
+				e.reject(head, protocol.CodeQueueDeadlineExceeded, fmt.Sprintf(
+					"router policy class %q deadline exceeded at dispatch (slo=%dms, overdue=%dms)",
+					cq.class.name, uint64(cq.class.sloMS), uint64(e.now-head.deadline)))
+			}
+		}
+	}
+}
+
+// drain places queue heads, role by role, for as long as round robin finds
+// a class whose head is admissible. A head with nowhere to go (no rank
+// passes its filters) is rejected with that error, as Dynamo's NoEndpoints.
 func (e *Engine) drain() {
 	if e.queue.count == 0 {
-		return // the usual case; the roles' queues are a map away
+		return // the usual case
 	}
 	for _, role := range roleOrder {
-		rq := e.queue.byRole[role]
-		if rq.Len() == 0 || (e.wake[roleIndex(role)].known && e.headAt(role) > e.now) {
-			continue // no head, or none admissible before its moment
+		rq := &e.queue.roles[roleIndex(role)]
+		// The last head tested, and what admitting it found: round robin
+		// usually serves the class it tested last.
+		var tested *classQueue
+		var cs candidateSet
+		var noEndpoints *protocol.Error
+		dispatchable := func(cq *classQueue) bool {
+			if cq.wake.known && e.headAt(cq) > e.now {
+				return false // not admissible before its moment
+			}
+			var ok bool
+			cs, ok, noEndpoints = e.admissible(cq.head().d, cq.class, e.now)
+			tested = cq
+			return ok
 		}
-		for rq.Len() > 0 {
-			req := (*rq)[0]
-			cs, ok := e.admissible(req.d, e.now)
-			if !ok {
+		for {
+			tested = nil
+			cq := rq.next(dispatchable)
+			if cq == nil {
 				break
 			}
-			heap.Pop(rq)
-			e.queue.count--
-			e.stale(role)
-			e.out.released = append(e.out.released, e.place(req, cs, e.preferred(req.d, cs.ranks)))
+			req := cq.head()
+			if tested != cq {
+				cs, _, noEndpoints = e.admissible(req.d, cq.class, e.now)
+			}
+			heap.Pop(&cq.heap)
+			e.queue.left(cq, req)
+			cq.stale()
+			if noEndpoints != nil {
+				e.reject(req, noEndpoints.Code, noEndpoints.Message)
+				continue
+			}
+			e.out.released = append(e.out.released, e.place(req, cs, e.preferred(req, cs.ranks)))
 		}
 	}
 }
@@ -199,6 +326,7 @@ func (e *Engine) stepTo(t float64) {
 	}
 	e.expireBindings()
 	e.expireQueue()
+	e.expireClasses()
 	e.drain()
 }
 

@@ -24,6 +24,7 @@ type demand struct {
 	arrival       float64
 	tier          int64
 	priority      float64       // seconds of queue jump
+	class         int           // its policy class, an index of the engine's classes
 	key           *affinity.Key // session affinity key, if any
 	session       string        // the session id, "" when none (session_hash)
 	bound         *binding      // the bound binding it arrived under, if any
@@ -39,10 +40,14 @@ func (e *Engine) newDemand(c *protocol.Command, t float64) (*demand, *protocol.E
 	if _, ok := e.requests[c.RequestID]; ok {
 		return nil, protocol.Errorf(protocol.CodeDuplicateRequest, "request %q is already in flight", c.RequestID)
 	}
+	class := e.cfg.ClassIndex(c.PolicyClass)
+	if class < 0 { // Dynamo refuses it before anything else looks at the request
+		return nil, protocol.Errorf(protocol.CodeUnknownPolicyClass, "field \"policy_class\": unknown router policy class %q", *c.PolicyClass)
+	}
 	bs := e.cfg.BlockSize
 	d := &demand{
 		id: c.RequestID, role: firstRole(c.Role, "", protocol.RoleAggregated), isl: c.ISL(),
-		allowed: c.AllowedWorkers, pin: c.WorkerID, pinRank: c.DPRank, arrival: t,
+		allowed: c.AllowedWorkers, pin: c.WorkerID, pinRank: c.DPRank, arrival: t, class: class,
 	}
 	if c.SessionID != nil {
 		d.session = *c.SessionID

@@ -30,8 +30,7 @@ type Engine struct {
 	rng      *stream
 	draws    *selectionDraws // rng and the round_robin counter, as selection takes them
 	params   selector.Params
-	out      output      // what the current command did
-	wake     [3]roleWake // each role's queue head's moment (wakeup.go)
+	out      output // what the current command did
 
 	// Scratch reused from command to command; overlap and hits are
 	// indexed by rank slot.
@@ -74,7 +73,7 @@ func New(cfg protocol.Config) (*Engine, error) {
 		routed:   newRoutedTree(&cfg),
 		active:   active.New(),
 		requests: map[string]*request{},
-		queue:    newPolicyQueue(),
+		queue:    newPolicyQueue(flowClasses(&cfg)),
 		bindings: affinity.NewTable[*rank](cfg.Affinity.TTLMS),
 		rng:      rng,
 		draws:    &selectionDraws{rng: rng},

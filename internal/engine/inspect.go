@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"slices"
 	"strings"
 
@@ -45,13 +46,24 @@ func (e *Engine) inspect() *protocol.State {
 	}
 	slices.SortFunc(st.Requests, func(a, b protocol.RequestState) int { return strings.Compare(a.RequestID, b.RequestID) })
 	for _, role := range roleOrder {
-		for _, req := range e.queue.ordered(role) {
-			q := protocol.QueuedState{RequestID: req.d.id, Role: role, Tier: req.d.tier, Score: protocol.Num(req.score), ArrivalMS: protocol.Num(req.d.arrival)}
-			if e.cfg.QueueTimeoutMS != nil {
-				deadline := protocol.Num(e.deadline(req))
-				q.DeadlineMS = &deadline
+		for _, cq := range e.queue.roles[roleIndex(role)].classes {
+			for _, req := range cq.ordered() {
+				q := protocol.QueuedState{RequestID: req.d.id, Role: role, Tier: req.d.tier, Score: protocol.Num(req.score), ArrivalMS: protocol.Num(req.d.arrival)}
+				deadline := math.Inf(1)
+				if e.cfg.QueueTimeoutMS != nil {
+					deadline = e.deadline(req)
+				}
+				if !cq.class.legacy {
+					q.PolicyClass = cq.class.name
+					q.Score = 0
+					deadline = min(deadline, req.deadline)
+				}
+				if !math.IsInf(deadline, 1) {
+					n := protocol.Num(deadline)
+					q.DeadlineMS = &n
+				}
+				st.Queue = append(st.Queue, q)
 			}
-			st.Queue = append(st.Queue, q)
 		}
 	}
 	return st

@@ -231,10 +231,12 @@ func invariants(e *Engine, c *protocol.Command, resp *protocol.Response) error {
 	if ok = ok && fresh <= protocol.MaxNumber; ok != (resp.NextWakeupMS != nil) || (ok && float64(*resp.NextWakeupMS) != fresh) {
 		return fmt.Errorf("next_wakeup_ms %v, found afresh %v (%v)", resp.NextWakeupMS, fresh, ok)
 	}
-	for _, role := range roleOrder {
-		if head := e.queue.head(role); head != nil {
-			if _, ok := e.admissible(head.d, e.now); ok {
-				return fmt.Errorf("request %s is admissible but left waiting", head.d.id)
+	for i := range e.queue.roles {
+		for _, cq := range e.queue.roles[i].classes {
+			if head := cq.head(); head != nil {
+				if _, ok, _ := e.admissible(head.d, cq.class, e.now); ok {
+					return fmt.Errorf("request %s is admissible but left waiting", head.d.id)
+				}
 			}
 		}
 	}
@@ -419,9 +421,18 @@ func ptrVal[T any](p *T) any {
 // findWakeup is nextWakeup found afresh, to check the kept
 // moments against.
 func (e *Engine) findWakeup() (float64, bool) {
-	kept := e.wake
-	e.wake = [len(e.wake)]roleWake{}
+	var kept []roleWake
+	for i := range e.queue.roles {
+		for _, cq := range e.queue.roles[i].classes {
+			kept = append(kept, cq.wake)
+			cq.wake = roleWake{}
+		}
+	}
 	t, ok := e.nextWakeup()
-	e.wake = kept
+	for i := range e.queue.roles {
+		for _, cq := range e.queue.roles[i].classes {
+			cq.wake, kept = kept[0], kept[1:]
+		}
+	}
 	return t, ok
 }

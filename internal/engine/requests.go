@@ -19,9 +19,14 @@ type request struct {
 	bindRole  bindRole
 	waiter    affinity.Waiter // its place among a staged binding's waiters
 
-	// While waiting:
-	queueIndex int     // position in its role's heap; -1 when not waiting
-	score      float64 // queue-policy score, fixed at arrival
+	// Its policy class's queue in its role, where it waits if it must, and
+	// what it is queued by there, each fixed at arrival:
+	class      *classQueue
+	queueIndex int     // position in its class's heap; -1 when not waiting
+	score      float64 // the synthetic class's queue-policy score
+	deadline   float64 // a configured class's: arrival + slo_ms
+	cost       uint64  // uncached prompt tokens, at least 1: what round robin charges
+	holds      usage   // what it counts for against its class's limits
 	arrivalSeq uint64  // arrival order, the last tie-break
 }
 
@@ -66,8 +71,8 @@ func (e *Engine) unbook(req *request) {
 func (e *Engine) finish(req *request) {
 	switch {
 	case req.queueIndex >= 0:
-		if e.queue.head(req.d.role) == req { // from behind the head, it changes nothing
-			e.stale(req.d.role)
+		if req.class.head() == req { // from behind the head, it changes nothing
+			req.class.stale()
 		}
 		e.queue.remove(req)
 	case req.rank != nil:

@@ -196,7 +196,7 @@ func (e *Engine) abort(b *binding) {
 func (e *Engine) invalidate(w *worker) {
 	for _, b := range e.bindings.Invalidate(w.ranks...) {
 		e.out.ev.BindingsInvalidated = append(e.out.ev.BindingsInvalidated, protocol.BindingRef{Role: protocol.Role(b.Key.Role), Key: b.Key.String()})
-		e.stale(protocol.Role(b.Key.Role)) // a head bound to it may go elsewhere now
+		e.staleRole(protocol.Role(b.Key.Role)) // a head bound to it may go elsewhere now
 		if b.State == affinity.Staged {
 			e.abort(b)
 		}

@@ -79,14 +79,15 @@ func (e *Engine) apply(c *protocol.Command, resp *protocol.Response) *protocol.E
 		e.workerRemoved(w)
 		e.invalidate(w)
 	case protocol.OpPlace:
-		req := &request{d: d, queueIndex: -1}
+		req := &request{d: d, queueIndex: -1, class: e.queue.classOf(d.role, d.class)}
 		e.requests[d.id] = req
 		if !e.join(req) {
 			break // waits for its binding's initializer
 		}
-		if p, placed := e.placeOrWait(req, cs); placed {
+		switch p, o := e.placeOrWait(req, cs); o {
+		case outPlaced:
 			resp.Placements = append(resp.Placements, p)
-		} else {
+		case outQueued:
 			e.trackDeadline(req)
 			e.out.queued = append(e.out.queued, d.id)
 		}
@@ -128,16 +129,23 @@ func (e *Engine) apply(c *protocol.Command, resp *protocol.Response) *protocol.E
 	return nil
 }
 
-// checkPlace validates a place command as of time t. Without a queue it
-// also finds the candidates, which the advance to t cannot change (it only
-// expires approximate entries); with a queue, a request with no candidate
-// waits instead of failing.
+// checkPlace validates a place command as of time t. It also finds the
+// candidates, which the advance to t cannot change (it only expires
+// approximate entries): a request of a class that never queues needs them,
+// and fails without them. One of a class that queues fails only when no
+// rank passes its filters and its class has no backlog, as in Dynamo (the
+// busy test sends nothing to the queue then, and placing it fails with
+// NoEndpoints); any other lack of candidates makes it wait.
 func (e *Engine) checkPlace(c *protocol.Command, t float64) (*demand, candidateSet, *protocol.Error) {
 	d, err := e.newDemand(c, t)
-	if err != nil || e.queueEnabled() {
+	if err != nil {
 		return d, candidateSet{}, err
 	}
+	cq := e.queue.classOf(d.role, d.class)
 	cs, err := e.candidates(d, t)
+	if cq.class.queueing() && (cq.head() != nil || cs.filtered.Busy > 0) {
+		return d, candidateSet{}, nil
+	}
 	return d, cs, err
 }
 

@@ -29,13 +29,18 @@ import (
 // admissible (the queue's own test) would find it on that worker, so the
 // moment a role keeps is the one the queue acts at.
 
-// roleWake is one role's queue head's moment: the first time, at or after
+// roleWake is one class queue's head's moment: the first time, at or after
 // the now it was found at, at which some worker of the role admits the
 // head; +Inf when there is no head or no worker will without input.
+// (Each class of each role keeps its own: each has its own head and busy
+// test.)
 type roleWake struct {
 	known bool
-	at    map[*worker]float64 // each worker's moment, where it has one
-	first wakeHeap            // the same, earliest first; an entry no longer in at is stale
+	// unplaceable: no rank passes the head's filters, so it is dispatchable
+	// now, to be rejected (drain takes it before the command ends).
+	unplaceable bool
+	at          map[*worker]float64 // each worker's moment, where it has one
+	first       wakeHeap            // the same, earliest first; an entry no longer in at is stale
 }
 
 type wakeEntry struct {
@@ -61,37 +66,41 @@ func (h *wakeHeap) Pop() any {
 	return x
 }
 
-func roleIndex(r protocol.Role) int {
-	switch r {
-	case protocol.RoleDecode:
-		return 1
-	case protocol.RolePrefill:
-		return 2
+// stale drops the class queue's moments: its head, or what admits the
+// head, changed.
+func (cq *classQueue) stale() { cq.wake.known = false }
+
+// staleRole drops the moments of every class of role.
+func (e *Engine) staleRole(role protocol.Role) {
+	for _, cq := range e.queue.roles[roleIndex(role)].classes {
+		cq.stale()
 	}
-	return 0
 }
 
-// stale drops role's moments: its head, or what admits the head, changed.
-func (e *Engine) stale(role protocol.Role) { e.wake[roleIndex(role)].known = false }
-
-// headAt returns role's moment, finding every worker's if they are not known.
-func (e *Engine) headAt(role protocol.Role) float64 {
-	w := &e.wake[roleIndex(role)]
+// headAt returns cq's moment, finding every worker's if they are not known.
+func (e *Engine) headAt(cq *classQueue) float64 {
+	w := &cq.wake
 	if !w.known {
-		w.known, w.first = true, w.first[:0]
+		w.known, w.unplaceable, w.first = true, false, w.first[:0]
 		if w.at == nil {
 			w.at = map[*worker]float64{}
 		}
 		clear(w.at)
-		if head := e.queue.head(role); head != nil {
+		if head := cq.head(); head != nil {
+			if _, _, none := e.admissible(head.d, cq.class, e.now); none != nil {
+				w.unplaceable = true
+			}
 			for _, wk := range e.fleet.readyWorkers() {
-				if t := e.workerAdmitsAt(head.d, wk); !math.IsInf(t, 1) {
+				if t := e.workerAdmitsAt(head.d, cq.class, wk); !math.IsInf(t, 1) {
 					w.at[wk] = t
 					w.first = append(w.first, wakeEntry{t, wk})
 				}
 			}
 		}
 		heap.Init(&w.first)
+	}
+	if w.unplaceable {
+		return e.now
 	}
 	for len(w.first) > 0 {
 		top := w.first[0]
@@ -105,47 +114,57 @@ func (e *Engine) headAt(role protocol.Role) float64 {
 
 // workerGained: wk came up, or its load fell; its moment is found again.
 func (e *Engine) workerGained(wk *worker) {
-	w := &e.wake[roleIndex(wk.role)]
-	if !w.known {
-		return
-	}
-	head := e.queue.head(wk.role)
-	if head == nil {
-		return
-	}
-	t := e.workerAdmitsAt(head.d, wk)
-	if math.IsInf(t, 1) {
-		delete(w.at, wk)
-		return
-	}
-	w.at[wk] = t
-	heap.Push(&w.first, wakeEntry{t, wk})
-	if len(w.first) > 2*len(w.at)+64 { // stale entries outnumber the live: rebuild
-		w.first = w.first[:0]
-		for wk, t := range w.at {
-			w.first = append(w.first, wakeEntry{t, wk})
+	for _, cq := range e.queue.roles[roleIndex(wk.role)].classes {
+		w := &cq.wake
+		head := cq.head()
+		if !w.known || head == nil {
+			continue
 		}
-		heap.Init(&w.first)
+		if w.unplaceable { // it may have somewhere to go now
+			cq.stale()
+			continue
+		}
+		t := e.workerAdmitsAt(head.d, cq.class, wk)
+		if math.IsInf(t, 1) {
+			delete(w.at, wk)
+			continue
+		}
+		w.at[wk] = t
+		heap.Push(&w.first, wakeEntry{t, wk})
+		if len(w.first) > 2*len(w.at)+64 { // stale entries outnumber the live: rebuild
+			w.first = w.first[:0]
+			for wk, t := range w.at {
+				w.first = append(w.first, wakeEntry{t, wk})
+			}
+			heap.Init(&w.first)
+		}
 	}
 }
 
-// workerLost: wk went; its moment drops out.
-func (e *Engine) workerLost(wk *worker) {
-	if w := &e.wake[roleIndex(wk.role)]; w.known {
-		delete(w.at, wk)
-	}
-}
+// workerLost: wk went. Its role's moments are found again: a head it was
+// the last rank for has nowhere to go now.
+func (e *Engine) workerLost(wk *worker) { e.staleRole(wk.role) }
 
 // nextWakeup is the earliest time after now at which the router would act
-// with no further input.
+// with no further input: a waiting request times out (queue_timeout_ms),
+// a configured class's head passes its deadline (the first moment after
+// it: the deadline is missed only once it has passed), or a head becomes
+// admissible.
 func (e *Engine) nextWakeup() (float64, bool) {
 	best := math.Inf(1)
 	if req := e.queue.oldest(); req != nil {
 		best = e.deadline(req)
 	}
-	for _, role := range roleOrder {
-		if e.queue.head(role) != nil {
-			best = min(best, e.headAt(role))
+	for i := range e.queue.roles {
+		for _, cq := range e.queue.roles[i].classes {
+			head := cq.head()
+			if head == nil {
+				continue
+			}
+			if !cq.class.legacy {
+				best = min(best, math.Nextafter(head.deadline, math.Inf(1)))
+			}
+			best = min(best, e.headAt(cq))
 		}
 	}
 	return best, !math.IsInf(best, 1)
@@ -158,11 +177,11 @@ func (e *Engine) nextWakeup() (float64, bool) {
 // queue-busy nor on a busy worker. Rounding is settled by checking the
 // answer with admitsOn itself, so a host that advances the clock to exactly
 // this time gets the release.
-func (e *Engine) workerAdmitsAt(d *demand, wk *worker) float64 {
+func (e *Engine) workerAdmitsAt(d *demand, c *flowClass, wk *worker) float64 {
 	if wk.unlisted || wk.role != d.role || e.checkPin(d) != nil {
 		return math.Inf(1)
 	}
-	if e.admitsOn(d, wk, e.now) {
+	if e.admitsOn(d, c, wk, e.now) {
 		return e.now
 	}
 	workerFree, best := math.Inf(1), math.Inf(1)
@@ -173,7 +192,7 @@ func (e *Engine) workerAdmitsAt(d *demand, wk *worker) float64 {
 	}
 	for _, r := range wk.ranks {
 		if ok, _ := d.staticallyAllowed(r); ok {
-			best = min(best, max(workerFree, e.queueFreeAt(r)))
+			best = min(best, max(workerFree, e.queueFreeAt(r, c)))
 		}
 	}
 	if math.IsInf(best, 1) {
@@ -181,8 +200,8 @@ func (e *Engine) workerAdmitsAt(d *demand, wk *worker) float64 {
 	}
 	t := max(best, math.Nextafter(e.now, math.Inf(1)))
 	for range 64 {
-		if e.admitsOn(d, wk, t) {
-			return e.earliestOn(d, wk, t)
+		if e.admitsOn(d, c, wk, t) {
+			return e.earliestOn(d, c, wk, t)
 		}
 		t = math.Nextafter(t, math.Inf(1))
 	}
@@ -191,8 +210,8 @@ func (e *Engine) workerAdmitsAt(d *demand, wk *worker) float64 {
 
 // admitsOn reports whether d could be placed on one of wk's ranks at time
 // t: the part of admissible that is wk's (wk not busy, and a rank d may go
-// to that is not queue-busy).
-func (e *Engine) admitsOn(d *demand, wk *worker, t float64) bool {
+// to that is not busy by its class).
+func (e *Engine) admitsOn(d *demand, c *flowClass, wk *worker, t float64) bool {
 	allowed, busy := 0, true
 	for _, r := range wk.ranks {
 		if ok, _ := d.staticallyAllowed(r); ok {
@@ -203,11 +222,8 @@ func (e *Engine) admitsOn(d *demand, wk *worker, t float64) bool {
 	if allowed == 0 || busy {
 		return false
 	}
-	if !e.queueEnabled() {
-		return true
-	}
 	for _, r := range wk.ranks {
-		if ok, _ := d.staticallyAllowed(r); ok && !e.queueBusy(r, t) {
+		if ok, _ := d.staticallyAllowed(r); ok && !c.busy(r, t) {
 			return true
 		}
 	}
@@ -221,17 +237,17 @@ func (e *Engine) admitsOn(d *demand, wk *worker, t float64) bool {
 // time, so the boundary is found by bisection over the float64 values
 // between now and t (their bits, times being >= 0, are in the same order):
 // one check when t is right, at most 64.
-func (e *Engine) earliestOn(d *demand, wk *worker, t float64) float64 {
+func (e *Engine) earliestOn(d *demand, c *flowClass, wk *worker, t float64) float64 {
 	lo, hi := math.Float64bits(e.now), math.Float64bits(t)
 	if hi-lo > 1 {
-		if !e.admitsOn(d, wk, math.Float64frombits(hi-1)) {
+		if !e.admitsOn(d, c, wk, math.Float64frombits(hi-1)) {
 			return t
 		}
 		hi--
 	}
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
-		if e.admitsOn(d, wk, math.Float64frombits(mid)) {
+		if e.admitsOn(d, c, wk, math.Float64frombits(mid)) {
 			hi = mid
 		} else {
 			lo = mid
@@ -257,11 +273,14 @@ func (e *Engine) unloadedAt(r *rank) float64 {
 	return t
 }
 
-// queueFreeAt is when r stops being busy by queue_threshold.
-func (e *Engine) queueFreeAt(r *rank) float64 {
-	q := e.cfg.QueueThreshold
-	if q == nil || r.w.maxNumBatchedTokens == nil {
-		return e.now
+// queueFreeAt is when r stops being busy by class c.
+func (e *Engine) queueFreeAt(r *rank, c *flowClass) float64 {
+	t := e.now
+	if c.busyAbs != nil {
+		t = max(t, r.prefill.reachTime(*c.busyAbs))
 	}
-	return max(e.now, r.prefill.reachTime(*q*float64(*r.w.maxNumBatchedTokens)))
+	if c.busyFrac != nil {
+		t = max(t, r.prefill.reachTime(float64(*c.busyFrac*maxBatched(r))))
+	}
+	return t
 }

@@ -77,6 +77,9 @@ type fleet struct {
 	// ready ranks as of a version.
 	version uint64
 	roles   map[protocol.Role]*roleRanks
+	// discovered counts each role's workers that are ready or draining:
+	// what a policy class's per-worker queue limits multiply.
+	discovered [3]uint64
 }
 
 // rankLoad is a copy of what costing a rank reads of its load, kept in
@@ -204,6 +207,7 @@ func (e *Engine) workerReady(c *protocol.Command) {
 		w.ranks = append(w.ranks, r)
 	}
 	e.fleet.byID[id] = w
+	e.fleet.discovered[roleIndex(role)]++
 	e.fleet.removed.forget(id)
 	if n := len(e.fleet.ready); n > 0 && e.fleet.ready[n-1].id > id {
 		e.fleet.unsorted = true // ids arriving in ascending order keep the list sorted
@@ -278,6 +282,7 @@ func (e *Engine) workerRemoved(w *worker) {
 		e.fleet.freeSlots = append(e.fleet.freeSlots, r.slot)
 	}
 	delete(e.fleet.byID, w.id)
+	e.fleet.discovered[roleIndex(w.role)]--
 	e.fleet.removed.add(w.id)
 }
 

@@ -268,10 +268,14 @@ type RequestState struct {
 
 // QueuedState is one waiting request, in queue order within its role.
 type QueuedState struct {
-	RequestID  string `json:"request_id"`
-	Role       Role   `json:"role"`
-	Tier       int64  `json:"strict_priority"`
-	Score      Num    `json:"score"`
-	ArrivalMS  Num    `json:"arrival_ms"`
-	DeadlineMS *Num   `json:"deadline_ms"`
+	RequestID string `json:"request_id"`
+	Role      Role   `json:"role"`
+	// PolicyClass is the configured class it waits in ("" without
+	// classes); its deadline_ms is then the earlier of the class's
+	// (arrival + slo_ms) and queue_timeout_ms's.
+	PolicyClass string `json:"policy_class,omitempty"`
+	Tier        int64  `json:"strict_priority"`
+	Score       Num    `json:"score"`
+	ArrivalMS   Num    `json:"arrival_ms"`
+	DeadlineMS  *Num   `json:"deadline_ms"`
 }
