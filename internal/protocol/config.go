@@ -33,10 +33,10 @@ type Config struct {
 	DefaultPolicyClass string          `json:"default_policy_class"`
 	PolicyClasses      []PolicyClass   `json:"policy_classes"`
 	WorkerSelection    WorkerSelection `json:"worker_selection"`
-	Evidence                         Evidence         `json:"evidence"`
-	SGLang                           SGLangConfig     `json:"sglang"`
-	LLMD                             LLMDConfig       `json:"llmd"`
-	WorkerDefaults                   WorkerDefaults   `json:"worker_defaults"`
+	Evidence           Evidence        `json:"evidence"`
+	SGLang             SGLangConfig    `json:"sglang"`
+	LLMD               LLMDConfig      `json:"llmd"`
+	WorkerDefaults     WorkerDefaults  `json:"worker_defaults"`
 }
 
 // SGLangConfig holds the knobs of policy sglang_cache_aware, with the
