@@ -29,7 +29,7 @@ type Engine struct {
 	held     int // requests waiting for a staged binding
 	rng      *stream
 	draws    *selectionDraws // rng and the round_robin counter, as selection takes them
-	params   selector.Params
+	params   [3]selector.Params // each role's: its worker-selection instance (by roleIndex)
 	out      output // what the current command did
 
 	// Scratch reused from command to command; overlap and hits are
@@ -77,9 +77,12 @@ func New(cfg protocol.Config) (*Engine, error) {
 		bindings: affinity.NewTable[*rank](cfg.Affinity.TTLMS),
 		rng:      rng,
 		draws:    &selectionDraws{rng: rng},
-		params:   selector.ParamsOf(&cfg),
+		params:   [3]selector.Params{selector.ParamsOf(&cfg, protocol.RoleAggregated), selector.ParamsOf(&cfg, protocol.RoleDecode), selector.ParamsOf(&cfg, protocol.RolePrefill)},
 	}, nil
 }
+
+// paramsOf is what selection reads for a request of role.
+func (e *Engine) paramsOf(role protocol.Role) *selector.Params { return &e.params[roleIndex(role)] }
 
 func (e *Engine) growScratch() {
 	// Capacity grows as append's does, so a fleet of n workers coming up one

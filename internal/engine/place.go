@@ -19,7 +19,7 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 		routed = e.routedMatches(d)
 	}
 	var sel selector.Result
-	switch cheapest := selector.Cheapest(&e.params, preferred) && e.cfg.Evidence != protocol.EvidenceFull; {
+	switch cheapest := selector.Cheapest(e.paramsOf(d.role), preferred) && e.cfg.Evidence != protocol.EvidenceFull; {
 	case cheapest && cs.role != nil && cs.role.version == cs.version:
 		sel = e.selectBucketed(d, cs.role)
 	case cheapest:
@@ -48,7 +48,8 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 
 // selectAmong costs every candidate and selects among them.
 func (e *Engine) selectAmong(d *demand, cs candidateSet, preferred int, routed []uint32) selector.Result {
-	reads := selector.Of(e.cfg.Policy).Reads
+	params := e.paramsOf(d.role)
+	reads := selector.Of(params.Policy).Reads
 	load, key := reads&(selector.ReadsWaiting|selector.ReadsKVUsage) != 0, reads&selector.ReadsKey != 0
 	cands := slices.Grow(e.cands[:0], len(cs.ranks))[:len(cs.ranks)]
 	e.cands = cands
@@ -68,7 +69,7 @@ func (e *Engine) selectAmong(d *demand, cs candidateSet, preferred int, routed [
 			cands[i].Routed, cands[i].TreeBlocks = uint64(routed[r.slot]), uint64(len(r.routed))
 		}
 	}
-	return selector.Select(e.params, selector.Request{ISL: d.isl, Blocks: d.islBlocks, Session: d.session}, cands, preferred, e.draws, e.scores)
+	return selector.Select(*params, selector.Request{ISL: d.isl, Blocks: d.islBlocks, Session: d.session}, cands, preferred, e.draws, e.scores)
 }
 
 // selectCheapest is selectAmong where only the cheapest candidate counts
@@ -80,11 +81,11 @@ func (e *Engine) selectCheapest(d *demand, cs candidateSet) selector.Result {
 	e.costs = costs
 	for i, s := range cs.slots {
 		c := e.cheapCandidate(d, s)
-		costs[i] = selector.CostOf(&e.params, d.isl, c.Overlap, c.PrefillTokens, c.DecodeBlocks)
+		costs[i] = selector.CostOf(e.paramsOf(d.role), d.isl, c.Overlap, c.PrefillTokens, c.DecodeBlocks)
 	}
 	index, ties, best := selector.PickCheapest(costs, e.draws)
 	chosen := e.cheapCandidate(d, cs.slots[index])
-	return selector.Result{Index: index, Chosen: selector.Cost(&e.params, d.isl, &chosen), Ties: ties, BestCost: best}
+	return selector.Result{Index: index, Chosen: selector.Cost(e.paramsOf(d.role), d.isl, &chosen), Ties: ties, BestCost: best}
 }
 
 // cheapCandidate is the rank at slot s as Cost reads it, from its load
@@ -117,7 +118,7 @@ func (e *Engine) reason(d *demand, chosen *rank, candidates int) string {
 	case candidates == 1:
 		return protocol.ReasonOnlyCandidate
 	}
-	return string(e.cfg.Policy)
+	return string(e.paramsOf(d.role).Policy)
 }
 
 // evidence is why the selection chose as it did: the summary, and with

@@ -19,7 +19,7 @@ func TestPickTieBreakIsUniformAndSeeded(t *testing.T) {
 		cands := []selector.Candidate{{DecodeBlocks: 1}, {DecodeBlocks: 1}, {DecodeBlocks: 1}, {DecodeBlocks: 2}}
 		var out []int
 		for range 3000 {
-			res := selector.Select(e.params, selector.Request{}, cands, -1, e.draws, nil)
+			res := selector.Select(*e.paramsOf(protocol.RoleAggregated), selector.Request{}, cands, -1, e.draws, nil)
 			if res.Ties != 3 || res.Index == 3 {
 				t.Fatalf("pick %d of %d ties", res.Index, res.Ties)
 			}

@@ -31,12 +31,14 @@ type routedBlock struct {
 	depth uint32
 }
 
-// newRoutedTree returns the tree when the policy needs one.
+// newRoutedTree returns the tree when some role's policy needs one.
 func newRoutedTree(cfg *protocol.Config) *routedTree {
-	if selector.Of(cfg.Policy).Reads&selector.ReadsRouted == 0 {
-		return nil
+	for _, role := range roleOrder {
+		if p, _, _, _ := cfg.Selection(role); selector.Of(p).Reads&selector.ReadsRouted != 0 {
+			return &routedTree{index: kvindex.New()}
+		}
 	}
-	return &routedTree{index: kvindex.New()}
+	return nil
 }
 
 // routedMatches is, by rank slot, the leading blocks of d's prompt routed

@@ -28,11 +28,12 @@ type Params struct {
 	LLMD               protocol.LLMDConfig
 }
 
-// ParamsOf takes the selection params from a config.
-func ParamsOf(cfg *protocol.Config) Params {
-	return Params{Policy: cfg.Policy, BlockSize: cfg.BlockSize, Temperature: cfg.Temperature,
-		OverlapScoreCredit: cfg.OverlapScoreCredit, PrefillLoadScale: cfg.PrefillLoadScale,
-		SGLang: cfg.SGLang, LLMD: cfg.LLMD}
+// ParamsOf takes the selection params of role from a config: the
+// worker-selection instance the role uses, over the config's own knobs.
+func ParamsOf(cfg *protocol.Config, role protocol.Role) Params {
+	policy, temperature, credit, scale := cfg.Selection(role)
+	return Params{Policy: policy, BlockSize: cfg.BlockSize, Temperature: temperature,
+		OverlapScoreCredit: credit, PrefillLoadScale: scale, SGLang: cfg.SGLang, LLMD: cfg.LLMD}
 }
 
 // Candidate is one rank the request may go to, as selection sees it.
