@@ -38,6 +38,25 @@ func drawConfig(t *rapid.T) protocol.Config {
 			cfg.QueueTimeoutMS = ptrTo(rapid.SampledFrom([]float64{25, 100, 400}).Draw(t, "queue_timeout_ms"))
 		}
 	}
+	if rapid.IntRange(0, 2).Draw(t, "classes") == 0 {
+		// Two or three policy classes: busy tests of each kind, deadlines
+		// short enough to be missed, limits that bite, one class that never
+		// queues.
+		cfg.DefaultPolicyClass = "a"
+		cfg.PolicyClasses = []protocol.PolicyClass{
+			{Name: "a", SLOMS: uint64(rapid.SampledFrom([]int{30, 300}).Draw(t, "slo_a")), Quantum: uint64(rapid.SampledFrom([]int{1, 16, 64}).Draw(t, "quantum_a")),
+				PrefillBusyThreshold:       rapid.SampledFrom([]*uint64{nil, ptrTo(uint64(0)), ptrTo(uint64(40))}).Draw(t, "abs_a"),
+				PrefillBusyThresholdFrac:   ptrTo(rapid.SampledFrom([]float64{0.5, 1}).Draw(t, "frac_a")),
+				RequestQueueLimitPerWorker: rapid.SampledFrom([]*uint64{nil, ptrTo(uint64(0)), ptrTo(uint64(1))}).Draw(t, "limit_a")},
+			{Name: "b", SLOMS: 1000, Quantum: uint64(rapid.SampledFrom([]int{1, 48}).Draw(t, "quantum_b")),
+				PrefillBusyThreshold:           ptrTo(uint64(rapid.SampledFrom([]int{0, 20}).Draw(t, "abs_b"))),
+				RawISLTokenQueueLimitPerWorker: rapid.SampledFrom([]*uint64{nil, ptrTo(uint64(40))}).Draw(t, "raw_b"),
+				CachedTokenQueueLimitPerWorker: rapid.SampledFrom([]*uint64{nil, ptrTo(uint64(16))}).Draw(t, "cached_b")},
+		}
+		if rapid.Bool().Draw(t, "open") {
+			cfg.PolicyClasses = append(cfg.PolicyClasses, protocol.PolicyClass{Name: "open", SLOMS: 50, Quantum: 1})
+		}
+	}
 	if rapid.Bool().Draw(t, "linear") {
 		cfg.PrefillLoadModel = protocol.PrefillLoadLinear
 		cfg.PrefillTokensPerMS = ptrTo(rapid.SampledFrom([]float64{0.5, 0.7, 1, 3}).Draw(t, "rate")) // 0.7: decays that round
@@ -90,6 +109,7 @@ func drawCommand(t *rapid.T, e *Engine) *protocol.Command {
 		c.SessionID = rapid.SampledFrom([]*string{nil, ptrTo("s1"), ptrTo("s2")}).Draw(t, "session")
 		c.ParentSessionID = rapid.SampledFrom([]*string{nil, nil, ptrTo("p")}).Draw(t, "parent")
 		c.StrictPriority = ptrTo(int64(rapid.IntRange(0, 1).Draw(t, "tier")))
+		c.PolicyClass = rapid.SampledFrom([]*string{nil, ptrTo("a"), ptrTo("b"), ptrTo("open")}).Draw(t, "class")
 	case 6:
 		c.Op, c.RequestID = protocol.OpDispatchCommitted, id()
 	case 7:
@@ -233,6 +253,15 @@ func invariants(e *Engine, c *protocol.Command, resp *protocol.Response) error {
 	}
 	for i := range e.queue.roles {
 		for _, cq := range e.queue.roles[i].classes {
+			var held usage
+			for _, req := range cq.heap {
+				for k, v := range req.holds {
+					held[k] += v
+				}
+			}
+			if held != cq.held || (len(cq.heap) == 0 && cq.deficit != 0) {
+				return fmt.Errorf("class %s holds %v by its account, %v by its requests, credit %d", cq.class.name, cq.held, held, cq.deficit)
+			}
 			if head := cq.head(); head != nil {
 				if _, ok, _ := e.admissible(head.d, cq.class, e.now); ok {
 					return fmt.Errorf("request %s is admissible but left waiting", head.d.id)
