@@ -61,7 +61,7 @@ func (e *Engine) newDemand(c *protocol.Command, t float64) (*demand, *protocol.E
 		d.tier = *c.StrictPriority
 	}
 	if c.Priority != nil {
-		d.priority = *c.Priority
+		d.priority = max(*c.Priority, 0) // Dynamo's priority jump: a negative one jumps nothing
 	}
 	d.islBlocks = d.isl/bs + min(d.isl%bs, 1) // a partial block counts; no overflow near 2^64
 	switch {
