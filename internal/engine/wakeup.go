@@ -36,11 +36,13 @@ import (
 // test.)
 type roleWake struct {
 	known bool
-	// unplaceable: no rank passes the head's filters, so it is dispatchable
-	// now, to be rejected (drain takes it before the command ends).
-	unplaceable bool
-	at          map[*worker]float64 // each worker's moment, where it has one
-	first       wakeHeap            // the same, earliest first; an entry no longer in at is stale
+	// eligible are the workers with a rank that passes the head's filters
+	// (busy thresholds aside). With none, the head has nowhere to go: it
+	// is dispatchable now, to be rejected (drain takes it before the
+	// command ends).
+	eligible map[*worker]struct{}
+	at       map[*worker]float64 // each worker's moment, where it has one
+	first    wakeHeap            // the same, earliest first; an entry no longer in at is stale
 }
 
 type wakeEntry struct {
@@ -80,17 +82,19 @@ func (e *Engine) staleRole(role protocol.Role) {
 // headAt returns cq's moment, finding every worker's if they are not known.
 func (e *Engine) headAt(cq *classQueue) float64 {
 	w := &cq.wake
+	head := cq.head()
 	if !w.known {
-		w.known, w.unplaceable, w.first = true, false, w.first[:0]
+		w.known, w.first = true, w.first[:0]
 		if w.at == nil {
-			w.at = map[*worker]float64{}
+			w.at, w.eligible = map[*worker]float64{}, map[*worker]struct{}{}
 		}
 		clear(w.at)
-		if head := cq.head(); head != nil {
-			if _, _, none := e.admissible(head.d, cq.class, e.now); none != nil {
-				w.unplaceable = true
-			}
+		clear(w.eligible)
+		if head != nil {
 			for _, wk := range e.fleet.readyWorkers() {
+				if e.mayTake(head.d, wk) {
+					w.eligible[wk] = struct{}{}
+				}
 				if t := e.workerAdmitsAt(head.d, cq.class, wk); !math.IsInf(t, 1) {
 					w.at[wk] = t
 					w.first = append(w.first, wakeEntry{t, wk})
@@ -99,7 +103,7 @@ func (e *Engine) headAt(cq *classQueue) float64 {
 		}
 		heap.Init(&w.first)
 	}
-	if w.unplaceable {
+	if head != nil && len(w.eligible) == 0 {
 		return e.now
 	}
 	for len(w.first) > 0 {
@@ -120,9 +124,8 @@ func (e *Engine) workerGained(wk *worker) {
 		if !w.known || head == nil {
 			continue
 		}
-		if w.unplaceable { // it may have somewhere to go now
-			cq.stale()
-			continue
+		if e.mayTake(head.d, wk) {
+			w.eligible[wk] = struct{}{}
 		}
 		t := e.workerAdmitsAt(head.d, cq.class, wk)
 		if math.IsInf(t, 1) {
@@ -141,9 +144,29 @@ func (e *Engine) workerGained(wk *worker) {
 	}
 }
 
-// workerLost: wk went. Its role's moments are found again: a head it was
-// the last rank for has nowhere to go now.
-func (e *Engine) workerLost(wk *worker) { e.staleRole(wk.role) }
+// workerLost: wk went; its moments drop out.
+func (e *Engine) workerLost(wk *worker) {
+	for _, cq := range e.queue.roles[roleIndex(wk.role)].classes {
+		if w := &cq.wake; w.known {
+			delete(w.at, wk)
+			delete(w.eligible, wk)
+		}
+	}
+}
+
+// mayTake reports whether wk has a rank that passes d's filters, busy
+// thresholds aside.
+func (e *Engine) mayTake(d *demand, wk *worker) bool {
+	if wk.unlisted || wk.role != d.role || e.checkPin(d) != nil {
+		return false
+	}
+	for _, r := range wk.ranks {
+		if ok, _ := d.staticallyAllowed(r); ok {
+			return true
+		}
+	}
+	return false
+}
 
 // nextWakeup is the earliest time after now at which the router would act
 // with no further input: a waiting request times out (queue_timeout_ms),
