@@ -416,8 +416,8 @@ func (y *yamlReader) element(n ast.Node, path string, v reflect.Value) *yamlErro
 // here, refused as too large. It returns what is wrong, or "".
 func yamlU64(n ast.Node) (uint64, string) {
 	const what = "expected an unsigned 64-bit integer, got "
-	text, ok := plainScalar(n)
-	if !ok || n.Type() == ast.FloatType {
+	text, ok := plainScalar(n) // a float's text fails ParseUint below
+	if !ok {
 		return 0, what + describeNode(n)
 	}
 	digits, base := strings.TrimPrefix(text, "+"), 10 // ParseUint takes no sign
