@@ -14,7 +14,9 @@ import (
 // of config keys here, with its value converted (to sets them), or, where
 // this router has no equivalent, refused with what to use instead (refuse).
 // The table is in the README; the flags are hidden from --help, which
-// points there.
+// points there. Dynamo's flags for keys that have no flag of their own here
+// (--router-policy-config, --router-prefill-policy, --router-decode-policy)
+// are not aliases: serve.go binds them, shown in --help.
 type dynamoFlag struct {
 	name   string
 	kind   string // "float", "string", "bool" or "uint": how the value parses (a string by default)

@@ -76,11 +76,13 @@ With no subcommand it serves: it reads one JSON command per line on stdin and
 writes exactly one JSON response per command line on stdout, in order. Lines
 that are blank or start with # are comments. Logs go to stderr only.
 
-The config comes from --config FILE and the flags below, or from the stream
-itself: a first command {"op":"config", KEYS...} with the keys of a config
-file (e.g. {"op":"config","block_size":512,"affinity":{"mode":"hard"}}) is
-answered with the effective config; a key it gives that a flag or the file
-set to another value is an error naming both (docs/PROTOCOL.md §2).
+The config comes from --config FILE and the flags below (Dynamo's YAML
+--router-policy-config FILE among them: policy classes and worker-selection
+instances), or from the stream itself: a first command {"op":"config",
+KEYS...} with the keys of a config file (e.g.
+{"op":"config","block_size":512,"affinity":{"mode":"hard"}}) is answered with
+the effective config; a key it gives that a flag or the file set to another
+value is an error naming both (docs/PROTOCOL.md §2).
 
 Exit status: 0 at end of input; 1 with --fail-fast after answering the first
 error, or when stdout is closed by its reader; 2 for bad flags or config

@@ -99,11 +99,11 @@ They talk to the router with the wire commands a host would send; --emit-command
 opening with its config, so that piping it into offline-router with no flags
 gives back --emit-responses byte for byte.
 
-The router takes the same config as serve (--config and flags, and Dynamo's
-flag names). With --kv-events=false (approximate mode) the host sends no KV
-events. A request the router turns away (every worker over a busy
-threshold: Dynamo's HTTP 529; a queue timeout) is counted as rejected, by
-reason.
+The router takes the same config as serve (--config and flags, Dynamo's
+flag names, and Dynamo's policy config YAML, --router-policy-config). With
+--kv-events=false (approximate mode) the host sends no KV events. A request
+the router turns away (every worker over a busy threshold: Dynamo's HTTP
+529; a queue timeout) is counted as rejected, by reason.
 
 Comparisons: --compare, --policies or --contender NAME=POLICY:KEY=VALUE,...
 (a policy with config overrides) set contenders side by side. --repeats N
@@ -493,7 +493,7 @@ func (o *replayOptions) oneReaderOfStdin(args []string) error {
 	if err != nil {
 		return nil // no stdin to share
 	}
-	for _, f := range []output{{"--config", o.serve.configFile}, {"--engine-profile", o.profileFile}} {
+	for _, f := range []output{{"--config", o.serve.configFile}, {"--router-policy-config", o.serve.policyConfig}, {"--engine-profile", o.profileFile}} {
 		if f.path == "" {
 			continue
 		}
@@ -591,6 +591,9 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	}
 	if o.serve.configFile != "" {
 		inputs = append(inputs, output{"--config", o.serve.configFile})
+	}
+	if o.serve.policyConfig != "" {
+		inputs = append(inputs, output{"--router-policy-config", o.serve.policyConfig})
 	}
 	outs := []output{{"report", o.reportFile}, {"plot", o.plotFile}, {"requests-out", o.requestsOut}}
 	for _, stream := range []output{{"emit-commands", o.emitCommands}, {"emit-responses", o.emitResponses}} {
@@ -918,6 +921,16 @@ func (o *replayOptions) contenderSet(src wire.ConfigSource, cfg protocol.Config)
 			return nil, err
 		}
 		out = append(out, replay.Contender{Name: spec.Name, Router: c, Overrides: spec.Settings})
+	}
+	if o.compare || len(o.policies)+len(o.contenders) > 0 {
+		for _, c := range out {
+			// A worker_selection instance replaces the config's policy: the
+			// comparison would run the instance's in every contender.
+			if p, _, _, _ := c.Router.Selection(protocol.RoleAggregated); p != c.Router.Policy {
+				return nil, fmt.Errorf("contender %s would place with worker_selection.default's instance %q (policy %s), not with %s: the instance is every contender's, so the comparison would compare nothing; drop worker_selection.default (--router-policy-config, --config) to compare policies",
+					c.Name, c.Router.WorkerSelection.Default, p, c.Router.Policy)
+			}
+		}
 	}
 	return out, nil
 }

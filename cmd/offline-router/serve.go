@@ -24,6 +24,7 @@ import (
 // one flag per scalar config key (a flag overrides the file).
 type serveOptions struct {
 	configFile   string
+	policyConfig string // --router-policy-config: Dynamo's YAML
 	maxLineBytes int
 	failFast     bool
 	verbose      bool
@@ -132,6 +133,10 @@ func (o *serveOptions) bind(cmd *cobra.Command) {
 func (o *serveOptions) bindConfig(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.configFile, "config", "", "JSON config file (keys of docs/PROTOCOL.md §2; unknown keys are an error); Dynamo's router flag names (--router-temperature, --kv-cache-block-size, --no-kv-events, ...) are accepted too, see the README")
+	f.StringVar(&o.policyConfig, "router-policy-config", "", "Dynamo's router policy config, a YAML `FILE` (as Dynamo's flag at the pinned commit): default_policy_class, policy_classes and worker_selection (no per-model profiles), read strictly and applied over --config as flags are")
+	for _, rf := range roleSelectionFlags {
+		f.String(rf.name, "", "the worker_selection instance `NAME` "+rf.role+" requests place with (config "+rf.key+"; \"default\" or unset: worker_selection.default's, else the config's own policy); Dynamo's flag from after the pinned commit")
+	}
 	for _, cf := range configFlags {
 		usage := "config " + cf.key + ": " + cf.usage
 		switch d := configDefault(cf.key).(type) {
@@ -146,6 +151,15 @@ func (o *serveOptions) bindConfig(cmd *cobra.Command) {
 		}
 	}
 	bindDynamoFlags(f)
+}
+
+// roleSelectionFlags are Dynamo's flags naming the worker_selection
+// instance of one role. They came after the pinned commit (there one
+// instance served every role), and are taken here because a disaggregated
+// setup wants them and they change nothing when not given.
+var roleSelectionFlags = []struct{ name, key, role string }{
+	{"router-prefill-policy", "worker_selection.prefill", "prefill"},
+	{"router-decode-policy", "worker_selection.decode", "decode"},
 }
 
 // loadConfig reads the config file, then applies the flags that were set.
@@ -164,6 +178,22 @@ func (o *serveOptions) configSource(flags *pflag.FlagSet) (wire.ConfigSource, er
 		var err error
 		if src.File, err = os.ReadFile(o.configFile); err != nil {
 			return src, fmt.Errorf("--config: %w", err)
+		}
+	}
+	if o.policyConfig != "" {
+		data, err := os.ReadFile(o.policyConfig)
+		if err != nil {
+			return src, fmt.Errorf("--router-policy-config: %w", err)
+		}
+		// Its keys go first among the overrides: over the file, under
+		// nothing (no flag sets them).
+		if src.Overrides, err = wire.PolicyConfigOverrides(o.policyConfig, data); err != nil {
+			return src, err
+		}
+	}
+	for _, rf := range roleSelectionFlags {
+		if fl := flags.Lookup(rf.name); fl != nil && fl.Changed {
+			src.Overrides = append(src.Overrides, wire.Override{Key: rf.key, Value: fl.Value.String(), Flag: "--" + rf.name})
 		}
 	}
 	for _, cf := range configFlags {

@@ -17,6 +17,10 @@ type Override struct {
 	Key   string
 	Value any
 	Flag  string // the flag that set it ("--queue-threshold"), for messages
+	// Lines are the lines, in the file a flag names, of the paths the
+	// override sets ("policy_classes[1].quantum"), so that a check of the
+	// config names the line as well as the flag.
+	Lines map[string]int
 }
 
 // ConfigSource is the config a serve starts from, before its stream says
