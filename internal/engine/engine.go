@@ -28,9 +28,9 @@ type Engine struct {
 	bindings *affinity.Table[*rank]
 	held     int // requests waiting for a staged binding
 	rng      *stream
-	draws    *selectionDraws // rng and the round_robin counter, as selection takes them
+	draws    *selectionDraws    // rng and the round_robin counter, as selection takes them
 	params   [3]selector.Params // each role's: its worker-selection instance (by roleIndex)
-	out      output // what the current command did
+	out      output             // what the current command did
 
 	// Scratch reused from command to command; overlap and hits are
 	// indexed by rank slot.

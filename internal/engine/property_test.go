@@ -38,7 +38,7 @@ func drawConfig(t *rapid.T) protocol.Config {
 			cfg.QueueTimeoutMS = ptrTo(rapid.SampledFrom([]float64{25, 100, 400}).Draw(t, "queue_timeout_ms"))
 		}
 	}
-	if rapid.IntRange(0, 2).Draw(t, "classes") == 0 {
+	if rapid.Bool().Draw(t, "classes") {
 		// Two or three policy classes: busy tests of each kind, deadlines
 		// short enough to be missed, limits that bite, one class that never
 		// queues.

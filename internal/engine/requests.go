@@ -46,6 +46,9 @@ func (e *Engine) book(req *request, r *rank, prefillTokens uint64) {
 	req.bookedAt = len(r.booked)
 	r.booked = append(r.booked, req)
 	e.fleet.noteLoad(r)
+	if e.queue.count > 0 {
+		e.workerChanged(r.w)
+	}
 }
 
 // unbook removes the request's load from its rank, unless the rank is gone.
@@ -59,7 +62,7 @@ func (e *Engine) unbook(req *request) {
 	r.activeRequests--
 	r.privateBlocks -= req.d.privateBlocks
 	e.fleet.noteLoad(r)
-	e.workerGained(r.w)
+	e.workerChanged(r.w)
 	last := r.booked[len(r.booked)-1]
 	r.booked[req.bookedAt], last.bookedAt = last, req.bookedAt
 	r.booked[len(r.booked)-1] = nil
@@ -93,7 +96,7 @@ func (e *Engine) prefillCompleted(req *request) {
 	if !req.orphaned {
 		req.rank.prefill.remove(e.now, req.prefill)
 		e.fleet.noteLoad(req.rank)
-		e.workerGained(req.rank.w)
+		e.workerChanged(req.rank.w)
 	}
 }
 

@@ -116,8 +116,11 @@ func (e *Engine) headAt(cq *classQueue) float64 {
 	return math.Inf(1)
 }
 
-// workerGained: wk came up, or its load fell; its moment is found again.
-func (e *Engine) workerGained(wk *worker) {
+// workerChanged: wk came up, or its load changed; its moment is found
+// again, for each class of its role. (A load rises only by a placement,
+// which in one class's queue is the head's own, a new head already; but
+// another class's placement raises the load its heads wait on.)
+func (e *Engine) workerChanged(wk *worker) {
 	for _, cq := range e.queue.roles[roleIndex(wk.role)].classes {
 		w := &cq.wake
 		head := cq.head()

@@ -215,7 +215,7 @@ func (e *Engine) workerReady(c *protocol.Command) {
 	e.fleet.ready = append(e.fleet.ready, w)
 	e.fleet.version++
 	e.growScratch()
-	e.workerGained(w)
+	e.workerChanged(w)
 }
 
 func (e *Engine) lookupWorker(id uint64) (*worker, *protocol.Error) {

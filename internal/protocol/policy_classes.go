@@ -88,7 +88,8 @@ func (c *Config) validateWorkerSelection() error {
 	names := make(map[string]bool, len(ws.Instances))
 	for i := range ws.Instances {
 		in := &ws.Instances[i]
-		key := fmt.Sprintf("config worker_selection.instances[%d]", i)
+		field := fmt.Sprintf("worker_selection.instances[%d]", i)
+		key := "config " + field
 		switch {
 		case !identifier(in.Name):
 			return fmt.Errorf("%s.name: worker_selection instance name %q must match [A-Za-z0-9_.-]+", key, in.Name)
@@ -98,7 +99,7 @@ func (c *Config) validateWorkerSelection() error {
 			return fmt.Errorf("%s.name: worker_selection contains duplicate instance %q", key, in.Name)
 		}
 		names[in.Name] = true
-		if err := oneOf(key+".type", in.Type, Policies...); err != nil {
+		if err := oneOf(field+".type", in.Type, Policies...); err != nil {
 			return err
 		}
 		p := &in.Parameters
