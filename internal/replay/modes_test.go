@@ -200,11 +200,12 @@ func TestLaterTurnFollowsThePreviousTurn(t *testing.T) {
 	}
 }
 
-// TestRequestsNothingCanReleaseAreCancelled: with a queue, a request of a
-// role no worker has waits in the router for ever; when nothing else is
-// left to happen the host cancels it, counts it rejected as
-// waiting_at_end, and its session goes on.
-func TestRequestsNothingCanReleaseAreCancelled(t *testing.T) {
+// TestRequestsWithNowhereToGoAreRefused: with a queue, a request of a role
+// no worker has is refused at once as no_eligible_worker (Dynamo's
+// NoEndpoints: the busy test finds no busy rank, so it is not queued), not
+// left waiting, and its session goes on. (Catches: the request queued, to
+// be cancelled at the end as waiting_at_end, as before this release.)
+func TestRequestsWithNowhereToGoAreRefused(t *testing.T) {
 	cfg := routerConfig(protocol.PolicyKV)
 	cfg.QueueThreshold = ptr(1.0)
 	delay := 10.0
@@ -216,7 +217,7 @@ func TestRequestsNothingCanReleaseAreCancelled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := res.Metrics; m.RejectedByReason["waiting_at_end"] != 1 || m.Completed != 1 {
+	if m := res.Metrics; m.RejectedByReason["no_eligible_worker"] != 1 || m.RejectedByReason["waiting_at_end"] != 0 || m.Completed != 1 {
 		t.Fatalf("rejected %v, completed %d", m.RejectedByReason, m.Completed)
 	}
 }
