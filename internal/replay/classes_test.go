@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -245,4 +246,46 @@ func TestPlaceCarriesTheClass(t *testing.T) {
 // ReadMooncake reads it. Catches the class left out of the written line.
 func TestPolicyClassRoundTrips(t *testing.T) {
 	readsBack(t, []Request{{InputTokens: 10, OutputTokens: 1, PolicyClass: "premium"}, {Arrival: 1, InputTokens: 10, OutputTokens: 1}}, 512)
+}
+
+// TestClassRejectionsByReason: Dynamo's slo_rejection case (its
+// tests/router/configs/policy_class/slo_rejection.yaml, research32 §10 C)
+// through a replay, with a queue limit beside it. One worker; both classes
+// are busy above 0 active prefill tokens (prefill_busy_threshold 0). A
+// standard blocker of 4096 tokens goes direct (the worker is idle) and
+// prefills for 204.8 ms; latency request a, at 1 ms, finds the worker busy
+// and waits (deadline 1 + 50 ms); latency b, at 2 ms, finds latency's
+// queue at its limit (1 request per worker, 1 worker: current 1 >= 1) and
+// is refused, queue_rejected; a is past its deadline when the queue is
+// next polled (by the blocker's prefill, or a wakeup at the deadline), so
+// is refused, queue_deadline_exceeded; the standard request after it, at
+// 300 ms, finds the worker idle. Needs the engine's flow control (classes,
+// limits, slo_ms expiry). Catches a queue_rejected place error taken for
+// the host's mistake (the run fails) and a class's rejections counted in
+// another class.
+func TestClassRejectionsByReason(t *testing.T) {
+	router := routerConfig(protocol.PolicyKV)
+	zero, one := uint64(0), uint64(1)
+	router.DefaultPolicyClass = "standard"
+	router.PolicyClasses = []protocol.PolicyClass{
+		{Name: "standard", SLOMS: 30000, Quantum: 512, PrefillBusyThreshold: &zero},
+		{Name: "latency", SLOMS: 50, Quantum: 512, PrefillBusyThreshold: &zero, RequestQueueLimitPerWorker: &one},
+	}
+	res, err := Run([]Request{
+		{ID: "blocker", InputTokens: 4096, OutputTokens: 1},
+		{ID: "a", Arrival: 1, InputTokens: 32, OutputTokens: 1, PolicyClass: "latency"},
+		{ID: "b", Arrival: 2, InputTokens: 32, OutputTokens: 1, PolicyClass: "latency"},
+		{ID: "after", Arrival: 300, InputTokens: 32, OutputTokens: 1, PolicyClass: "standard"},
+	}, Options{Cluster: SimpleCluster(1), Router: router})
+	if err != nil {
+		t.Fatal(err)
+	}
+	standard, latency := res.Metrics.Classes[0], res.Metrics.Classes[1]
+	if standard.Requests != 2 || standard.Completed != 2 || standard.Rejected != 0 {
+		t.Errorf("standard: %+v, want both completed", standard)
+	}
+	want := map[string]int{string(protocol.CodeQueueRejected): 1, string(protocol.CodeQueueDeadlineExceeded): 1}
+	if latency.Requests != 2 || latency.Placed != 0 || latency.Rejected != 2 || !maps.Equal(latency.RejectedByReason, want) {
+		t.Errorf("latency: %+v, want none placed, rejected %v", latency, want)
+	}
 }
