@@ -26,7 +26,11 @@ from offline_router import OfflineRouter, RouterError  # noqa: E402
 # The place errors a serving frontend answers with a refusal to its client
 # rather than a host's mistake (as the Go replay counts them).
 TURNED_AWAY = {"all_workers_busy", "no_eligible_worker", "pinned_worker_unavailable",
-               "pinned_worker_overloaded", "affinity_conflict"}
+               "pinned_worker_overloaded", "affinity_conflict", "queue_rejected",
+               "queue_deadline_exceeded"}
+# The trace's fields that go on its place as they are, as the Go replay
+# sends them.
+PLACE_FIELDS = ("priority", "strict_priority", "policy_class")
 
 MASK = (1 << 64) - 1
 
@@ -59,6 +63,8 @@ def read_trace(path, block_size):
                 "ids": list(m.get("hash_ids", [])),
                 "session": "" if sid is None else str(sid),
                 "delay": m.get("delay_ms", m.get("delay")),
+                # "" is no class, as the Go replay reads it
+                "place": {k: m[k] for k in PLACE_FIELDS if m.get(k) not in (None, "")},
             }
             if len(r["ids"]) > -(-r["input"] // block_size):
                 sys.exit(f"{path}:{n}: more hash_ids than blocks of {block_size} tokens")
@@ -264,6 +270,7 @@ class Host:
             cmd["block_hashes"] = r["ids"]
         if r["session"]:
             cmd["session_id"] = r["session"]
+        cmd.update(r["place"])
         self.send(cmd)
 
     def prefill_done(self, t, r):
