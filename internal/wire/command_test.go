@@ -20,14 +20,14 @@ func decode(t *testing.T, line string) Decoded {
 func TestDecodePlaceKeepsEveryField(t *testing.T) {
 	d := decode(t, `{"op":"place","id":"c1","now_ms":12.5,"request_id":"r","input_tokens":40,"output_tokens":7,`+
 		`"block_hashes":[18446744073709551615,9007199254740993],"sequence_hashes":[1,2],"role":"prefill",`+
-		`"session_id":"s","parent_session_id":"p","priority":1.5,"strict_priority":-2,"allowed_workers":[3],"worker_id":3,"dp_rank":1}`)
+		`"session_id":"s","parent_session_id":"p","priority":1.5,"strict_priority":-2,"policy_class":"latency","allowed_workers":[3],"worker_id":3,"dp_rank":1}`)
 	if d.Err != nil {
 		t.Fatal(d.Err)
 	}
 	c := d.Cmd
 	if c.Op != protocol.OpPlace || string(d.ID) != `"c1"` || *c.NowMS != 12.5 || c.RequestID != "r" || c.ISL() != 40 ||
 		*c.OutputTokens != 7 || c.Role != protocol.RolePrefill || *c.SessionID != "s" || *c.ParentSessionID != "p" ||
-		*c.Priority != 1.5 || *c.StrictPriority != -2 || *c.WorkerID != 3 || *c.DPRank != 1 {
+		*c.Priority != 1.5 || *c.StrictPriority != -2 || *c.PolicyClass != "latency" || *c.WorkerID != 3 || *c.DPRank != 1 {
 		t.Fatalf("decoded %+v", c)
 	}
 	if diff := cmp.Diff([]protocol.LocalBlockHash{math.MaxUint64, 1<<53 + 1}, c.BlockHashes); diff != "" {
@@ -76,6 +76,11 @@ func TestDecodeNastyLines(t *testing.T) {
 		{`{"op":"place","request_id":"r","tokens":[1,-2]}`, "invalid_field", `"tokens[1]"`},
 		{`{"op":"place","request_id":"r","tokens":{"a":1}}`, "invalid_field", `"tokens"`},
 		{`{"op":"place","request_id":"r","strict_priority":1.5}`, "invalid_field", `"strict_priority"`},
+		{`{"op":"place","request_id":"r","input_tokens":1,"policy_class":7}`, "invalid_field", `"policy_class": expected a string, got number 7`},
+		{"{\"op\":\"place\",\"request_id\":\"r\",\"input_tokens\":1,\"policy_class\":\"\xff\"}", "invalid_field", `"policy_class": expected a string of valid UTF-8`},
+		{`{"op":"place","request_id":"r","input_tokens":1,"policy_class":"a","policy_class":"b"}`, "invalid_field", `"policy_class": appears more than once`},
+		{`{"op":"inspect","policy_class":"a"}`, "unknown_field", `"policy_class": is not a field of op "inspect"`},
+		{`{"op":"place","request_id":"r","input_tokens":1,"policy-class":"a"}`, "unknown_field", `did you mean "policy_class"`},
 		{`{"op":"place","request_id":"r","request_id":"s"}`, "invalid_field", "more than once"},
 		{`{"op":"place","request_id":"r","bogus":1}`, "unknown_field", `"bogus"`},
 		{`{"op":"place","request_id":"r","OP":"x"}`, "unknown_field", `did you mean "op"`},
@@ -181,6 +186,7 @@ func TestLoneSurrogatesRefused(t *testing.T) {
 	fields = append(fields,
 		field{"place", "session_id", func(v string) string { return `"request_id":"r","input_tokens":1,"session_id":` + v }},
 		field{"place", "parent_session_id", func(v string) string { return `"request_id":"r","input_tokens":1,"parent_session_id":` + v }},
+		field{"place", "policy_class", func(v string) string { return `"request_id":"r","input_tokens":1,"policy_class":` + v }},
 		field{"place", "role", func(v string) string { return `"request_id":"r","input_tokens":1,"role":` + v }},
 		field{"worker_ready", "role", func(v string) string { return `"worker_id":1,"role":` + v }},
 		field{"observe", "events[0].session_id", event},
@@ -196,6 +202,10 @@ func TestLoneSurrogatesRefused(t *testing.T) {
 		field{"observe", "events[0].event.data", func(v string) string { return `"events":[{"worker_id":1,"event":{"event_id":1,"data":` + v + `}}]` }},
 		field{"config", "policy", func(v string) string { return `"policy":` + v }},
 		field{"config", "affinity.key", func(v string) string { return `"affinity":{"key":` + v + `}` }},
+		field{"config", "policy_classes[0].name", func(v string) string { return `"policy_classes":[{"name":` + v + `,"slo_ms":1,"quantum":1}]` }},
+		field{"config", "worker_selection.instances[0].type", func(v string) string {
+			return `"worker_selection":{"instances":[{"name":"i","type":` + v + `}]}`
+		}},
 	)
 	for _, f := range fields {
 		for _, v := range []string{`"\ud800"`, `"\udc00"`, `"a\ud800b"`, `"a\udbff\u0041"`, `"\udc00\ud800"`} {

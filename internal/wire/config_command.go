@@ -31,7 +31,7 @@ var configFields, configGroups = func() (map[string]configField, map[string]bool
 	var walk func(t reflect.Type, prefix string, index []int)
 	walk = func(t reflect.Type, prefix string, index []int) {
 		for i := range t.NumField() {
-			name := prefix + strings.Split(t.Field(i).Tag.Get("json"), ",")[0]
+			name := prefix + jsonName(t.Field(i))
 			at := append(slices.Clone(index), i)
 			if t.Field(i).Type.Kind() == reflect.Struct {
 				groups[name] = true
@@ -47,6 +47,82 @@ var configFields, configGroups = func() (map[string]configField, map[string]bool
 
 // configHints suggest the config key a mistyped one meant.
 var configHints = NewKeyHints(slices.Collect(maps.Keys(configFields))...)
+
+// A list key (policy_classes, worker_selection.instances) is one config
+// key, whose value is the whole list: a config command sets it whole, as a
+// file does, and a conflict with a flag is about the list. Its elements
+// are objects read as strictly as the keys around them.
+
+// elementSchema is how an element of a list key, or an object inside one
+// (an instance's parameters), is read: its keys are the json tags of its
+// struct's fields.
+type elementSchema struct {
+	what     string         // what an element is, for messages ("a policy class")
+	fields   map[string]int // key -> field index
+	required []string       // keys an element must give, in field order
+	hints    KeyHints
+}
+
+// elementKinds says what each struct a list holds is, and which of its keys
+// are required: Dynamo's serde schema (policy_config.rs at the pin) has no
+// default for these.
+var elementKinds = map[reflect.Type]struct {
+	what     string
+	required []string
+}{
+	reflect.TypeFor[protocol.PolicyClass]():         {"a policy class", []string{"name", "slo_ms", "quantum"}},
+	reflect.TypeFor[protocol.SelectionInstance]():   {"a worker_selection instance", []string{"name", "type"}},
+	reflect.TypeFor[protocol.SelectionParameters](): {"an instance's parameters", nil},
+}
+
+// elementSchemas are the schemas of every struct that a list key of
+// protocol.Config holds, directly or nested; a struct without an entry in
+// elementKinds fails every test, at the package's start.
+var elementSchemas = func() map[reflect.Type]*elementSchema {
+	out := map[reflect.Type]*elementSchema{}
+	var add func(t reflect.Type)
+	add = func(t reflect.Type) {
+		if out[t] != nil {
+			return
+		}
+		kind, ok := elementKinds[t]
+		if !ok {
+			panic("config: no elementKinds entry for " + t.String())
+		}
+		es := &elementSchema{what: kind.what, fields: map[string]int{}, required: kind.required}
+		out[t] = es
+		for i := range t.NumField() {
+			es.fields[jsonName(t.Field(i))] = i
+			if ft := t.Field(i).Type; ft.Kind() == reflect.Struct {
+				add(ft)
+			}
+		}
+		for _, r := range kind.required {
+			if _, ok := es.fields[r]; !ok {
+				panic("config: " + t.String() + " has no key " + r)
+			}
+		}
+		es.hints = NewKeyHints(slices.Collect(maps.Keys(es.fields))...)
+	}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for i := range t.NumField() {
+			switch ft := t.Field(i).Type; ft.Kind() {
+			case reflect.Struct:
+				walk(ft)
+			case reflect.Slice:
+				add(ft.Elem())
+			}
+		}
+	}
+	walk(reflect.TypeFor[protocol.Config]())
+	return out
+}()
+
+// jsonName is a struct field's key.
+func jsonName(f reflect.StructField) string {
+	return strings.Split(f.Tag.Get("json"), ",")[0]
+}
 
 // sortConfigKeys puts keys in the order of protocol.Config's fields.
 func sortConfigKeys(keys []string) {
@@ -122,15 +198,21 @@ func decodeConfigKeys(s *scanner, cfg *protocol.Config, other func(key string) (
 // whether it set it.
 func decodeConfigValue(s *scanner, fv reflect.Value) (bool, *fieldError) {
 	t := fv.Type()
-	optional := t.Kind() == reflect.Pointer
+	// null unsets an optional key, and a list, which is then empty.
+	optional := t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice
 	if s.null() {
 		if optional {
 			fv.SetZero()
 		}
 		return optional, nil
 	}
-	if optional {
+	switch t.Kind() {
+	case reflect.Pointer:
 		t = t.Elem()
+	case reflect.Slice:
+		return true, decodeList(s, fv)
+	case reflect.Struct:
+		return true, decodeElement(s, fv)
 	}
 	var x any
 	var err *fieldError
@@ -159,13 +241,66 @@ func decodeConfigValue(s *scanner, fv reflect.Value) (bool, *fieldError) {
 		return false, err
 	}
 	val := reflect.ValueOf(x).Convert(t)
-	if optional {
+	if fv.Kind() == reflect.Pointer {
 		p := reflect.New(t)
 		p.Elem().Set(val)
 		val = p
 	}
 	fv.Set(val)
 	return true, nil
+}
+
+// decodeList reads a list key's array of objects into fv; an empty array
+// leaves it nil, as the defaults have it.
+func decodeList(s *scanner, fv reflect.Value) *fieldError {
+	list := reflect.Zero(fv.Type())
+	err := s.array(func(int) *fieldError {
+		el := reflect.New(fv.Type().Elem()).Elem()
+		if err := decodeElement(s, el); err != nil {
+			return err
+		}
+		list = reflect.Append(list, el)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	fv.Set(list)
+	return nil
+}
+
+// decodeElement reads an object into the struct v, by its schema: an
+// unknown key is refused, with a hint when it is a slip of a known one, and
+// a required key it lacks (or gives as null) is refused by name. Its
+// nested objects are read by their own schemas: the recursion follows the
+// types, never the input's depth.
+func decodeElement(s *scanner, v reflect.Value) *fieldError {
+	es := elementSchemas[v.Type()]
+	var given []string
+	err := s.object(func(key string) *fieldError {
+		i, ok := es.fields[key]
+		if !ok {
+			msg := "is not a key of " + es.what + " (docs/PROTOCOL.md §2)"
+			if name, ok := es.hints.Suggest(key); ok {
+				msg += " (did you mean " + strconv.Quote(name) + "?)"
+			}
+			return &fieldError{code: protocol.CodeUnknownField, path: key, msg: msg}
+		}
+		set, err := decodeConfigValue(s, v.Field(i))
+		if set {
+			given = append(given, key)
+		}
+		return err.orNil(key)
+	})
+	if err != nil {
+		return err
+	}
+	for _, r := range es.required {
+		if !slices.Contains(given, r) {
+			return &fieldError{code: protocol.CodeInvalidField, path: r, msg: "required: " + es.what + " gives " + strings.Join(es.required, ", ")}
+		}
+	}
+	return nil
 }
 
 // decodeConfigCommand decodes a line whose op is "config". Its keys are
@@ -200,8 +335,9 @@ func decodeConfigCommand(line []byte, out *Decoded) (err *fieldError, at int) {
 	return nil, 0
 }
 
-// appendConfigValue writes the value of a config field as JSON, numbers as
-// every response prints them.
+// appendConfigValue writes the value of a config field as JSON: numbers as
+// every response prints them, a list as an array ([] when empty), an
+// object's keys in its struct's field order.
 func appendConfigValue(b []byte, fv reflect.Value) []byte {
 	if fv.Kind() == reflect.Pointer {
 		if fv.IsNil() {
@@ -216,6 +352,25 @@ func appendConfigValue(b []byte, fv reflect.Value) []byte {
 		return strconv.AppendBool(b, fv.Bool())
 	case reflect.Float64:
 		return protocol.AppendNum(b, fv.Float())
+	case reflect.Slice:
+		b = append(b, '[')
+		for i := range fv.Len() {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendConfigValue(b, fv.Index(i))
+		}
+		return append(b, ']')
+	case reflect.Struct:
+		b = append(b, '{')
+		for i := range fv.NumField() {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(appendGoccyString(b, jsonName(fv.Type().Field(i))), ':')
+			b = appendConfigValue(b, fv.Field(i))
+		}
+		return append(b, '}')
 	}
 	return strconv.AppendUint(b, fv.Uint(), 10)
 }
@@ -228,22 +383,5 @@ func configValue(c *protocol.Config, key string) []byte {
 // appendConfig writes the whole config as a JSON object, keys in Config's
 // order, groups as objects.
 func appendConfig(b []byte, c *protocol.Config) []byte {
-	v := reflect.ValueOf(c).Elem()
-	var object func(b []byte, v reflect.Value) []byte
-	object = func(b []byte, v reflect.Value) []byte {
-		b = append(b, '{')
-		for i := range v.NumField() {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(appendGoccyString(b, strings.Split(v.Type().Field(i).Tag.Get("json"), ",")[0]), ':')
-			if f := v.Field(i); f.Kind() == reflect.Struct {
-				b = object(b, f)
-			} else {
-				b = appendConfigValue(b, f)
-			}
-		}
-		return append(b, '}')
-	}
-	return object(b, v)
+	return appendConfigValue(b, reflect.ValueOf(c).Elem())
 }

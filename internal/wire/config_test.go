@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"regexp"
 	"strings"
@@ -189,6 +190,30 @@ func TestConfigEchoReadsBack(t *testing.T) {
 		}
 		c.Affinity.Mode = protocol.AffinityMode(rapid.SampledFrom([]string{"off", "hard", "x\"y\\z\u2028"}).Draw(t, "mode"))
 		c.WorkerDefaults.DPSize = ptrTo(rapid.Uint32().Draw(t, "dp_size"))
+		// Lists of any length, their optional keys drawn set or not.
+		opt := func(name string) *uint64 {
+			if rapid.Bool().Draw(t, name+"_set") {
+				return ptrTo(rapid.Uint64().Draw(t, name))
+			}
+			return nil
+		}
+		for i := range rapid.IntRange(0, 3).Draw(t, "classes") {
+			pc := protocol.PolicyClass{Name: rapid.SampledFrom([]string{"a", "b.c", "x\"y"}).Draw(t, "name"), SLOMS: rapid.Uint64().Draw(t, "slo_ms"),
+				Quantum: rapid.Uint64().Draw(t, "quantum"), PrefillBusyThreshold: opt("pbt"), RequestQueueLimitPerWorker: opt("rql"),
+				RawISLTokenQueueLimitPerWorker: opt("raw"), CachedTokenQueueLimitPerWorker: opt("cached")}
+			if rapid.Bool().Draw(t, "frac_set") {
+				pc.PrefillBusyThresholdFrac = ptrTo(num.Draw(t, "frac"))
+			}
+			c.PolicyClasses = append(c.PolicyClasses, pc)
+			c.DefaultPolicyClass = fmt.Sprint(i)
+		}
+		for range rapid.IntRange(0, 2).Draw(t, "instances") {
+			in := protocol.SelectionInstance{Name: "i", Type: protocol.Policy(rapid.SampledFrom([]string{"kv", "llmd"}).Draw(t, "type"))}
+			if rapid.Bool().Draw(t, "scale_set") {
+				in.Parameters.PrefillLoadScale = ptrTo(num.Draw(t, "scale"))
+			}
+			c.WorkerSelection.Instances = append(c.WorkerSelection.Instances, in)
+		}
 		echo := appendConfig(nil, &c)
 		got := protocol.DefaultConfig()
 		got.Affinity.Mode = "unset"
@@ -265,5 +290,178 @@ func TestNonFiniteFlagValuesAreNamed(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "config temperature: expected a finite number") {
 			t.Errorf("%v: got %v", v, err)
 		}
+	}
+}
+
+// classesLine is a config command with two policy classes and two
+// worker-selection instances, optional keys given, null and left out.
+const classesLine = `{"op":"config","default_policy_class":"batch","policy_classes":[` +
+	`{"name":"latency","slo_ms":3000,"quantum":512,"prefill_busy_threshold":0,"request_queue_limit_per_worker":32,"prefill_busy_threshold_frac":null},` +
+	`{"quantum":128,"slo_ms":600000,"name":"batch","prefill_busy_threshold_frac":1.5,"raw_isl_token_queue_limit_per_worker":18446744073709551615,"cached_token_queue_limit_per_worker":7}],` +
+	`"worker_selection":{"default":"cheap","instances":[{"name":"cheap","type":"round_robin"},` +
+	`{"name":"warm","type":"kv","parameters":{"temperature":0.5,"overlap_score_credit":null,"prefill_load_scale":2}}]}}`
+
+// classesConfig is what classesLine sets.
+func classesConfig() protocol.Config {
+	c := protocol.DefaultConfig()
+	c.DefaultPolicyClass = "batch"
+	c.PolicyClasses = []protocol.PolicyClass{
+		{Name: "latency", SLOMS: 3000, Quantum: 512, PrefillBusyThreshold: ptrTo(uint64(0)), RequestQueueLimitPerWorker: ptrTo(uint64(32))},
+		{Name: "batch", SLOMS: 600000, Quantum: 128, PrefillBusyThresholdFrac: ptrTo(1.5), RawISLTokenQueueLimitPerWorker: ptrTo(uint64(math.MaxUint64)),
+			CachedTokenQueueLimitPerWorker: ptrTo(uint64(7))},
+	}
+	c.WorkerSelection = protocol.WorkerSelection{Default: "cheap", Instances: []protocol.SelectionInstance{
+		{Name: "cheap", Type: protocol.PolicyRoundRobin},
+		{Name: "warm", Type: protocol.PolicyKV, Parameters: protocol.SelectionParameters{Temperature: ptrTo(0.5), PrefillLoadScale: ptrTo(2.0)}},
+	}}
+	return c
+}
+
+// TestConfigListsDecode: policy_classes and worker_selection.instances read
+// as arrays of objects, every element key into its field whatever the
+// order, an optional one given as null or left out absent, and each list
+// is one key of the update. Catches a list not decoded (or decoded as the
+// last element only), a key read into the wrong field, null taken as 0,
+// and a list's elements counted as keys of their own.
+func TestConfigListsDecode(t *testing.T) {
+	d := decode(t, classesLine)
+	if d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	if diff := cmp.Diff([]string{"default_policy_class", "policy_classes", "worker_selection.default", "worker_selection.instances"}, d.Cmd.Config.Keys); diff != "" {
+		t.Fatalf("keys (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(classesConfig(), d.Cmd.Config.Config); diff != "" {
+		t.Fatalf("config (-want +got):\n%s", diff)
+	}
+	cfg, err := ConfigSource{}.Merge(d.Cmd.Config)
+	if err != nil {
+		t.Fatalf("a valid set of classes refused: %v", err)
+	}
+	if diff := cmp.Diff(classesConfig(), cfg); diff != "" {
+		t.Fatalf("merged (-want +got):\n%s", diff)
+	}
+}
+
+// TestConfigListRefusals: inside a list the keys are as strict as at the
+// top: an unknown key is unknown_field naming its whole path (with the
+// hint for a slip of case or separator), a repeated one, a missing required
+// one, a wrong type or an integer past its range is invalid_field naming
+// it. Each line catches the check it names being dropped, and the path
+// losing its list index or its group.
+func TestConfigListRefusals(t *testing.T) {
+	class := func(body string) string {
+		return `{"op":"config","policy_classes":[{"name":"a","slo_ms":1,"quantum":1},` + body + `]}`
+	}
+	inst := func(body string) string { return `{"op":"config","worker_selection":{"instances":[` + body + `]}}` }
+	for line, want := range map[string]string{
+		class(`{"name":"b","slo_ms":1,"quantm":1}`):                                    `unknown_field: field "policy_classes[1].quantm": is not a key of a policy class (docs/PROTOCOL.md §2)`,
+		class(`{"name":"b","slo_ms":1,"Quantum":1}`):                                   `field "policy_classes[1].Quantum": is not a key of a policy class (docs/PROTOCOL.md §2) (did you mean "quantum"?)`,
+		class(`{"name":"b","quantum":1}`):                                              `invalid_field: field "policy_classes[1].slo_ms": required: a policy class gives name, slo_ms, quantum`,
+		class(`{"name":null,"slo_ms":1,"quantum":1}`):                                  `invalid_field: field "policy_classes[1].name": required`,
+		class(`{"name":"b","slo_ms":1,"quantum":1,"name":"c"}`):                        `invalid_field: field "policy_classes[1].name": appears more than once`,
+		class(`{"name":"b","slo_ms":1,"quantum":18446744073709551616}`):                `field "policy_classes[1].quantum": expected an unsigned 64-bit integer, got 18446744073709551616 (above 18446744073709551615)`,
+		class(`{"name":"b","slo_ms":-1,"quantum":1}`):                                  `field "policy_classes[1].slo_ms": expected an unsigned 64-bit integer`,
+		class(`{"name":"b","slo_ms":1,"quantum":1,"prefill_busy_threshold_frac":"x"}`): `field "policy_classes[1].prefill_busy_threshold_frac": expected a number, got a string`,
+		class(`3`): `invalid_field: field "policy_classes[1]": expected an object, got number 3`,
+		`{"op":"config","policy_classes":{"name":"a"}}`:                      `invalid_field: field "policy_classes": expected an array, got an object`,
+		`{"op":"config","policyClasses":[]}`:                                 `unknown_field: field "policyClasses": is not a config key (docs/PROTOCOL.md §2) (did you mean "policy_classes"?)`,
+		inst(`{"name":"x","type":"kv","parameters":{"temprature":1}}`):       `unknown_field: field "worker_selection.instances[0].parameters.temprature": is not a key of an instance's parameters`,
+		inst(`{"name":"x","type":"kv","parameters":1}`):                      `invalid_field: field "worker_selection.instances[0].parameters": expected an object, got number 1`,
+		inst(`{"name":"x"}`):                                                 `invalid_field: field "worker_selection.instances[0].type": required: a worker_selection instance gives name, type`,
+		inst(`{"name":"x","type":"kv","params":{}}`):                         `unknown_field: field "worker_selection.instances[0].params": is not a key of a worker_selection instance`,
+		`{"op":"config","worker_selection":{"instances":[],"instances":[]}}`: `field "worker_selection.instances": appears more than once`,
+	} {
+		d := decode(t, line)
+		if d.Err == nil || !strings.Contains(d.Err.Error(), want) {
+			t.Errorf("%s:\n got %v\nwant %q", line, d.Err, want)
+		}
+	}
+}
+
+// TestConfigListNullIsEmpty: null for a whole list sets it empty, and is a
+// key the command sets: against a file that gives classes it is a
+// conflict, named with both lists. The same list the file gives is not.
+// Catches null left as "not set" (the file's classes would stay silently)
+// and the conflict check comparing anything but the whole list.
+func TestConfigListNullIsEmpty(t *testing.T) {
+	d := decode(t, `{"op":"config","policy_classes":null,"worker_selection":{"instances":null}}`)
+	if d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	if diff := cmp.Diff([]string{"policy_classes", "worker_selection.instances"}, d.Cmd.Config.Keys); diff != "" {
+		t.Fatalf("keys (-want +got):\n%s", diff)
+	}
+	if d.Cmd.Config.Config.PolicyClasses != nil || d.Cmd.Config.Config.WorkerSelection.Instances != nil {
+		t.Fatalf("null lists decoded as %+v", d.Cmd.Config.Config)
+	}
+	src := ConfigSource{FileName: "router.json", File: []byte(`{"default_policy_class":"a","policy_classes":[{"name":"a","slo_ms":5,"quantum":1}]}`)}
+	_, err := src.Merge(d.Cmd.Config)
+	want := `field "policy_classes": the config command sets [], but --config router.json set [{"name":"a","slo_ms":5,"quantum":1,"prefill_busy_threshold":null,"prefill_busy_threshold_frac":null,"request_queue_limit_per_worker":null,"raw_isl_token_queue_limit_per_worker":null,"cached_token_queue_limit_per_worker":null}]; give it in one place`
+	if err == nil || err.Message != want {
+		t.Fatalf("got %v\nwant %s", err, want)
+	}
+	same := decode(t, `{"op":"config","policy_classes":[{"quantum":1,"name":"a","slo_ms":5,"prefill_busy_threshold":null}]}`)
+	if cfg, err := src.Merge(same.Cmd.Config); err != nil || len(cfg.PolicyClasses) != 1 || cfg.DefaultPolicyClass != "a" {
+		t.Fatalf("the file's own list again: %+v, %v", cfg.PolicyClasses, err)
+	}
+}
+
+// TestConfigListValidationIsDynamos: classes that read well but break
+// Dynamo's rules are refused when merged, in Dynamo's words (the codec
+// reads; Config.Validate judges). Catches Merge skipping validation of the
+// list keys.
+func TestConfigListValidationIsDynamos(t *testing.T) {
+	for line, want := range map[string]string{
+		`{"op":"config","default_policy_class":"a"}`:                                                        `root profile must specify both default_policy_class and policy_classes when either is present`,
+		`{"op":"config","default_policy_class":"a","policy_classes":[{"name":"a","slo_ms":1,"quantum":0}]}`: `config policy_classes[0].quantum: root policy class "a" quantum must be greater than zero`,
+		`{"op":"config","worker_selection":{"instances":[{"name":"default","type":"kv"}]}}`:                 `worker_selection instance name 'default' is reserved`,
+		`{"op":"config","worker_selection":{"default":"x"}}`:                                                `config worker_selection.default: worker_selection default "x" does not name a configured instance`,
+		`{"op":"config","worker_selection":{"instances":[{"name":"i","type":"best"}]}}`:                     `config worker_selection.instances[0].type: "best" is not one of kv`,
+	} {
+		d := decode(t, line)
+		if d.Err != nil {
+			t.Fatalf("%s: %v", line, d.Err)
+		}
+		if _, err := (ConfigSource{}).Merge(d.Cmd.Config); err == nil || !strings.Contains(err.Message, want) {
+			t.Errorf("%s: got %v, want %q", line, err, want)
+		}
+	}
+}
+
+// TestWholeConfigPrintsLists: the whole config prints the new keys where
+// protocol.Config has them, lists as arrays ([] when empty), elements'
+// keys in struct order, optional ones null, numbers as responses print
+// them. Catches a list printed as null or dropped, keys out of Config's
+// order, and a float printed with an exponent.
+func TestWholeConfigPrintsLists(t *testing.T) {
+	def := protocol.DefaultConfig()
+	if got, want := string(appendConfig(nil, &def)), `"affinity":{"mode":"off","ttl_ms":3600000,"key":"session"},"default_policy_class":"","policy_classes":[],"worker_selection":{"default":"","prefill":"","decode":"","instances":[]},"evidence":"summary"`; !strings.Contains(got, want) {
+		t.Fatalf("defaults print\n%s\nwant within it\n%s", got, want)
+	}
+	c := classesConfig()
+	c.WorkerSelection.Instances[1].Parameters.Temperature = ptrTo(1e-6)
+	got := string(appendConfig(nil, &c))
+	for _, want := range []string{
+		`"default_policy_class":"batch","policy_classes":[{"name":"latency","slo_ms":3000,"quantum":512,"prefill_busy_threshold":0,"prefill_busy_threshold_frac":null,"request_queue_limit_per_worker":32,"raw_isl_token_queue_limit_per_worker":null,"cached_token_queue_limit_per_worker":null},{"name":"batch",`,
+		`"raw_isl_token_queue_limit_per_worker":18446744073709551615,`,
+		`"worker_selection":{"default":"cheap","prefill":"","decode":"","instances":[{"name":"cheap","type":"round_robin","parameters":{"temperature":null,"overlap_score_credit":null,"prefill_load_scale":null}},{"name":"warm","type":"kv","parameters":{"temperature":0.000001,"overlap_score_credit":null,"prefill_load_scale":2}}]}`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("printed\n%s\nwant within it\n%s", got, want)
+		}
+	}
+}
+
+// TestConfigFileListErrorsNameTheLine: a config file is read by the same
+// decoder, so a bad key inside a list is named with its path and the line
+// it is on. Catches the line counted from the list's start, or the file's
+// path losing the index.
+func TestConfigFileListErrorsNameTheLine(t *testing.T) {
+	file := "{\n  \"default_policy_class\": \"a\",\n  \"policy_classes\": [\n    {\"name\": \"a\", \"slo_ms\": 1, \"quantum\": 1},\n    {\"name\": \"b\",\n     \"quantm\": 1}\n  ]\n}\n"
+	_, err := ConfigSource{File: []byte(file), FileName: "r.json"}.Load()
+	want := `--config r.json line 6: field "policy_classes[1].quantm": is not a key of a policy class`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want %q", err, want)
 	}
 }

@@ -303,6 +303,8 @@ func decodeField(s *scanner, c *protocol.Command, f protocol.Field) *fieldError 
 		c.Priority, err = ptr(s.float())
 	case protocol.FieldStrictPriority:
 		c.StrictPriority, err = ptr(s.int64())
+	case protocol.FieldPolicyClass:
+		c.PolicyClass, err = ptr(s.str())
 	case protocol.FieldDPRank:
 		c.DPRank, err = ptr(s.u32())
 	}

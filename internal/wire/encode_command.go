@@ -60,6 +60,9 @@ func AppendCommand(b []byte, c *protocol.Command) []byte {
 	if c.StrictPriority != nil {
 		b = strconv.AppendInt(append(b, `,"strict_priority":`...), *c.StrictPriority, 10)
 	}
+	if c.PolicyClass != nil {
+		b = appendString(append(b, `,"policy_class":`...), *c.PolicyClass)
+	}
 	if c.Events != nil {
 		b = appendArray(append(b, `,"events":`...), c.Events, appendEvent)
 	}

@@ -23,7 +23,10 @@ func TestAppendCommandRoundTrips(t *testing.T) {
 			TotalKVBlocks: u64(10), MaxNumBatchedTokens: u64(8192), MaxNumSeqs: u64(64)},
 		{Op: protocol.OpPlace, RequestID: "r \"quoted\" é", NowMS: f(1e15 + 0.5), InputTokens: u64(40), OutputTokens: u64(9),
 			BlockHashes: []protocol.LocalBlockHash{1<<53 + 1, 2}, SequenceHashes: []protocol.SequenceHash{5, 6}, AllowedWorkers: []uint64{1},
-			SessionID: s("s"), ParentSessionID: s("p"), Priority: f(-0.25), StrictPriority: i64(-3), WorkerID: u64(1), DPRank: u32(0)},
+			SessionID: s("s"), ParentSessionID: s("p"), Priority: f(-0.25), StrictPriority: i64(-3), PolicyClass: s("latency \"q\""), WorkerID: u64(1), DPRank: u32(0)},
+		// An empty class name is a name given ("": the default class),
+		// not one left out.
+		{Op: protocol.OpPlace, RequestID: "e", InputTokens: u64(1), PolicyClass: s("")},
 		{Op: protocol.OpPlace, RequestID: "t", Tokens: []uint32{1, 1<<32 - 1}},
 		{Op: protocol.OpObserve, Events: []protocol.KVEvent{
 			{WorkerID: 1, StorageTier: "device", EventID: 7, DPRank: 1, Data: protocol.Stored{ParentHash: &parent, Blocks: []protocol.StoredBlock{{BlockHash: 1, TokensHash: 2}, {BlockHash: 3, TokensHash: 4}}}},
@@ -37,6 +40,13 @@ func TestAppendCommandRoundTrips(t *testing.T) {
 			c.Affinity.Mode, c.QueueThreshold, c.Affinity.TTLMS = protocol.AffinityHard, f(0.5), 10
 			return &protocol.ConfigUpdate{Config: c, Keys: []string{"queue_threshold", "affinity.mode", "affinity.ttl_ms"}}
 		}()},
+		// The list keys travel whole, one key each, and come back the same.
+		{Op: protocol.OpConfig, Config: func() *protocol.ConfigUpdate {
+			c := classesConfig()
+			return &protocol.ConfigUpdate{Config: c, Keys: []string{"default_policy_class", "policy_classes", "worker_selection.default", "worker_selection.instances"}}
+		}()},
+		// Every key, as replay opens its streams: the lists empty.
+		{Op: protocol.OpConfig, Config: ConfigCommand(protocol.DefaultConfig())},
 		{Op: protocol.OpRequestTerminal, RequestID: "r"},
 		// Characters Go's strconv.Quote would write as non-JSON escapes.
 		{Op: protocol.OpPlace, RequestID: "del\x7f ctl\x01 ls\u2028 \U0001F600 back\\slash", SessionID: s("\x1f"), InputTokens: u64(1)},
