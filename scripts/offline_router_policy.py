@@ -38,17 +38,19 @@ A payload's priority, strict_priority and policy_class go on the router's
 place (priority clamped to 0 from below, as Dynamo's priority jump is; the
 bridge passes it raw). With policy_classes (and default_policy_class) in
 config_json the router classifies by policy_class, as Dynamo does; without,
-the name is ignored, as Dynamo ignores it. A place the router refuses
-(unknown_policy_class, a class's queue full: queue_rejected, every worker
-busy: all_workers_busy, ...) raises ValueError, which fails the run, as
-the bridge takes any provider error: it has no rejection to report.
+the name is ignored, as Dynamo ignores it. A place the router answers with
+an error (unknown_policy_class, all_workers_busy, ...) raises ValueError,
+which fails the run, as the bridge takes any provider error.
 
 What the bridge cannot be told is kept here: placements the router
 releases in the response of dispatch_committed or dispatch_aborted (whose
 result the bridge ignores) are held, next_wakeup_ms() then returns the
 current time, and the next callback that returns a list hands them out; a
-request the router rejects from its queue (queue_timeout_ms, or a class's
-slo_ms passed: queue_deadline_exceeded) is listed in evidence()["rejected"].
+request the router rejects, at its place or later from its queue (a class's
+queue full: queue_rejected; its slo_ms passed: queue_deadline_exceeded;
+queue_timeout_ms), is listed in evidence()["rejected"]: the bridge has no
+rejection, so such a place's decision is null, as for one that waits, and
+the request is never released.
 
 Standard library only.
 """

@@ -26,8 +26,7 @@ from offline_router import OfflineRouter, RouterError  # noqa: E402
 # The place errors a serving frontend answers with a refusal to its client
 # rather than a host's mistake (as the Go replay counts them).
 TURNED_AWAY = {"all_workers_busy", "no_eligible_worker", "pinned_worker_unavailable",
-               "pinned_worker_overloaded", "affinity_conflict", "queue_rejected",
-               "queue_deadline_exceeded"}
+               "pinned_worker_overloaded", "affinity_conflict"}
 # The trace's fields that go on its place as they are, as the Go replay
 # sends them.
 PLACE_FIELDS = ("priority", "strict_priority", "policy_class")

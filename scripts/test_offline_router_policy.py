@@ -238,6 +238,25 @@ class Classes(PolicyTest):
                          [("a", "queue_deadline_exceeded")])
         self.assertEqual(p.pending_count(), 0)
 
+    def test_a_class_queue_full_is_rejected_in_the_evidence(self):
+        # A class with a queue limit of 0 places what it can and rejects
+        # what would wait (Dynamo's "limit 0 keeps the direct path"): "a"
+        # finds the worker busy, its place is rejected, queue_rejected, in
+        # the place's own response; the bridge's decision is null and the
+        # evidence lists it, nothing waits. Catches a rejection in the
+        # place's response taken for a wait (pending_count 1, no evidence).
+        # Needs the engine's queue limits.
+        classes = {"default_policy_class": "standard",
+                   "policy_classes": [{"name": "standard", "slo_ms": 30000, "quantum": 512},
+                                      {"name": "capped", "slo_ms": 30000, "quantum": 512, "prefill_busy_threshold": 0,
+                                       "request_queue_limit_per_worker": 0}]}
+        p = self.policy(config(**classes), workers(n=1))
+        self.assertIsNotNone(json.loads(p.place(req("x"), 0.0))["decision"])
+        out = json.loads(p.place(req("a", blocks=(3, 4), policy_class="capped"), 1.0))
+        self.assertEqual(out, {"decision": None, "released": []})
+        self.assertEqual([(r["request_id"], r["code"]) for r in self.evidence(p)["rejected"]], [("a", "queue_rejected")])
+        self.assertEqual(p.pending_count(), 0)
+
     def test_a_negative_priority_jumps_nothing(self):
         # Dynamo's jump is max(priority, 0): "a", priority -5, and "b",
         # priority 0, wait fcfs behind "x"; clamped, a's score (0 - 0.001 s)

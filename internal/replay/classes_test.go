@@ -260,9 +260,8 @@ func TestPolicyClassRoundTrips(t *testing.T) {
 // next polled (by the blocker's prefill, or a wakeup at the deadline), so
 // is refused, queue_deadline_exceeded; the standard request after it, at
 // 300 ms, finds the worker idle. Needs the engine's flow control (classes,
-// limits, slo_ms expiry). Catches a queue_rejected place error taken for
-// the host's mistake (the run fails) and a class's rejections counted in
-// another class.
+// limits, slo_ms expiry). Catches a class's rejections counted in another
+// class or placed, and a reason dropped.
 func TestClassRejectionsByReason(t *testing.T) {
 	router := routerConfig(protocol.PolicyKV)
 	zero, one := uint64(0), uint64(1)

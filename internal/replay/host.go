@@ -659,10 +659,6 @@ var turnedAway = map[protocol.Code]bool{
 	protocol.CodePinnedWorkerUnavailable: true,
 	protocol.CodePinnedWorkerOverloaded:  true,
 	protocol.CodeAffinityConflict:        true,
-	// A policy class's queue full (Dynamo's QueueRejected) or its slo_ms
-	// passed at admission (QueueDeadlineExceeded): Dynamo's HTTP 529 too.
-	protocol.CodeQueueRejected:         true,
-	protocol.CodeQueueDeadlineExceeded: true,
 }
 
 // observe reports KV events to the router, unless it runs in approximate
