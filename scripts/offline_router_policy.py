@@ -30,15 +30,27 @@ knobs go in "sglang" and "llmd" objects as in the router's config), "affinity": 
 "ttl_seconds": N}} (mode "none", "off" or absent: no affinity); every other key goes to the router's config as it is
 (docs/PROTOCOL.md, section 2: overlap_score_credit, temperature, seed,
 queue_threshold, queue_policy, queue_timeout_ms, the busy thresholds,
-prefill_load_model, ...), and the router checks it. block_size comes from
+prefill_load_model, default_policy_class and policy_classes, ...), and the
+router checks it. block_size comes from
 workers_json.
+
+A payload's priority, strict_priority and policy_class go on the router's
+place (priority clamped to 0 from below, as Dynamo's priority jump is; the
+bridge passes it raw). With policy_classes (and default_policy_class) in
+config_json the router classifies by policy_class, as Dynamo does; without,
+the name is ignored, as Dynamo ignores it. A place the router answers with
+an error (unknown_policy_class, all_workers_busy, ...) raises ValueError,
+which fails the run, as the bridge takes any provider error.
 
 What the bridge cannot be told is kept here: placements the router
 releases in the response of dispatch_committed or dispatch_aborted (whose
 result the bridge ignores) are held, next_wakeup_ms() then returns the
 current time, and the next callback that returns a list hands them out; a
-request the router rejects from its queue (queue_timeout_ms) is listed in
-evidence()["rejected"].
+request the router rejects, at its place or later from its queue (a class's
+queue full: queue_rejected; its slo_ms passed: queue_deadline_exceeded;
+queue_timeout_ms), is listed in evidence()["rejected"]: the bridge has no
+rejection, so such a place's decision is null, as for one that waits, and
+the request is never released.
 
 Standard library only.
 """
@@ -282,8 +294,6 @@ class OfflineRouterPolicy:
         for pin in ("preferred_dp_rank", "preferred_prefill_dp_rank"):
             if payload.get(pin) is not None:
                 raise ValueError(f"{pin} {payload[pin]!r}: DP pins are not supported")
-        if payload.get("policy_class") is not None:
-            raise ValueError(f"policy_class {payload['policy_class']!r}: policy classes are not supported")
         local = payload.get("local_block_hashes") or []
         seq = payload.get("sequence_hashes") or []
         if seq and len(seq) != len(local):
@@ -300,9 +310,17 @@ class OfflineRouterPolicy:
             cmd["block_hashes"] = local
         if seq:
             cmd["sequence_hashes"] = seq
-        for f in ("priority", "strict_priority"):
-            if payload.get(f) is not None:
-                cmd[f] = payload[f]
+        priority = payload.get("priority")
+        if isinstance(priority, (int, float)) and not isinstance(priority, bool):
+            # Dynamo jumps a request by max(priority, 0) (its queue score
+            # clamps); the bridge passes priority raw, and the router's
+            # score takes a negative one as given, so the clamp is here.
+            # Anything else goes as it came, for the router to refuse.
+            priority = max(priority, 0)
+        for f, v in (("priority", priority), ("strict_priority", payload.get("strict_priority")),
+                     ("policy_class", payload.get("policy_class"))):
+            if v is not None:
+                cmd[f] = v
         key = None
         session = identity.get("session", payload.get("session_id"))
         if self._affinity_key is not None and session is not None:

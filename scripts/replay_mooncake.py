@@ -27,6 +27,9 @@ from offline_router import OfflineRouter, RouterError  # noqa: E402
 # rather than a host's mistake (as the Go replay counts them).
 TURNED_AWAY = {"all_workers_busy", "no_eligible_worker", "pinned_worker_unavailable",
                "pinned_worker_overloaded", "affinity_conflict"}
+# The trace's fields that go on its place as they are, as the Go replay
+# sends them.
+PLACE_FIELDS = ("priority", "strict_priority", "policy_class")
 
 MASK = (1 << 64) - 1
 
@@ -59,6 +62,8 @@ def read_trace(path, block_size):
                 "ids": list(m.get("hash_ids", [])),
                 "session": "" if sid is None else str(sid),
                 "delay": m.get("delay_ms", m.get("delay")),
+                # "" is no class, as the Go replay reads it
+                "place": {k: m[k] for k in PLACE_FIELDS if m.get(k) not in (None, "")},
             }
             if len(r["ids"]) > -(-r["input"] // block_size):
                 sys.exit(f"{path}:{n}: more hash_ids than blocks of {block_size} tokens")
@@ -264,6 +269,7 @@ class Host:
             cmd["block_hashes"] = r["ids"]
         if r["session"]:
             cmd["session_id"] = r["session"]
+        cmd.update(r["place"])
         self.send(cmd)
 
     def prefill_done(self, t, r):

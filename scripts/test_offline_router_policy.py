@@ -178,7 +178,6 @@ class Callbacks(PolicyTest):
         p = self.policy(config("session"))
         cases = ((dict(prompt_token_source="synthetic"), "materialized"),
                  (dict(preferred_dp_rank=0), "DP pins"), (dict(preferred_prefill_dp_rank=1), "DP pins"),
-                 (dict(policy_class="gold"), "policy classes"),
                  (dict(sequence_hashes=[101]), "counts"))
         for over, word in cases:
             with self.assertRaises(ValueError) as e:
@@ -191,6 +190,84 @@ class Callbacks(PolicyTest):
         self.assertIn("lineage", str(e.exception))
         self.assertEqual((self.evidence(p)["decision_count"], p.pending_count()), (0, 0))
         self.assertIsNotNone(json.loads(p.place(req("a", session="s"), 0.0))["decision"])
+
+
+CLASSES = {"default_policy_class": "regular",
+           "policy_classes": [{"name": "premium", "slo_ms": 600000, "quantum": 512},
+                              {"name": "regular", "slo_ms": 600000, "quantum": 128}]}
+
+
+class Classes(PolicyTest):
+    def test_a_class_reaches_the_router(self):
+        # The router classifies by the payload's policy_class: a name of no
+        # class is its unknown_policy_class, refused before anything is
+        # booked. Catches the class dropped (the router would place "gold"
+        # in the default class) or the adapter's old refusal. Needs the
+        # wire's policy_class and policy_classes, and the engine's classes.
+        p = self.policy(config(**CLASSES))
+        self.assertIsNotNone(json.loads(p.place(req("a", policy_class="premium"), 0.0))["decision"])
+        self.assertIsNotNone(json.loads(p.place(req("b"), 0.0))["decision"])  # none: the default class
+        with self.assertRaises(ValueError) as e:
+            p.place(req("c", policy_class="gold"), 1.0)
+        self.assertIn("unknown_policy_class", str(e.exception))
+        self.assertIn("gold", str(e.exception))
+        self.assertEqual((self.evidence(p)["decision_count"], p.pending_count()), (2, 0))
+        self.assertIsNotNone(json.loads(p.place(req("c", policy_class="regular"), 1.0))["decision"])
+
+    def test_without_classes_a_class_is_ignored(self):
+        # As Dynamo's fallback profile ignores a requested name. Catches the
+        # adapter's old refusal. Needs the wire's policy_class on place.
+        p = self.policy()
+        self.assertIsNotNone(json.loads(p.place(req("a", policy_class="gold"), 0.0))["decision"])
+
+    def test_a_class_past_its_slo_is_rejected_in_the_evidence(self):
+        # Dynamo's slo_rejection case: the worker is busy above 0 prefill
+        # tokens, so "a" of class latency waits; when the blocker ends at
+        # 200 ms, past a's deadline (1 + 100 ms), the queue's next poll
+        # rejects it, queue_deadline_exceeded, which the bridge cannot be
+        # told: the evidence lists it. Needs the engine's slo_ms expiry.
+        classes = {"default_policy_class": "standard",
+                   "policy_classes": [{"name": "standard", "slo_ms": 30000, "quantum": 512, "prefill_busy_threshold": 0},
+                                      {"name": "latency", "slo_ms": 100, "quantum": 512, "prefill_busy_threshold": 0}]}
+        p = self.policy(config(**classes), workers(n=1))
+        self.assertIsNotNone(json.loads(p.place(req("x"), 0.0))["decision"])
+        self.assertIsNone(json.loads(p.place(req("a", blocks=(3, 4), policy_class="latency"), 1.0))["decision"])
+        self.assertEqual(p.pending_count(), 1)
+        p.request_terminal("x", 200.0)
+        self.assertEqual([(r["request_id"], r["code"]) for r in self.evidence(p)["rejected"]],
+                         [("a", "queue_deadline_exceeded")])
+        self.assertEqual(p.pending_count(), 0)
+
+    def test_a_class_queue_full_is_rejected_in_the_evidence(self):
+        # A class with a queue limit of 0 places what it can and rejects
+        # what would wait (Dynamo's "limit 0 keeps the direct path"): "a"
+        # finds the worker busy, its place is rejected, queue_rejected, in
+        # the place's own response; the bridge's decision is null and the
+        # evidence lists it, nothing waits. Catches a rejection in the
+        # place's response taken for a wait (pending_count 1, no evidence).
+        # Needs the engine's queue limits.
+        classes = {"default_policy_class": "standard",
+                   "policy_classes": [{"name": "standard", "slo_ms": 30000, "quantum": 512},
+                                      {"name": "capped", "slo_ms": 30000, "quantum": 512, "prefill_busy_threshold": 0,
+                                       "request_queue_limit_per_worker": 0}]}
+        p = self.policy(config(**classes), workers(n=1))
+        self.assertIsNotNone(json.loads(p.place(req("x"), 0.0))["decision"])
+        out = json.loads(p.place(req("a", blocks=(3, 4), policy_class="capped"), 1.0))
+        self.assertEqual(out, {"decision": None, "released": []})
+        self.assertEqual([(r["request_id"], r["code"]) for r in self.evidence(p)["rejected"]], [("a", "queue_rejected")])
+        self.assertEqual(p.pending_count(), 0)
+
+    def test_a_negative_priority_jumps_nothing(self):
+        # Dynamo's jump is max(priority, 0): "a", priority -5, and "b",
+        # priority 0, wait fcfs behind "x"; clamped, a's score (0 - 0.001 s)
+        # beats b's (0 - 0.002 s) and a goes first when x ends; taken raw,
+        # a's -5.001 would put b first. Catches the clamp dropped.
+        p = self.policy(config(queue_threshold=0.5), workers(n=1, max_num_batched_tokens=8))
+        p.place(req("x"), 0.0)
+        self.assertIsNone(json.loads(p.place(req("a", blocks=(3, 4), priority=-5), 1.0))["decision"])
+        self.assertIsNone(json.loads(p.place(req("b", blocks=(5, 6), priority=0), 2.0))["decision"])
+        self.assertEqual([s["request_id"] for s in json.loads(p.request_terminal("x", 3.0))], ["a"])
+        self.assertEqual([s["request_id"] for s in json.loads(p.request_terminal("a", 4.0))], ["b"])
 
 
 class Affinity(PolicyTest):

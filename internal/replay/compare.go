@@ -42,6 +42,9 @@ type ContenderReport struct {
 	// PoolSummary is the same of each pool's figures, by role, when
 	// prefill and decode are disaggregated.
 	PoolSummary map[string]map[string]Estimate `json:"pool_summary,omitempty"`
+	// ClassSummary is the same of each policy class's figures, by class,
+	// when the router's config has policy classes.
+	ClassSummary map[string]map[string]Estimate `json:"class_summary,omitempty"`
 	// Versus is against the baseline, on the verdict's metrics; none for
 	// the baseline itself or when there is none.
 	Versus []Versus `json:"versus_baseline,omitempty"`
@@ -145,6 +148,23 @@ func summarizePools(repeats []Metrics) map[string]map[string]Estimate {
 	return out
 }
 
+// summarizeClasses is each policy class's summary across the repeats, by
+// class: every repeat ran one config, so has the same classes, in order.
+func summarizeClasses(repeats []Metrics) map[string]map[string]Estimate {
+	if len(repeats[0].Classes) == 0 {
+		return nil
+	}
+	out := map[string]map[string]Estimate{}
+	for k, c := range repeats[0].Classes {
+		values := make([]reflect.Value, len(repeats))
+		for r := range repeats {
+			values[r] = reflect.ValueOf(&repeats[r].Classes[k]).Elem()
+		}
+		out[c.Class] = summarizeFields(values)
+	}
+	return out
+}
+
 // summarizeFields is, for each numeric field of the structs (one a
 // repeat) that every repeat has, its estimate, by JSON key.
 func summarizeFields(values []reflect.Value) map[string]Estimate {
@@ -229,6 +249,7 @@ func (e *Experiment) compare(rep *Report, runs []run) {
 			}
 			cr.Summary = summarizeRepeats(cr.Repeats)
 			cr.PoolSummary = summarizePools(cr.Repeats)
+			cr.ClassSummary = summarizeClasses(cr.Repeats)
 		}
 		d.Contenders = append(d.Contenders, cr)
 	}

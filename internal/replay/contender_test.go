@@ -3,6 +3,8 @@ package replay
 import (
 	"strings"
 	"testing"
+
+	"github.com/offline-router/offline-router/internal/wire"
 )
 
 // TestParseContender reads the forms docs/replay.md gives and refuses, by
@@ -39,5 +41,26 @@ func TestParseContender(t *testing.T) {
 		if _, err := ParseContender(text); err == nil || !strings.Contains(err.Error(), why) || !strings.Contains(err.Error(), "--contender") {
 			t.Errorf("%s: %v, want an error naming --contender and saying %q", text, err, why)
 		}
+	}
+}
+
+// TestContenderSetsPolicyClasses: a contender's settings may give the
+// router's policy classes, a JSON list of objects, beside its default
+// class (as a sweep's grid gives them, docs/sweep.md), and the config it
+// runs has them. Catches a split at the commas between the list's objects
+// and the list taken as a string. Needs the wire's policy_classes.
+func TestContenderSetsPolicyClasses(t *testing.T) {
+	const classes = `[{"name":"premium","slo_ms":600000,"quantum":512},{"name":"regular","slo_ms":600000,"quantum":128}]`
+	spec, err := ParseContender("premium4x=kv:default_policy_class=regular,policy_classes=" + classes)
+	if err != nil || len(spec.Settings) != 2 || spec.Settings[1] != "policy_classes="+classes {
+		t.Fatalf("%+v, %v", spec, err)
+	}
+	cfg, err := wire.ConfigSource{Overrides: spec.Overrides()}.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DefaultPolicyClass != "regular" || len(cfg.PolicyClasses) != 2 || cfg.PolicyClasses[0].Name != "premium" ||
+		cfg.PolicyClasses[1].Quantum != 128 {
+		t.Fatalf("classes %q %+v", cfg.DefaultPolicyClass, cfg.PolicyClasses)
 	}
 }

@@ -104,13 +104,28 @@ func (e *Experiment) LoadUnshaped() ([]Request, TraceInfo, error) {
 		}
 		var sum string
 		var err error
-		if trace, sum, err = ReadMooncakeDigest(in, bs, e.MaxLineBytes); err != nil {
+		if trace, sum, err = readMooncake(in, bs, e.MaxLineBytes, e.knownClass); err != nil {
 			return nil, info, fmt.Errorf("%s: %w", e.TracePath, err)
 		}
 		info.Source, info.SHA256 = "file", sum
 	}
 	info.Requests = len(trace)
 	return trace, info, nil
+}
+
+// knownClass refuses a request whose policy_class is not one of a
+// contender's policy classes, naming the first such contender: its router
+// would refuse the place (unknown_policy_class) in the middle of the run,
+// where the request's trace line is no longer known. A contender without
+// classes takes any name, as Dynamo ignores the name then.
+func (e *Experiment) knownClass(r *Request) error {
+	for i := range e.Contenders {
+		c := &e.Contenders[i]
+		if _, err := classOf(&c.Router, r.PolicyClass); err != nil {
+			return fmt.Errorf("field \"policy_class\": contender %s: %w", c.Name, err)
+		}
+	}
+	return nil
 }
 
 // Setup is the report's deterministic part before any contender ran: what

@@ -68,6 +68,7 @@ type simRequest struct {
 	blocks    []int32 // under the simple model, the cache block each prompt block holds on its worker
 	hitBlocks int
 	uncached  uint64 // input tokens its worker had to prefill
+	class     int    // its policy class's index in the config (0 without classes)
 
 	prefillStart, firstToken, doneAt float64
 	islBlocks                        uint64
@@ -241,6 +242,10 @@ func Run(trace []Request, opt Options) (*Result, error) {
 		r.local = r.HashIDs
 		r.seq = kvindex.SequenceHashes(r.local)
 		r.islBlocks = (r.InputTokens + opt.Cluster.BlockSize - 1) / opt.Cluster.BlockSize
+		var err error
+		if r.class, err = classOf(&opt.Router, r.PolicyClass); err != nil {
+			return nil, fmt.Errorf("request %s: field \"policy_class\": %w", r.ID, err)
+		}
 		h.byID[r.ID] = r
 	}
 	if opt.Concurrency > 0 {
@@ -456,7 +461,7 @@ func (h *host) place(p *pool, t float64, r *simRequest) {
 	if r.ParentSession != "" {
 		c.ParentSessionID = &r.ParentSession
 	}
-	c.Priority, c.StrictPriority, c.Role = r.Priority, r.StrictPriority, r.Role
+	c.Priority, c.StrictPriority, c.Role, c.PolicyClass = r.Priority, r.StrictPriority, r.Role, r.policyClass()
 	if p.role != "" {
 		c.Role = p.role
 	}
@@ -519,8 +524,11 @@ func (h *host) answered(rp *replica, c *protocol.Command, resp *protocol.Respons
 		ph.placedAt, ph.overlap, ph.best = t, pl.OverlapBlocks, pl.BestAvailableOverlapBlocks
 		rp.placed = append(rp.placed, r)
 		if len(p.replicas) > 1 { // the others learn of the booking as a pinned place
+			// Its class's busy threshold decides whether the others can
+			// book it at once.
 			h.sync(rp, &protocol.Command{Op: protocol.OpPlace, RequestID: r.ID, InputTokens: &r.InputTokens,
-				OutputTokens: &r.OutputTokens, BlockHashes: r.hashes(), WorkerID: &pl.WorkerID, DPRank: &pl.DPRank, Role: p.role}, t)
+				OutputTokens: &r.OutputTokens, BlockHashes: r.hashes(), WorkerID: &pl.WorkerID, DPRank: &pl.DPRank, Role: p.role,
+				PolicyClass: r.policyClass()}, t)
 		}
 	}
 	for _, rj := range resp.Rejected {
@@ -721,6 +729,15 @@ func (r *simRequest) hashes() []protocol.LocalBlockHash {
 		return nil
 	}
 	return r.local
+}
+
+// policyClass is r's policy_class for a place command: none when it names
+// none, so that a trace without classes sends what it always did.
+func (r *simRequest) policyClass() *string {
+	if r.PolicyClass == "" {
+		return nil
+	}
+	return &r.PolicyClass
 }
 
 // phase is r's placement in pool p.

@@ -138,6 +138,9 @@ type Metrics struct {
 	// disaggregated (prefill, then decode); the figures above are end to
 	// end, worker_requests over the ranks of both pools, prefill's first.
 	Pools []PoolMetrics `json:"pools,omitempty"`
+	// Classes are each policy class's own figures, in the config's order,
+	// when the router's config has policy classes (absent without).
+	Classes []ClassMetrics `json:"classes,omitempty"`
 	// OneRouter, with several router replicas, is the same replay with one
 	// router: what the replicas cost.
 	OneRouter *OneRouter `json:"one_router,omitempty"`
@@ -353,6 +356,7 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 	var ttft, tpot, itl, e2el, wait []sample
 	first, last, lastArrival := math.Inf(1), 0.0, 0.0
 	good := 0
+	classes := newClassTallies(&h.opt.Router)
 	for i := range trace {
 		r := h.byID[trace[i].ID]
 		first, last = math.Min(first, r.Arrival), math.Max(last, r.doneAt)
@@ -361,6 +365,8 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 		if h.opt.Records {
 			recs = append(recs, rec)
 		}
+		meets := h.opt.Goodput.Meets(&rec) // never a rejected one
+		classes.add(r, &rec, meets)
 		m.NumPreemptions += rec.Preemptions
 		if rec.Rejected != "" {
 			m.Rejected++
@@ -392,7 +398,7 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 		ttft = append(ttft, sample{rec.TTFTMS, 1})
 		e2el = append(e2el, sample{rec.E2ELMS, 1})
 		wait = append(wait, sample{rec.QueueWaitMS, 1})
-		if h.opt.Goodput.Meets(&rec) {
+		if meets {
 			good++
 		}
 	}
@@ -430,6 +436,7 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 	m.MeanQueueWaitMS, m.MedianQueueWaitMS, m.StdQueueWaitMS, m.P90QueueWaitMS, m.P99QueueWaitMS = s.mean, s.median, s.std, s.p90, s.p99
 	m.WorkerShare, m.WorkerShareCV = shares(m.WorkerRequests)
 	m.OfferedRequestRate = offeredRate(len(trace), first, lastArrival)
+	m.Classes = classes.metrics(m.Duration, h.opt.Goodput.Set())
 	ranks := h.utilisation(first, last)
 	f := utilFiguresOf(ranks)
 	m.WorkerBusyShare, m.MeanBusyShare, m.WorkerKVCacheUsage = f.busy, f.meanBusy, f.meanKV

@@ -175,6 +175,9 @@ func WriteTable(w io.Writer, rep *Report) error {
 	for k := range ms[0].Pools { // the same pools for every policy
 		writePoolRows(row, d, ms, k)
 	}
+	for _, class := range classNames(ms) {
+		writeClassRows(row, d, ms, class)
+	}
 	row("simulated time (s)", num("%.1f", "duration", func(m *Metrics) float64 { return m.Duration }))
 	row("router commands/s (wall)", func(i int) string { return fmt.Sprintf("%.0f", costs[i].RouterCommandsPerS) })
 	noRatio := writeVersus(tw, d, ms, row)
@@ -321,6 +324,63 @@ func writePoolRows(row func(string, func(int) string), d *Deterministic, ms []Me
 	num("mean busy share", "%.3f", "mean_busy_share", func(p *PoolMetrics) float64 { return p.MeanBusyShare })
 	num("mean KV cache usage", "%.3f", "mean_kv_cache_usage", func(p *PoolMetrics) float64 { return p.MeanKVCacheUsage })
 	num("peak KV cache usage", "%.3f", "peak_kv_cache_usage", func(p *PoolMetrics) float64 { return p.PeakKVCacheUsage })
+}
+
+// classNames are the policy classes of the contenders' configs, each once,
+// in the order the contenders and their configs give them: contenders may
+// set classes of their own.
+func classNames(ms []Metrics) []string {
+	var names []string
+	for i := range ms {
+		for _, c := range ms[i].Classes {
+			if !slices.Contains(names, c.Class) {
+				names = append(names, c.Class)
+			}
+		}
+	}
+	return names
+}
+
+// writeClassRows writes the rows of one policy class, each named by it; a
+// contender whose config has no such class has empty cells.
+func writeClassRows(row func(string, func(int) string), d *Deterministic, ms []Metrics, class string) {
+	of := func(i int) *ClassMetrics {
+		k := slices.IndexFunc(ms[i].Classes, func(c ClassMetrics) bool { return c.Class == class })
+		if k < 0 {
+			return nil
+		}
+		return &ms[i].Classes[k]
+	}
+	// A cell is repeat 0's figure, or the repeats' mean ± half its interval.
+	num := func(name, format, key string, f func(c *ClassMetrics) float64) {
+		row("class "+class+": "+name, func(i int) string {
+			c := of(i)
+			switch {
+			case c == nil:
+				return ""
+			case i < len(d.Contenders) && d.Contenders[i].ClassSummary != nil:
+				return meanCell(format, d.Contenders[i].ClassSummary[class][key])
+			}
+			return fmt.Sprintf(format, f(c))
+		})
+	}
+	num("requests", "%.0f", "requests", func(c *ClassMetrics) float64 { return float64(c.Requests) })
+	num("placed", "%.0f", "placed", func(c *ClassMetrics) float64 { return float64(c.Placed) })
+	row("class "+class+": rejected", func(i int) string {
+		c := of(i)
+		switch {
+		case c == nil:
+			return ""
+		case i < len(d.Contenders) && d.Contenders[i].ClassSummary != nil:
+			return meanCell("%.0f", d.Contenders[i].ClassSummary[class]["rejected"]) // the reasons are in the report
+		}
+		return rejections(&Metrics{Rejected: c.Rejected, RejectedByReason: c.RejectedByReason})
+	})
+	num("mean TTFT (ms)", "%.1f", "mean_ttft_ms", func(c *ClassMetrics) float64 { return c.MeanTTFTMS })
+	num("P99 TTFT (ms)", "%.1f", "p99_ttft_ms", func(c *ClassMetrics) float64 { return c.P99TTFTMS })
+	if d.Goodput.Set() {
+		num("request goodput (req/s)", "%.2f", "request_goodput", func(c *ClassMetrics) float64 { return *c.RequestGoodput })
+	}
 }
 
 // rejections is the rejected count, with its reasons when there are any.

@@ -130,6 +130,7 @@ type mooncakeOut struct {
 	DelayMS         *float64                  `json:"delay_ms,omitempty"`
 	Priority        *float64                  `json:"priority,omitempty"`
 	StrictPriority  *int64                    `json:"strict_priority,omitempty"`
+	PolicyClass     string                    `json:"policy_class,omitempty"`
 	Role            protocol.Role             `json:"role,omitempty"`
 }
 
@@ -144,7 +145,7 @@ func WriteMooncake(w io.Writer, trace []Request) error {
 		}
 		if err := enc.Encode(mooncakeOut{Timestamp: r.Arrival, InputLength: r.InputTokens, OutputLength: r.OutputTokens,
 			HashIDs: ids, SessionID: r.Session, ParentSessionID: r.ParentSession, DelayMS: r.DelayMS,
-			Priority: r.Priority, StrictPriority: r.StrictPriority, Role: r.Role}); err != nil {
+			Priority: r.Priority, StrictPriority: r.StrictPriority, PolicyClass: r.PolicyClass, Role: r.Role}); err != nil {
 			return err
 		}
 	}

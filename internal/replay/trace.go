@@ -31,7 +31,10 @@ type Request struct {
 	ParentSession  string                    // "" when none
 	Priority       *float64
 	StrictPriority *int64
-	Role           protocol.Role // "" when none
+	// PolicyClass names the router policy class it asks for ("" when none:
+	// the default class, as Dynamo takes an empty name).
+	PolicyClass string
+	Role        protocol.Role // "" when none
 }
 
 // ReadMooncake reads a Mooncake JSONL trace, one request a line; blank
@@ -49,7 +52,11 @@ type Request struct {
 //     previous turn ends;
 //   - priority: a number of magnitude at most 2^53; strict_priority: a
 //     signed 64-bit integer; role: aggregated, prefill or decode (as place
-//     takes them).
+//     takes them);
+//   - policy_class: a string, the router policy class the request asks for
+//     ("" is none: the default class). Which names a config takes is the
+//     config's, so none is refused here (Experiment.Load checks them
+//     against each contender's classes).
 //
 // null is the same as an absent field, as in a command. Each field may be
 // given once, with its exact key: other keys, which traces in the wild
@@ -73,6 +80,13 @@ func ReadMooncake(r io.Reader, blockSize uint64) ([]Request, error) {
 // once, from a file or a pipe alike, in memory its requests and one line
 // take.
 func ReadMooncakeDigest(r io.Reader, blockSize uint64, maxLineBytes int) ([]Request, string, error) {
+	return readMooncake(r, blockSize, maxLineBytes, nil)
+}
+
+// readMooncake is ReadMooncakeDigest with accept, if set, applied to each
+// request as its line is read: what it refuses is refused by the line's
+// number, which a request does not keep.
+func readMooncake(r io.Reader, blockSize uint64, maxLineBytes int, accept func(*Request) error) ([]Request, string, error) {
 	switch {
 	case blockSize == 0:
 		return nil, "", errors.New("the block size must be at least 1 token")
@@ -100,6 +114,11 @@ func ReadMooncakeDigest(r io.Reader, blockSize uint64, maxLineBytes int) ([]Requ
 		}
 		if err := m.check(blockSize); err != nil {
 			return nil, "", fmt.Errorf("trace line %d: %w", n, err)
+		}
+		if accept != nil {
+			if err := accept(&m.req); err != nil {
+				return nil, "", fmt.Errorf("trace line %d: %w", n, err)
+			}
 		}
 		// A later turn follows its session's previous turn: one must come
 		// before it, or it would never arrive.
@@ -137,7 +156,7 @@ type mooncakeLine struct {
 
 // traceKeys are the fields of a trace line.
 var traceKeys = []string{"timestamp", "input_length", "output_length", "hash_ids", "session_id",
-	"parent_session_id", "delay", "delay_ms", "priority", "strict_priority", "role"}
+	"parent_session_id", "delay", "delay_ms", "priority", "strict_priority", "policy_class", "role"}
 
 // traceHints suggest the field a mistyped key meant.
 var traceHints = wire.NewKeyHints(traceKeys...)
@@ -193,6 +212,10 @@ func (m *mooncakeLine) field(key string, v *wire.Value) error {
 			var p int64
 			p, err = v.Int64()
 			r.StrictPriority = &p
+		}
+	case "policy_class":
+		if !v.Null() {
+			r.PolicyClass, err = v.Str()
 		}
 	case "role":
 		if !v.Null() {

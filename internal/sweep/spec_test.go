@@ -196,3 +196,24 @@ func TestShardsCoverEveryPointOnce(t *testing.T) {
 		t.Errorf("2/8: %v %v", s, err)
 	}
 }
+
+// TestPolicyClassesThroughAContender: a point's router gets policy classes
+// (a list of objects, which no replay flag of its own takes, and the
+// sweep reserves --config) through a contender's settings, whose JSON
+// value the spec passes to the flag as written, commas, quotes and all.
+// Catches a string value unescaped short of JSON, or split at its commas.
+func TestPolicyClassesThroughAContender(t *testing.T) {
+	const classes = `policy_classes=[{"name":"premium","slo_ms":600000,"quantum":512},{"name":"regular","slo_ms":600000,"quantum":128}]`
+	s := mustParse(t, `{"workloads":["builtin"],"grid":[{"contender":["premium4x=kv:default_policy_class=regular,`+
+		strings.ReplaceAll(classes, `"`, `\"`)+`","round_robin"]}],`+objective+`}`)
+	points, err := s.Points()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{{"--contender=premium4x=kv:default_policy_class=regular," + classes}, {"--contender=round_robin"}}
+	for i, p := range points {
+		if d := cmp.Diff(want[i], p.Flags); d != "" {
+			t.Errorf("point %d (-want +got):\n%s", i, d)
+		}
+	}
+}
