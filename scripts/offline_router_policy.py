@@ -35,8 +35,8 @@ router checks it. block_size comes from
 workers_json.
 
 A payload's priority, strict_priority and policy_class go on the router's
-place (priority clamped to 0 from below, as Dynamo's priority jump is; the
-bridge passes it raw). With policy_classes (and default_policy_class) in
+place as the bridge passes them (the router takes a negative priority as 0,
+as Dynamo's priority jump does). With policy_classes (and default_policy_class) in
 config_json the router classifies by policy_class, as Dynamo does; without,
 the name is ignored, as Dynamo ignores it. A place the router answers with
 an error (unknown_policy_class, all_workers_busy, ...) raises ValueError,
@@ -310,14 +310,7 @@ class OfflineRouterPolicy:
             cmd["block_hashes"] = local
         if seq:
             cmd["sequence_hashes"] = seq
-        priority = payload.get("priority")
-        if isinstance(priority, (int, float)) and not isinstance(priority, bool):
-            # Dynamo jumps a request by max(priority, 0) (its queue score
-            # clamps); the bridge passes priority raw, and the router's
-            # score takes a negative one as given, so the clamp is here.
-            # Anything else goes as it came, for the router to refuse.
-            priority = max(priority, 0)
-        for f, v in (("priority", priority), ("strict_priority", payload.get("strict_priority")),
+        for f, v in (("priority", payload.get("priority")), ("strict_priority", payload.get("strict_priority")),
                      ("policy_class", payload.get("policy_class"))):
             if v is not None:
                 cmd[f] = v

@@ -261,7 +261,8 @@ class Classes(PolicyTest):
         # Dynamo's jump is max(priority, 0): "a", priority -5, and "b",
         # priority 0, wait fcfs behind "x"; clamped, a's score (0 - 0.001 s)
         # beats b's (0 - 0.002 s) and a goes first when x ends; taken raw,
-        # a's -5.001 would put b first. Catches the clamp dropped.
+        # a's -5.001 would put b first. Catches the router's clamp dropped
+        # (internal/engine demand.go).
         p = self.policy(config(queue_threshold=0.5), workers(n=1, max_num_batched_tokens=8))
         p.place(req("x"), 0.0)
         self.assertIsNone(json.loads(p.place(req("a", blocks=(3, 4), priority=-5), 1.0))["decision"])
