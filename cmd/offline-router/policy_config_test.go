@@ -145,9 +145,18 @@ func TestComparisonUnderOneInstanceIsRefused(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("made %d files", len(entries))
 	}
-	// Without a comparison there is nothing to mislabel: it runs.
-	if _, stderr, code := run(t, "", "replay", "--sessions", "3", "-q", "--router-policy-config", path, "--report", filepath.Join(dir, "r.json")); code != 0 {
+	// Without a comparison it runs, named after the instance's policy
+	// (catches a run of round_robin reported as kv, the config's policy).
+	report := filepath.Join(dir, "r.json")
+	if _, stderr, code := run(t, "", "replay", "--sessions", "3", "-q", "--router-policy-config", path, "--report", report); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	data, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"contender": "round_robin"`) {
+		t.Errorf("the run is not named after the instance's policy: %.300s", data)
 	}
 }
 

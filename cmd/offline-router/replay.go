@@ -888,7 +888,10 @@ func (o *replayOptions) policySet(configured protocol.Policy) ([]protocol.Policy
 // each --contender, its settings applied over the config's (file and
 // flags) and checked as a config is.
 func (o *replayOptions) contenderSet(src wire.ConfigSource, cfg protocol.Config) ([]replay.Contender, error) {
-	policies, err := o.policySet(cfg.Policy)
+	// A run of the config alone is named after the policy its aggregated
+	// role places with: worker_selection.default's instance's, when set.
+	placesWith, _, _, _ := cfg.Selection(protocol.RoleAggregated)
+	policies, err := o.policySet(placesWith)
 	if err != nil {
 		return nil, err
 	}
