@@ -31,7 +31,7 @@ type Config struct {
 	// request is in one synthetic class that queue_threshold and
 	// queue_policy describe.
 	DefaultPolicyClass string          `json:"default_policy_class"`
-	PolicyClasses      []PolicyClass   `json:"policy_classes"`
+	PolicyClasses      []PolicyClass   `json:"policy_classes" jsonschema:"nullable"`
 	WorkerSelection    WorkerSelection `json:"worker_selection"`
 	Evidence           Evidence        `json:"evidence"`
 	SGLang             SGLangConfig    `json:"sglang"`
@@ -95,7 +95,7 @@ type WorkerSelection struct {
 	Default   string              `json:"default"`
 	Prefill   string              `json:"prefill"`
 	Decode    string              `json:"decode"`
-	Instances []SelectionInstance `json:"instances"`
+	Instances []SelectionInstance `json:"instances" jsonschema:"nullable"`
 }
 
 // SelectionInstance is one named worker-selection instance: a policy (its
