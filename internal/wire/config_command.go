@@ -240,6 +240,13 @@ func decodeConfigValue(s *scanner, fv reflect.Value) (bool, *fieldError) {
 	if err != nil {
 		return false, err
 	}
+	setField(fv, t, x)
+	return true, nil
+}
+
+// setField sets fv, of type t or a pointer to t, to the value x read for
+// it.
+func setField(fv reflect.Value, t reflect.Type, x any) {
 	val := reflect.ValueOf(x).Convert(t)
 	if fv.Kind() == reflect.Pointer {
 		p := reflect.New(t)
@@ -247,7 +254,6 @@ func decodeConfigValue(s *scanner, fv reflect.Value) (bool, *fieldError) {
 		val = p
 	}
 	fv.Set(val)
-	return true, nil
 }
 
 // decodeList reads a list key's array of objects into fv; an empty array

@@ -368,13 +368,7 @@ func (y *yamlReader) value(n ast.Node, path string, fv reflect.Value) (bool, *ya
 	default:
 		panic("policy config field of kind " + t.Kind().String())
 	}
-	val := reflect.ValueOf(x).Convert(t)
-	if fv.Kind() == reflect.Pointer {
-		p := reflect.New(t)
-		p.Elem().Set(val)
-		val = p
-	}
-	fv.Set(val)
+	setField(fv, t, x)
 	return true, nil
 }
 
