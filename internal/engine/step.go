@@ -84,6 +84,17 @@ func (e *Engine) apply(c *protocol.Command, resp *protocol.Response) *protocol.E
 		if !e.join(req) {
 			break // waits for its binding's initializer
 		}
+		if !req.class.class.queueing() && len(e.out.released) > 0 {
+			// Requests of other classes the clock released on the way have
+			// booked load since the candidates were found: find them again.
+			// With none left, the request is rejected as a new one would be
+			// refused; its checks passed, so the command stands.
+			var err *protocol.Error
+			if cs, err = e.candidates(d, e.now); err != nil {
+				e.reject(req, err.Code, err.Message)
+				break
+			}
+		}
 		switch p, o := e.placeOrWait(req, cs); o {
 		case outPlaced:
 			resp.Placements = append(resp.Placements, p)
