@@ -279,30 +279,20 @@ func (e *Engine) drain() {
 	}
 	for _, role := range roleOrder {
 		rq := &e.queue.roles[roleIndex(role)]
-		// The last head tested, and what admitting it found: round robin
-		// usually serves the class it tested last.
-		var tested *classQueue
-		var cs candidateSet
-		var noEndpoints *protocol.Error
-		dispatchable := func(cq *classQueue) bool {
-			if cq.wake.known && e.headAt(cq) > e.now {
-				return false // not admissible before its moment
-			}
-			var ok bool
-			cs, ok, noEndpoints = e.admissible(cq.head().d, cq.class, e.now)
-			tested = cq
-			return ok
+		if !rq.waiting() {
+			continue
 		}
 		for {
-			tested = nil
-			cq := rq.next(dispatchable)
+			e.tested.cq = nil
+			cq := rq.next(e)
 			if cq == nil {
 				break
 			}
 			req := cq.head()
-			if tested != cq {
-				cs, _, noEndpoints = e.admissible(req.d, cq.class, e.now)
+			if e.tested.cq != cq { // round robin usually serves the class it tested last
+				e.tested.cs, _, e.tested.none = e.admissible(req.d, cq.class, e.now)
 			}
+			cs, noEndpoints := e.tested.cs, e.tested.none
 			heap.Pop(&cq.heap)
 			e.queue.left(cq, req)
 			cq.stale()
@@ -313,6 +303,19 @@ func (e *Engine) drain() {
 			e.out.released = append(e.out.released, e.place(req, cs, e.preferred(req, cs.ranks)))
 		}
 	}
+	e.tested.cs = candidateSet{} // not kept past the drain
+}
+
+// dispatchable is round robin's test of a class's head (heads): admissible
+// now. What admitting it found is kept (e.tested) for the drain.
+func (e *Engine) dispatchable(cq *classQueue) bool {
+	if cq.wake.known && e.headAt(cq) > e.now {
+		return false // not admissible before its moment
+	}
+	var ok bool
+	e.tested.cs, ok, e.tested.none = e.admissible(cq.head().d, cq.class, e.now)
+	e.tested.cq = cq
+	return ok
 }
 
 // stepTo moves the clock to t (not before now) and applies what time does

@@ -31,6 +31,13 @@ type Engine struct {
 	draws    *selectionDraws    // rng and the round_robin counter, as selection takes them
 	params   [3]selector.Params // each role's: its worker-selection instance (by roleIndex)
 	out      output             // what the current command did
+	// tested is the class head the drain's round robin tested last, and
+	// what admitting it found.
+	tested struct {
+		cq   *classQueue
+		cs   candidateSet
+		none *protocol.Error
+	}
 
 	// Scratch reused from command to command; overlap and hits are
 	// indexed by rank slot.

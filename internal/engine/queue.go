@@ -202,25 +202,40 @@ func before(a, b *request) bool {
 	return a.arrivalSeq < b.arrivalSeq
 }
 
+// heads tests a class's head: whether it can be dispatched now.
+type heads interface {
+	dispatchable(cq *classQueue) bool
+}
+
+// waiting reports whether some class of the role has a waiting request.
+func (rq *roleQueues) waiting() bool {
+	for _, cq := range rq.classes {
+		if len(cq.heap) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // next is deficit round robin's choice among a role's class heads: the
-// class to serve now, or nil when no head is dispatchable. dispatchable
-// tests a class's head now (it may be asked more than once). Dynamo's
+// class to serve now, or nil when no head is dispatchable. h tests a
+// class's head now (it may be asked more than once). Dynamo's
 // pop_next: a class that kept its turn (carry) spends its credit first;
 // else, from the cursor, each class whose head is dispatchable earns its
 // quantum when its credit does not cover the head's cost, and the first
 // one covered is served; when none is, every dispatchable class earns the
 // same number of quanta, the fewest that cover one of them, and the first
 // covered in ring order is served. A blocked or empty class earns nothing.
-func (rq *roleQueues) next(dispatchable func(*classQueue) bool) *classQueue {
+func (rq *roleQueues) next(h heads) *classQueue {
 	n := len(rq.classes)
 	if n == 1 { // one class: its credit never decides
-		if cq := rq.classes[0]; cq.head() != nil && dispatchable(cq) {
+		if cq := rq.classes[0]; cq.head() != nil && h.dispatchable(cq) {
 			return cq
 		}
 		return nil
 	}
 	cost := func(cq *classQueue) (uint64, bool) {
-		if cq.head() == nil || !dispatchable(cq) {
+		if cq.head() == nil || !h.dispatchable(cq) {
 			return 0, false
 		}
 		return cq.head().cost, true

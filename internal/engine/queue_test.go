@@ -8,6 +8,11 @@ import (
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
+// headsFunc tests heads by a function.
+type headsFunc func(*classQueue) bool
+
+func (f headsFunc) dispatchable(cq *classQueue) bool { return f(cq) }
+
 // drrRing is a role's queues of the given quanta, each class's requests of
 // the given costs, as deficit round robin sees them.
 func drrRing(quanta []uint64, costs [][]uint64) (*roleQueues, *policyQueue) {
@@ -31,7 +36,7 @@ func drrRing(quanta []uint64, costs [][]uint64) (*roleQueues, *policyQueue) {
 func serve(rq *roleQueues, pq *policyQueue, n int, blocked func(*classQueue) bool) string {
 	var b strings.Builder
 	for range n {
-		cq := rq.next(func(cq *classQueue) bool { return blocked == nil || !blocked(cq) })
+		cq := rq.next(headsFunc(func(cq *classQueue) bool { return blocked == nil || !blocked(cq) }))
 		if cq == nil {
 			b.WriteByte('-')
 			continue
