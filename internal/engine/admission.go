@@ -157,8 +157,8 @@ func (e *Engine) overLimit(req *request) (protocol.Code, string) {
 	return "", ""
 }
 
-// queueKey fixes what req is queued by, at its arrival: the synthetic
-// class's queue_policy score, or a configured class's deadline; its cost to
+// queueKey fixes what req is queued by: the synthetic class's queue_policy
+// score (a configured class's deadline was fixed at arrival); its cost to
 // round robin and its counts against the limits. The cached tokens are the
 // best overlap among the ranks it may go to, from the index as it is now.
 func (e *Engine) queueKey(req *request) {
@@ -174,7 +174,6 @@ func (e *Engine) queueKey(req *request) {
 		req.score = e.queueScore(d, d.isl-cached)
 		return
 	}
-	req.deadline = d.arrival + c.sloMS
 	req.holds = usage{1, d.isl, cached}
 }
 
@@ -255,19 +254,32 @@ func (e *Engine) expireQueue() {
 
 // expireClasses rejects every waiting request past its class's deadline:
 // Dynamo's expiry at dispatch, which takes a class's heads while now >
-// deadline (a class's order is its deadline order, so they are its first).
-// It neither spends nor earns round-robin credit.
+// deadline (a class's order is its deadline order, so they are its first),
+// and those held for their binding likewise (in arrival order, which is
+// deadline order). It neither spends nor earns round-robin credit.
 func (e *Engine) expireClasses() {
 	for i := range e.queue.roles {
 		for _, cq := range e.queue.roles[i].classes {
-			for head := cq.head(); head != nil && !cq.class.legacy && e.now > head.deadline; head = cq.head() {
+			if cq.class.legacy {
+				continue
+			}
+			for head := cq.head(); head != nil && e.now > head.deadline; head = cq.head() {
 				cq.stale()
-				e.reject(head, protocol.CodeQueueDeadlineExceeded, fmt.Sprintf(
-					"router policy class %q deadline exceeded at dispatch (slo=%dms, overdue=%dms)",
-					cq.class.name, uint64(cq.class.sloMS), uint64(e.now-head.deadline)))
+				e.missed(head)
+			}
+			for w := cq.firstWaiter(); w != nil && e.now > w.deadline; w = cq.firstWaiter() {
+				e.missed(w)
 			}
 		}
 	}
+}
+
+// missed rejects a request past its class's deadline.
+func (e *Engine) missed(req *request) {
+	c := req.class.class
+	e.reject(req, protocol.CodeQueueDeadlineExceeded, fmt.Sprintf(
+		"router policy class %q deadline exceeded at dispatch (slo=%dms, overdue=%dms)",
+		c.name, uint64(c.sloMS), uint64(e.now-req.deadline)))
 }
 
 // drain places queue heads, role by role, for as long as round robin finds

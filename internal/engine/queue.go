@@ -78,6 +78,35 @@ type classQueue struct {
 	deficit uint64
 	held    usage    // what the waiting requests hold, against the limits
 	wake    roleWake // its head's moment (wakeup.go)
+	// waiters are its requests held for their session's staged binding,
+	// in arrival order, which for a configured class is deadline order (a
+	// held request's deadline runs too); those no longer held are skipped.
+	waiters []*request
+}
+
+// firstWaiter is the earliest of cq's requests still held for a binding.
+func (cq *classQueue) firstWaiter() *request {
+	for len(cq.waiters) > 0 && cq.waiters[0].bindRole != bindWaiter {
+		cq.waiters[0] = nil
+		cq.waiters = cq.waiters[1:]
+	}
+	if len(cq.waiters) == 0 {
+		return nil
+	}
+	return cq.waiters[0]
+}
+
+// hold notes a request of a configured class that starts waiting for its
+// binding. Those that stopped waiting are swept once they outnumber the
+// held requests of every class (held), so the list stays their size.
+func (cq *classQueue) hold(req *request, held int) {
+	if cq.class.legacy {
+		return // no deadline to keep
+	}
+	if len(cq.waiters) > 2*held+32 {
+		cq.waiters = slices.DeleteFunc(cq.waiters, func(r *request) bool { return r.bindRole != bindWaiter })
+	}
+	cq.waiters = append(cq.waiters, req)
 }
 
 // usage is what queued requests hold: how many, their input tokens and

@@ -90,6 +90,7 @@ func (e *Engine) join(req *request) bool {
 		req.waiter = e.bindings.Wait(b, d.id)
 		e.held++
 		e.trackDeadline(req)
+		req.class.hold(req, e.held)
 		e.out.queued = append(e.out.queued, d.id)
 		return false
 	default:

@@ -80,6 +80,9 @@ func (e *Engine) apply(c *protocol.Command, resp *protocol.Response) *protocol.E
 		e.invalidate(w)
 	case protocol.OpPlace:
 		req := &request{d: d, queueIndex: -1, class: e.queue.classOf(d.role, d.class)}
+		if c := req.class.class; !c.legacy {
+			req.deadline = d.arrival + c.sloMS // fixed at arrival, held or queued
+		}
 		e.requests[d.id] = req
 		if !e.join(req) {
 			break // waits for its binding's initializer

@@ -173,9 +173,9 @@ func (e *Engine) mayTake(d *demand, wk *worker) bool {
 
 // nextWakeup is the earliest time after now at which the router would act
 // with no further input: a waiting request times out (queue_timeout_ms),
-// a configured class's head passes its deadline (the first moment after
-// it: the deadline is missed only once it has passed), or a head becomes
-// admissible.
+// a configured class's head, or its first request held for a binding,
+// passes its deadline (the first moment after it: the deadline is missed
+// only once it has passed), or a head becomes admissible.
 func (e *Engine) nextWakeup() (float64, bool) {
 	best := math.Inf(1)
 	if req := e.queue.oldest(); req != nil {
@@ -183,6 +183,11 @@ func (e *Engine) nextWakeup() (float64, bool) {
 	}
 	for i := range e.queue.roles {
 		for _, cq := range e.queue.roles[i].classes {
+			if !cq.class.legacy {
+				if w := cq.firstWaiter(); w != nil {
+					best = min(best, math.Nextafter(w.deadline, math.Inf(1)))
+				}
+			}
 			head := cq.head()
 			if head == nil {
 				continue
