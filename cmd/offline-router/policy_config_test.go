@@ -176,3 +176,15 @@ func TestPolicyConfigIsAnInput(t *testing.T) {
 		t.Fatal("the policy config was overwritten")
 	}
 }
+
+// TestConfigFilesAreBounded: a config file without end is refused, exit 2,
+// naming the flag, instead of being read until memory runs out. (Catches:
+// os.ReadFile back in place of the bounded read.)
+func TestConfigFilesAreBounded(t *testing.T) {
+	for _, flag := range []string{"--config", "--router-policy-config"} {
+		_, stderr, code := run(t, "", flag, "/dev/zero")
+		if code != 2 || !strings.Contains(stderr, flag+" /dev/zero: larger than") {
+			t.Errorf("%s /dev/zero: exit %d: %s", flag, code, stderr)
+		}
+	}
+}

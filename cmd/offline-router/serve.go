@@ -172,18 +172,41 @@ func (o *serveOptions) loadConfig(flags *pflag.FlagSet) (protocol.Config, error)
 }
 
 // configSource is the config file and the config flags that were set.
+// maxConfigFileBytes bounds a config file read: a config is a few
+// kilobytes, and a file without end (/dev/zero, a wrong path to a trace)
+// would otherwise be read until memory runs out.
+const maxConfigFileBytes = 1 << 20
+
+// readConfigFile reads the config file flag names, refusing one past
+// maxConfigFileBytes.
+func readConfigFile(flag, path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigFileBytes+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%s %s: %w", flag, path, err)
+	case len(data) > maxConfigFileBytes:
+		return nil, fmt.Errorf("%s %s: larger than %d bytes, which no config needs (is it the right file?)", flag, path, maxConfigFileBytes)
+	}
+	return data, nil
+}
+
 func (o *serveOptions) configSource(flags *pflag.FlagSet) (wire.ConfigSource, error) {
 	src := wire.ConfigSource{FileName: o.configFile}
 	if o.configFile != "" {
 		var err error
-		if src.File, err = os.ReadFile(o.configFile); err != nil {
-			return src, fmt.Errorf("--config: %w", err)
+		if src.File, err = readConfigFile("--config", o.configFile); err != nil {
+			return src, err
 		}
 	}
 	if o.policyConfig != "" {
-		data, err := os.ReadFile(o.policyConfig)
+		data, err := readConfigFile("--router-policy-config", o.policyConfig)
 		if err != nil {
-			return src, fmt.Errorf("--router-policy-config: %w", err)
+			return src, err
 		}
 		// Its keys go first among the overrides: over the file, under
 		// nothing (no flag sets them).

@@ -75,6 +75,68 @@ func PolicyConfigOverrides(name string, data []byte) ([]Override, error) {
 	return out, nil
 }
 
+// maxPolicyDepth bounds how deep a policy config may nest before goccy's
+// parser sees it: the parser recurses once a level and builds a path at
+// each, so its memory grows with the square of the depth (a 40,000-deep
+// "[[[...]]]", 80 KB, took 2.5 GB).
+const maxPolicyDepth = 64
+
+// tooDeep is the first line at which data nests deeper than maxPolicyDepth,
+// or 0: a linear scan that counts, at each line, its indentation, the
+// block indicators ("- ", "? ") that open it, and the flow brackets still
+// open, outside quoted scalars and comments. Each is at least one level of
+// the document's nesting, so a document it passes is no deeper than that.
+func tooDeep(data []byte) int {
+	line, flow := 1, 0
+	var quote byte
+	for i := 0; i < len(data); {
+		// The start of a line outside a quoted scalar: indentation and
+		// block indicators.
+		depth := 0
+		if quote == 0 {
+			for i < len(data) && data[i] == ' ' {
+				depth, i = depth+1, i+1
+			}
+			for i+1 < len(data) && (data[i] == '-' || data[i] == '?') && data[i+1] == ' ' {
+				depth, i = depth+1, i+2
+				for i < len(data) && data[i] == ' ' {
+					i++
+				}
+			}
+		}
+		for ; i < len(data) && data[i] != '\n'; i++ {
+			c := data[i]
+			switch {
+			case quote == '"' && c == '\\':
+				i++ // an escape: the next byte is not the closing quote
+			case quote != 0:
+				if c == quote {
+					quote = 0
+				}
+			case c == '"' || c == '\'':
+				quote = c
+			case c == '#' && (i == 0 || data[i-1] == ' ' || data[i-1] == '\t'):
+				for i < len(data) && data[i] != '\n' {
+					i++
+				}
+				i--
+			case c == '[' || c == '{':
+				flow++
+			case c == ']' || c == '}':
+				flow = max(flow-1, 0)
+			}
+			if depth+flow > maxPolicyDepth {
+				return line
+			}
+		}
+		if depth+flow > maxPolicyDepth {
+			return line
+		}
+		line, i = line+1, i+1
+	}
+	return 0
+}
+
 // yamlError is an error at a line of the file (0: about the whole file).
 type yamlError struct {
 	line int
@@ -115,6 +177,9 @@ func (y *yamlReader) read(data []byte) (protocol.Config, map[string]bool, *yamlE
 			at += size
 		}
 		return cfg, nil, &yamlError{line: 1 + bytes.Count(data[:at], []byte("\n")), msg: "not YAML: not valid UTF-8"}
+	}
+	if line := tooDeep(data); line > 0 {
+		return cfg, nil, &yamlError{line: line, msg: fmt.Sprintf("nested deeper than %d levels (a policy config needs 4)", maxPolicyDepth)}
 	}
 	f, err := parser.ParseBytes(data, 0)
 	if err != nil {

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -251,5 +252,35 @@ func TestPolicyConfigAgainstAConfigCommand(t *testing.T) {
 	cfg, perr := src.Merge(d.Cmd.Config)
 	if perr != nil || cfg.Seed != 4 || len(cfg.PolicyClasses) != 2 {
 		t.Fatalf("%+v, %v", cfg, perr)
+	}
+}
+
+// TestPolicyConfigNestingIsBounded: a file nested past maxPolicyDepth, by
+// flow brackets, indentation or block indicators, is refused naming the
+// line before goccy's parser, whose memory grows with the square of the
+// depth, reads it; brackets in quoted scalars and comments do not count,
+// and a file at the bound is read. (Catches: the scan dropped, so the
+// 100,000-deep file takes gigabytes; quotes or comments counted, refusing
+// a good file; a depth carried wrongly across lines.)
+func TestPolicyConfigNestingIsBounded(t *testing.T) {
+	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	for yaml, line := range map[string]int{
+		"default_policy_class: a\npolicy_classes: " + deep(100000) + "\n":     2,
+		"policy_classes:\n" + strings.Repeat("[\n", maxPolicyDepth+1):         maxPolicyDepth + 2,
+		"policy_classes:\n" + strings.Repeat(" ", maxPolicyDepth+1) + "- x\n": 2,
+		"policy_classes:\n" + strings.Repeat("- ", maxPolicyDepth+1) + "x\n":  2,
+	} {
+		_, err := PolicyConfigOverrides("p.yaml", []byte(yaml))
+		if want := fmt.Sprintf("line %d: nested deeper than %d levels", line, maxPolicyDepth); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%.40q...: %v, want %q", yaml, err, want)
+		}
+	}
+	good := "default_policy_class: a # " + deep(maxPolicyDepth+1) + "\npolicy_classes: [{name: a, slo_ms: 1, quantum: 1}]\n" +
+		"worker_selection: {instances: [{name: 'x" + deep(maxPolicyDepth+1) + "', type: kv}]}\n"
+	if _, err := PolicyConfigOverrides("p.yaml", []byte(good)); err != nil {
+		t.Errorf("brackets in a comment and a quoted name must not count as nesting: %v", err)
+	}
+	if line := tooDeep([]byte("a: " + deep(maxPolicyDepth))); line != 0 {
+		t.Errorf("a file at the bound is refused at line %d", line)
 	}
 }
