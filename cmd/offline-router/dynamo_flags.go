@@ -2,10 +2,10 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/spf13/pflag"
 
+	"github.com/offline-router/offline-router/internal/selector"
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
@@ -39,8 +39,13 @@ func secondsTo(key string) func(any) []wire.Override {
 
 var dynamoFlags = []dynamoFlag{
 	{name: "router-mode", kind: "string", to: func(v any) []wire.Override {
-		// Dynamo spells round-robin and least-loaded with a hyphen.
-		return []wire.Override{{Key: "policy", Value: strings.ReplaceAll(v.(string), "-", "_")}}
+		// Dynamo's names (round-robin, least-loaded) are in the policy
+		// table; any other goes as it is, for the config to check.
+		mode := v.(string)
+		if p, ok := selector.OfDynamo(mode); ok {
+			return []wire.Override{{Key: "policy", Value: string(p)}}
+		}
+		return []wire.Override{{Key: "policy", Value: mode}}
 	}, refuseValues: map[string]string{
 		"power-of-two":          "is not offered here; least-loaded is the nearest",
 		"direct":                "is not offered here: pin a request with worker_id on place instead",

@@ -72,8 +72,8 @@ func replayCommand() (*cobra.Command, *replayOptions) {
 		Long: `Replays a Mooncake-style JSONL trace (timestamp ms, input_length, output_length,
 hash_ids at --block-size tokens per block, 512 by default here as in Mooncake
 traces; optional session_id, delay_ms for a session's later turns,
-parent_session_id, priority, strict_priority and role, passed to the router
-as a host would) through the router and a simulated cluster, and reports what
+parent_session_id, priority, strict_priority, policy_class and role, passed
+to the router as a host would) through the router and a simulated cluster, and reports what
 routing did: vLLM benchmark_serving's metrics (TTFT, TPOT, ITL, E2EL,
 throughput, goodput), the prefix hit rate, the router's predicted overlap
 and its regret, queue wait and how evenly requests spread.
@@ -848,14 +848,6 @@ func writable(path string) error {
 }
 
 // policyNames lists the policies for a message.
-func policyNames() string {
-	names := make([]string, len(protocol.Policies))
-	for i, p := range protocol.Policies {
-		names[i] = string(p)
-	}
-	return strings.Join(names, ", ")
-}
-
 // policySet is the plain policies to run: --policies, --compare's four, or
 // the config's one when no contender is given either.
 func (o *replayOptions) policySet(configured protocol.Policy) ([]protocol.Policy, error) {
@@ -874,7 +866,7 @@ func (o *replayOptions) policySet(configured protocol.Policy) ([]protocol.Policy
 		c := protocol.DefaultConfig()
 		c.Policy = p
 		if err := c.Validate(); err != nil {
-			return nil, fmt.Errorf("--policies: %q is not a policy (%s)", name, policyNames())
+			return nil, fmt.Errorf("--policies: %q is not a policy (%s)", name, policyList())
 		}
 		if slices.Contains(out, p) {
 			return nil, fmt.Errorf("--policies: %s is given twice", name)

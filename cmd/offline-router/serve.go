@@ -17,6 +17,7 @@ import (
 	"github.com/offline-router/offline-router/internal/engine"
 	"github.com/offline-router/offline-router/internal/outfile"
 	"github.com/offline-router/offline-router/internal/protocol"
+	"github.com/offline-router/offline-router/internal/selector"
 	"github.com/offline-router/offline-router/internal/wire"
 )
 
@@ -41,11 +42,25 @@ func policyList() string {
 	return strings.Join(names, ", ")
 }
 
+// policyHelp says, for --policy, how each policy picks (its entry in the
+// selector's policy table) and its name among Dynamo's router modes.
+func policyHelp() string {
+	parts := make([]string, len(protocol.Policies))
+	for i, p := range protocol.Policies {
+		spec := selector.Of(p)
+		parts[i] = string(p) + ": " + spec.Picks
+		if spec.Dynamo != "" {
+			parts[i] += " (Dynamo's --router-mode " + spec.Dynamo + ")"
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
 // configFlags are the config keys that have a flag, with its usage; the
 // flag's type and default come from the key's field in
 // protocol.DefaultConfig, so the two cannot disagree.
 var configFlags = []struct{ key, usage string }{
-	{"policy", "placement policy, kv being Dynamo's cost: " + policyList()},
+	{"policy", "placement policy: " + policyHelp()},
 	{"block_size", "tokens per KV block (Mooncake traces use 512)"},
 	{"seed", "seed of the one deterministic random stream (ties, softmax)"},
 	{"temperature", "0 = cheapest rank; > 0 = softmax over range-normalised costs"},
@@ -135,7 +150,7 @@ func (o *serveOptions) bindConfig(cmd *cobra.Command) {
 	f.StringVar(&o.configFile, "config", "", "JSON config file (keys of docs/PROTOCOL.md §2; unknown keys are an error); Dynamo's router flag names (--router-temperature, --kv-cache-block-size, --no-kv-events, ...) are accepted too, see the README")
 	f.StringVar(&o.policyConfig, "router-policy-config", "", "Dynamo's router policy config, a YAML `FILE` (as Dynamo's flag at the pinned commit): default_policy_class, policy_classes and worker_selection (no per-model profiles), read strictly and applied over --config as flags are")
 	for _, rf := range roleSelectionFlags {
-		f.String(rf.name, "", "the worker_selection instance `NAME` "+rf.role+" requests place with (config "+rf.key+"; \"default\" or unset: worker_selection.default's, else the config's own policy); Dynamo's flag from after the pinned commit")
+		f.String(rf.name, "", "the worker_selection instance `NAME` "+rf.role+" requests place with (config "+rf.key+"; unset: worker_selection.default's; \"default\": Dynamo's built-in selector, the config's own policy); Dynamo's flag from after the pinned commit")
 	}
 	for _, cf := range configFlags {
 		usage := "config " + cf.key + ": " + cf.usage

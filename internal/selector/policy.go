@@ -33,8 +33,7 @@ const (
 
 // Spec is one policy's entry.
 type Spec struct {
-	Policy protocol.Policy
-	Reads  Reads
+	Reads Reads
 	// ByCost: the policy picks by Dynamo's cost alone (lowest, or a
 	// softmax over it), so at temperature 0 the engine may cost candidates
 	// into one float each (PickCheapest) instead of a score each.
@@ -55,26 +54,36 @@ type spread struct {
 }
 
 var specs = map[protocol.Policy]Spec{
-	protocol.PolicyKV: {Policy: protocol.PolicyKV, ByCost: true, Dynamo: "kv",
-		Picks: "the lowest cost (ties drawn), or a softmax over the costs at temperature > 0", pick: pickByCost},
-	protocol.PolicyRoundRobin: {Policy: protocol.PolicyRoundRobin, Dynamo: "round-robin",
+	protocol.PolicyKV: {ByCost: true, Dynamo: "kv",
+		Picks: "Dynamo's cost, the lowest (ties drawn), or a softmax over the costs at temperature > 0", pick: pickByCost},
+	protocol.PolicyRoundRobin: {Dynamo: "round-robin",
 		Picks: "the candidates in turn, from one counter", pick: pickRoundRobin},
-	protocol.PolicyRandom: {Policy: protocol.PolicyRandom, Dynamo: "random",
+	protocol.PolicyRandom: {Dynamo: "random",
 		Picks: "uniformly at random", pick: pickRandom},
-	protocol.PolicyLeastLoaded: {Policy: protocol.PolicyLeastLoaded, Reads: ReadsActiveRequests, Dynamo: "least-loaded",
+	protocol.PolicyLeastLoaded: {Reads: ReadsActiveRequests, Dynamo: "least-loaded",
 		Picks: "the fewest requests in flight (ties drawn)", pick: pickLeastLoaded},
-	protocol.PolicySessionHash: {Policy: protocol.PolicySessionHash, Reads: ReadsKey,
-		Picks: "the session hashed onto a rank (rendezvous); round robin without a session", pick: pickSessionHash},
-	protocol.PolicySGLang: {Policy: protocol.PolicySGLang, Reads: ReadsActiveRequests | ReadsRouted,
+	protocol.PolicySessionHash: {Reads: ReadsKey,
+		Picks: "the session hashed onto a rank (rendezvous), round robin without a session", pick: pickSessionHash},
+	protocol.PolicySGLang: {Reads: ReadsActiveRequests | ReadsRouted,
 		Picks: "SGLang's cache_aware: the routed-prefix match, or the smallest tree, or the least loaded when imbalanced",
 		pick: func(p *Params, req Request, scores []Score, cands []Candidate, _ Draws, _ spread) int {
 			return pickSGLang(&p.SGLang, req, scores, cands)
 		}},
-	protocol.PolicyLLMD: {Policy: protocol.PolicyLLMD, Reads: ReadsWaiting | ReadsKVUsage,
+	protocol.PolicyLLMD: {Reads: ReadsWaiting | ReadsKVUsage,
 		Picks: "llm-d's weighted scorers: prefix cache, queue, KV-cache utilisation",
 		pick: func(p *Params, _ Request, scores []Score, cands []Candidate, draws Draws, _ spread) int {
 			return pickLLMD(&p.LLMD, scores, cands, draws)
 		}},
+}
+
+// OfDynamo is the policy Dynamo names mode among its router modes.
+func OfDynamo(mode string) (protocol.Policy, bool) {
+	for _, p := range protocol.Policies {
+		if specs[p].Dynamo == mode && mode != "" {
+			return p, true
+		}
+	}
+	return "", false
 }
 
 // Of is the entry of a policy; config validation keeps every policy the
