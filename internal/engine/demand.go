@@ -37,12 +37,12 @@ type demand struct {
 // waiting request as well as time it out, so the check is against the state
 // before the clock moves.
 func (e *Engine) newDemand(c *protocol.Command, t float64) (*demand, *protocol.Error) {
-	if _, ok := e.requests[c.RequestID]; ok {
-		return nil, protocol.Errorf(protocol.CodeDuplicateRequest, "request %q is already in flight", c.RequestID)
-	}
 	class := e.cfg.ClassIndex(c.PolicyClass)
 	if class < 0 { // Dynamo refuses it before anything else looks at the request
 		return nil, protocol.Errorf(protocol.CodeUnknownPolicyClass, "field \"policy_class\": unknown router policy class %q", *c.PolicyClass)
+	}
+	if _, ok := e.requests[c.RequestID]; ok {
+		return nil, protocol.Errorf(protocol.CodeDuplicateRequest, "request %q is already in flight", c.RequestID)
 	}
 	bs := e.cfg.BlockSize
 	d := &demand{

@@ -13,7 +13,8 @@ import (
 // wait joins its class's queue in its role; a class orders only its own
 // queue and only its head is ever considered (no overtaking inside a
 // class); and deficit round robin shares a role's dispatches between its
-// classes in proportion to their quanta, in uncached prompt tokens.
+// classes by their quanta, in uncached prompt tokens (in proportion while a
+// head costs more than its class's quantum: PROTOCOL.md §5).
 // Without configured classes there is one synthetic class, Dynamo's
 // fallback: queue_threshold is its busy fraction, queue_policy its order,
 // and it has no deadline.

@@ -52,10 +52,23 @@ func (c *Config) validatePolicyClasses() error {
 			return fmt.Errorf("%s.prefill_busy_threshold_frac: root policy class %q prefill_busy_threshold_frac must be finite and non-negative", key, pc.Name)
 		case pc.SLOMS > MaxNumber:
 			return fmt.Errorf("%s.slo_ms: expected at most %d, got %d", key, uint64(MaxNumber), pc.SLOMS)
+		case pc.PrefillBusyThresholdFrac != nil && *pc.PrefillBusyThresholdFrac > MaxNumber:
+			return fmt.Errorf("%s.prefill_busy_threshold_frac: expected at most %d, got %v", key, uint64(MaxNumber), *pc.PrefillBusyThresholdFrac)
 		case seen[pc.Name]:
 			return fmt.Errorf("%s.name: root contains duplicate policy class %q", key, pc.Name)
 		}
 		seen[pc.Name] = true
+		// Every config number is at most 2^53 (PROTOCOL.md §6), so the
+		// router's sums and float compares of them stay exact.
+		for _, n := range []struct {
+			key string
+			v   *uint64
+		}{{"quantum", &pc.Quantum}, {"prefill_busy_threshold", pc.PrefillBusyThreshold}, {"request_queue_limit_per_worker", pc.RequestQueueLimitPerWorker},
+			{"raw_isl_token_queue_limit_per_worker", pc.RawISLTokenQueueLimitPerWorker}, {"cached_token_queue_limit_per_worker", pc.CachedTokenQueueLimitPerWorker}} {
+			if n.v != nil && *n.v > MaxNumber {
+				return fmt.Errorf("%s.%s: expected at most %d, got %d", key, n.key, uint64(MaxNumber), *n.v)
+			}
+		}
 	}
 	if !seen[c.DefaultPolicyClass] {
 		return fmt.Errorf("config default_policy_class: root default_policy_class %q does not name a configured policy class", c.DefaultPolicyClass)

@@ -297,7 +297,7 @@ func TestNonFiniteFlagValuesAreNamed(t *testing.T) {
 // worker-selection instances, optional keys given, null and left out.
 const classesLine = `{"op":"config","default_policy_class":"batch","policy_classes":[` +
 	`{"name":"latency","slo_ms":3000,"quantum":512,"prefill_busy_threshold":0,"request_queue_limit_per_worker":32,"prefill_busy_threshold_frac":null},` +
-	`{"quantum":128,"slo_ms":600000,"name":"batch","prefill_busy_threshold_frac":1.5,"raw_isl_token_queue_limit_per_worker":18446744073709551615,"cached_token_queue_limit_per_worker":7}],` +
+	`{"quantum":128,"slo_ms":600000,"name":"batch","prefill_busy_threshold_frac":1.5,"raw_isl_token_queue_limit_per_worker":9007199254740992,"cached_token_queue_limit_per_worker":7}],` +
 	`"worker_selection":{"default":"cheap","instances":[{"name":"cheap","type":"round_robin"},` +
 	`{"name":"warm","type":"kv","parameters":{"temperature":0.5,"overlap_score_credit":null,"prefill_load_scale":2}}]}}`
 
@@ -307,7 +307,7 @@ func classesConfig() protocol.Config {
 	c.DefaultPolicyClass = "batch"
 	c.PolicyClasses = []protocol.PolicyClass{
 		{Name: "latency", SLOMS: 3000, Quantum: 512, PrefillBusyThreshold: ptrTo(uint64(0)), RequestQueueLimitPerWorker: ptrTo(uint64(32))},
-		{Name: "batch", SLOMS: 600000, Quantum: 128, PrefillBusyThresholdFrac: ptrTo(1.5), RawISLTokenQueueLimitPerWorker: ptrTo(uint64(math.MaxUint64)),
+		{Name: "batch", SLOMS: 600000, Quantum: 128, PrefillBusyThresholdFrac: ptrTo(1.5), RawISLTokenQueueLimitPerWorker: ptrTo(uint64(1 << 53)),
 			CachedTokenQueueLimitPerWorker: ptrTo(uint64(7))},
 	}
 	c.WorkerSelection = protocol.WorkerSelection{Default: "cheap", Instances: []protocol.SelectionInstance{
@@ -418,6 +418,9 @@ func TestConfigListValidationIsDynamos(t *testing.T) {
 		`{"op":"config","worker_selection":{"instances":[{"name":"default","type":"kv"}]}}`:                 `worker_selection instance name 'default' is reserved`,
 		`{"op":"config","worker_selection":{"default":"x"}}`:                                                `config worker_selection.default: worker_selection default "x" does not name a configured instance`,
 		`{"op":"config","worker_selection":{"instances":[{"name":"i","type":"best"}]}}`:                     `config worker_selection.instances[0].type: "best" is not one of kv`,
+		// Every config number is at most 2^53 (PROTOCOL.md §6).
+		`{"op":"config","default_policy_class":"a","policy_classes":[{"name":"a","slo_ms":1,"quantum":9007199254740993}]}`:                      `config policy_classes[0].quantum: expected at most 9007199254740992`,
+		`{"op":"config","default_policy_class":"a","policy_classes":[{"name":"a","slo_ms":1,"quantum":1,"prefill_busy_threshold_frac":1e308}]}`: `config policy_classes[0].prefill_busy_threshold_frac: expected at most 9007199254740992`,
 	} {
 		d := decode(t, line)
 		if d.Err != nil {
@@ -444,7 +447,7 @@ func TestWholeConfigPrintsLists(t *testing.T) {
 	got := string(appendConfig(nil, &c))
 	for _, want := range []string{
 		`"default_policy_class":"batch","policy_classes":[{"name":"latency","slo_ms":3000,"quantum":512,"prefill_busy_threshold":0,"prefill_busy_threshold_frac":null,"request_queue_limit_per_worker":32,"raw_isl_token_queue_limit_per_worker":null,"cached_token_queue_limit_per_worker":null},{"name":"batch",`,
-		`"raw_isl_token_queue_limit_per_worker":18446744073709551615,`,
+		`"raw_isl_token_queue_limit_per_worker":9007199254740992,`,
 		`"worker_selection":{"default":"cheap","prefill":"","decode":"","instances":[{"name":"cheap","type":"round_robin","parameters":{"temperature":null,"overlap_score_credit":null,"prefill_load_scale":null}},{"name":"warm","type":"kv","parameters":{"temperature":0.000001,"overlap_score_credit":null,"prefill_load_scale":2}}]}`,
 	} {
 		if !strings.Contains(got, want) {
