@@ -112,6 +112,11 @@ func drawCommand(t *rapid.T, e *Engine) *protocol.Command {
 		c.PolicyClass = rapid.SampledFrom([]*string{nil, ptrTo("a"), ptrTo("b"), ptrTo("open")}).Draw(t, "class")
 	case 6:
 		c.Op, c.RequestID = protocol.OpDispatchCommitted, id()
+		// Often one in flight, so staged bindings commit and release their
+		// waiters (whose class deadline may have run out meanwhile).
+		if ids := slices.Sorted(maps.Keys(e.requests)); len(ids) > 0 && rapid.Bool().Draw(t, "in_flight") {
+			c.RequestID = rapid.SampledFrom(ids).Draw(t, "committed")
+		}
 	case 7:
 		c.Op, c.RequestID = protocol.OpDispatchAborted, id()
 	case 8:
@@ -464,4 +469,55 @@ func (e *Engine) findWakeup() (float64, bool) {
 		}
 	}
 	return t, ok
+}
+
+// TestHeldRequestsKeepTheirClassDeadline drives one session under hard
+// affinity through a class with a short deadline, so requests are held
+// for a staged binding while their deadline runs, then released by a
+// commit, an abort or an end, and checks the invariants after every
+// command. (Catches: a held request's deadline ignored, so once released
+// past it, next_wakeup_ms falls before now; the broad generator above
+// rarely lines these up.)
+func TestHeldRequestsKeepTheirClassDeadline(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := protocol.DefaultConfig()
+		cfg.Affinity.Mode, cfg.Affinity.TTLMS = protocol.AffinityHard, 10000
+		cfg.DefaultPolicyClass = "c"
+		cfg.PolicyClasses = []protocol.PolicyClass{{Name: "c", SLOMS: uint64(rapid.IntRange(1, 40).Draw(t, "slo")), Quantum: 1,
+			PrefillBusyThreshold: ptrTo(uint64(rapid.SampledFrom([]int{0, 16}).Draw(t, "abs")))}}
+		e, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp protocol.Response
+		e.Apply(&protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(uint64(1))}, &resp)
+		session := "s"
+		for i := range rapid.IntRange(1, 40).Draw(t, "steps") {
+			c := &protocol.Command{NowMS: ptrTo(e.now + float64(rapid.IntRange(0, 30).Draw(t, "dt")))}
+			id := fmt.Sprintf("r%d", rapid.IntRange(1, 6).Draw(t, "request"))
+			if ids := slices.Sorted(maps.Keys(e.requests)); len(ids) > 0 && rapid.Bool().Draw(t, "in_flight") {
+				id = rapid.SampledFrom(ids).Draw(t, "id")
+			}
+			switch rapid.IntRange(0, 5).Draw(t, "op") {
+			case 0, 1:
+				c.Op, c.RequestID, c.InputTokens, c.SessionID = protocol.OpPlace, id, ptrTo(uint64(16)), &session
+			case 2:
+				c.Op, c.RequestID = protocol.OpDispatchCommitted, id
+			case 3:
+				c.Op, c.RequestID = protocol.OpDispatchAborted, id
+			case 4:
+				c.Op, c.RequestID = protocol.OpPrefillCompleted, id
+			case 5:
+				c.Op = protocol.OpAdvanceClock
+			}
+			resp = protocol.Response{}
+			e.Apply(c, &resp)
+			if resp.Error != nil {
+				continue
+			}
+			if err := invariants(e, c, &resp); err != nil {
+				t.Fatalf("step %d: %s %s: %v", i, c.Op, c.RequestID, err)
+			}
+		}
+	})
 }
