@@ -156,9 +156,17 @@ func (e *Engine) checkPlace(c *protocol.Command, t float64) (*demand, candidateS
 		return d, candidateSet{}, err
 	}
 	cq := e.queue.classOf(d.role, d.class)
+	if cq.class.queueing() && cq.head() != nil {
+		return d, candidateSet{}, nil // it waits in line: nothing to find now
+	}
 	cs, err := e.candidates(d, t)
-	if cq.class.queueing() && (cq.head() != nil || cs.filtered.Busy > 0) {
-		return d, candidateSet{}, nil
+	if cq.class.queueing() {
+		// Placing it finds its candidates again after the clock; here
+		// only whether it could go anywhere at all matters.
+		if cs.filtered.Busy > 0 {
+			err = nil
+		}
+		return d, candidateSet{}, err
 	}
 	return d, cs, err
 }
