@@ -20,7 +20,7 @@ type Engine struct {
 	now      float64
 	fleet    fleet
 	index    *kvindex.Index
-	approx   *approxIndex
+	approx   *expiring
 	routed   *routedTree // sglang_cache_aware's own tree; nil for other policies
 	active   *active.Tree
 	requests map[string]*request
