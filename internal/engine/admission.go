@@ -180,7 +180,7 @@ func (e *Engine) queueKey(req *request) {
 // bestStaticOverlap is the most leading blocks of d's prompt any rank d may
 // go to (by allowed_workers and its pin) caches.
 func (e *Engine) bestStaticOverlap(d *demand) uint64 {
-	e.index.FindMatches(d.local, e.overlap)
+	e.findOverlap(d)
 	best := uint64(0)
 	for _, w := range e.fleet.readyWorkers() {
 		if w.role != d.role {

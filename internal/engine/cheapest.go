@@ -113,7 +113,7 @@ func (e *Engine) selectBucketed(d *demand, rr *roleRanks) selector.Result {
 	// and the active tree list them: not a pass over every rank), and those
 	// with prefill booked. A reached rank is left out of its decode group.
 	e.reached = e.reached[:0]
-	for _, r := range e.index.Matched() {
+	for _, r := range e.matched {
 		if pos, ok := e.fleet.positionIn(rr, uint32(r)); ok {
 			e.reached = append(e.reached, pos)
 		}

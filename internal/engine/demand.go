@@ -16,7 +16,7 @@ type demand struct {
 	isl           uint64
 	islBlocks     uint64
 	local         []protocol.LocalBlockHash // the index and active-block walks
-	seq           []protocol.SequenceHash   // block addresses in approximate mode
+	seq           []protocol.SequenceHash   // block addresses where the router writes blocks itself (approximate mode, sglang_cache_aware, predict-on-route)
 	privateBlocks uint64                    // blocks without a hash, never shared
 	allowed       []uint64
 	pin           *uint64
@@ -77,7 +77,7 @@ func (e *Engine) newDemand(c *protocol.Command, t float64) (*demand, *protocol.E
 	switch {
 	case c.SequenceHashes != nil:
 		d.seq = c.SequenceHashes
-	case !e.cfg.KVEvents || e.routed != nil:
+	case !e.cfg.KVEvents || e.routed != nil || e.predicted != nil:
 		d.seq = kvindex.SequenceHashes(d.local)
 	}
 	d.privateBlocks = d.islBlocks - uint64(len(d.local))

@@ -16,21 +16,22 @@ import (
 
 // Engine routes requests to workers. Not safe for concurrent use.
 type Engine struct {
-	cfg      protocol.Config
-	now      float64
-	fleet    fleet
-	index    *kvindex.Index
-	approx   *expiring
-	routed   *routedTree // sglang_cache_aware's own tree; nil for other policies
-	active   *active.Tree
-	requests map[string]*request
-	queue    policyQueue
-	bindings *affinity.Table[*rank]
-	held     int // requests waiting for a staged binding
-	rng      *stream
-	draws    *selectionDraws    // rng and the round_robin counter, as selection takes them
-	params   [3]selector.Params // each role's: its worker-selection instance (by roleIndex)
-	out      output             // what the current command did
+	cfg       protocol.Config
+	now       float64
+	fleet     fleet
+	index     *kvindex.Index
+	approx    *expiring
+	routed    *routedTree     // sglang_cache_aware's own tree; nil for other policies
+	predicted *predictedIndex // predict-on-route's side index; nil when off
+	active    *active.Tree
+	requests  map[string]*request
+	queue     policyQueue
+	bindings  *affinity.Table[*rank]
+	held      int // requests waiting for a staged binding
+	rng       *stream
+	draws     *selectionDraws    // rng and the round_robin counter, as selection takes them
+	params    [3]selector.Params // each role's: its worker-selection instance (by roleIndex)
+	out       output             // what the current command did
 	// tested is the class head the drain's round robin tested last, and
 	// what admitting it found.
 	tested struct {
@@ -42,6 +43,7 @@ type Engine struct {
 	// Scratch reused from command to command; overlap and hits are
 	// indexed by rank slot.
 	overlap []uint32
+	matched []kvindex.RankID // the ranks the last overlap walk gave an overlap (findOverlap)
 	hits    []uint32
 	walk    active.Walk          // where the active-block count stopped, for booking
 	cands   []selector.Candidate // the candidates of one placement
@@ -73,18 +75,19 @@ func New(cfg protocol.Config) (*Engine, error) {
 	}
 	rng := newStream(cfg.Seed)
 	return &Engine{
-		cfg:      cfg,
-		fleet:    newFleet(),
-		index:    kvindex.New(),
-		approx:   newApproxIndex(),
-		routed:   newRoutedTree(&cfg),
-		active:   active.New(),
-		requests: map[string]*request{},
-		queue:    newPolicyQueue(flowClasses(&cfg)),
-		bindings: affinity.NewTable[*rank](cfg.Affinity.TTLMS),
-		rng:      rng,
-		draws:    &selectionDraws{rng: rng},
-		params:   [3]selector.Params{selector.ParamsOf(&cfg, protocol.RoleAggregated), selector.ParamsOf(&cfg, protocol.RoleDecode), selector.ParamsOf(&cfg, protocol.RolePrefill)},
+		cfg:       cfg,
+		fleet:     newFleet(),
+		index:     kvindex.New(),
+		approx:    newApproxIndex(),
+		routed:    newRoutedTree(&cfg),
+		predicted: newPredictedIndex(&cfg),
+		active:    active.New(),
+		requests:  map[string]*request{},
+		queue:     newPolicyQueue(flowClasses(&cfg)),
+		bindings:  affinity.NewTable[*rank](cfg.Affinity.TTLMS),
+		rng:       rng,
+		draws:     &selectionDraws{rng: rng},
+		params:    [3]selector.Params{selector.ParamsOf(&cfg, protocol.RoleAggregated), selector.ParamsOf(&cfg, protocol.RoleDecode), selector.ParamsOf(&cfg, protocol.RolePrefill)},
 	}, nil
 }
 

@@ -12,7 +12,7 @@ import (
 // now. preferred is the index in cs of the rank soft affinity asks for, or -1.
 func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Placement {
 	d := req.d
-	e.index.FindMatches(d.local, e.overlap)
+	e.matched = e.findOverlap(d)
 	e.walk = e.active.Count(d.local, e.hits)
 	var routed []uint32
 	if e.routed != nil {
@@ -42,6 +42,7 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 		p.Evidence = e.evidence(cs, sel)
 	}
 	e.approxRecord(d, chosenRank)
+	e.predictedRecord(d, chosenRank)
 	e.routedRecord(d, chosenRank)
 	return p
 }
@@ -97,11 +98,11 @@ func (e *Engine) cheapCandidate(d *demand, s uint32) selector.Candidate {
 }
 
 // bestOverlap is the most blocks of d's prompt any ready rank of its role
-// caches, filtered or not, from the index walk place just made: among the
+// caches, filtered or not, from the overlap walk place just made: among the
 // ranks it gave an overlap, not every rank.
 func (e *Engine) bestOverlap(d *demand) uint64 {
 	rr, best := e.fleet.ofRole(d.role), uint32(0)
-	for _, r := range e.index.Matched() {
+	for _, r := range e.matched {
 		if _, ok := e.fleet.positionIn(rr, uint32(r)); ok {
 			best = max(best, e.overlap[r])
 		}

@@ -48,6 +48,7 @@ type rank struct {
 	distinctBlocks uint64                                // distinct active sequence hashes
 	booked         []*request                            // the requests booked here, in no order
 	approx         map[protocol.SequenceHash]float64     // approximate mode: when each block learned here expires
+	predicted      map[protocol.SequenceHash]float64     // predict-on-route: when each block routed here is forgotten
 	routed         map[protocol.SequenceHash]routedBlock // sglang_cache_aware: the blocks routed here
 }
 
@@ -204,6 +205,9 @@ func (e *Engine) workerReady(c *protocol.Command) {
 		if e.routed != nil {
 			e.routed.index.AddRank(kvindex.RankID(r.slot))
 		}
+		if e.predicted != nil {
+			e.predicted.index.AddRank(kvindex.RankID(r.slot))
+		}
 		w.ranks = append(w.ranks, r)
 	}
 	e.fleet.byID[id] = w
@@ -277,6 +281,10 @@ func (e *Engine) workerRemoved(w *worker) {
 		e.approx.forget(r)
 		if e.routed != nil {
 			e.routed.index.DropRank(kvindex.RankID(r.slot))
+		}
+		if e.predicted != nil {
+			e.predicted.index.DropRank(kvindex.RankID(r.slot))
+			e.predicted.blocks.forget(r)
 		}
 		e.fleet.slots[r.slot] = nil
 		e.fleet.freeSlots = append(e.fleet.freeSlots, r.slot)

@@ -64,6 +64,7 @@ type Command struct {
 	TotalKVBlocks       *uint64
 	MaxNumBatchedTokens *uint64
 	MaxNumSeqs          *uint64
+	DeviceType          DeviceType // worker_ready: the worker's device, "" when not said (an accelerator)
 
 	Events []KVEvent
 
@@ -80,6 +81,8 @@ type Command struct {
 	PolicyClass     *string
 	AllowedWorkers  []uint64
 	DPRank          *uint32
+	// RouterConfigOverride is Dynamo's per-request selector override.
+	RouterConfigOverride *RouterConfigOverride
 
 	// Config is what op config sets (its keys sit at the top level of the
 	// line, beside op); no other op has it.
@@ -122,6 +125,8 @@ const (
 	FieldPolicyClass
 	FieldAllowedWorkers
 	FieldDPRank
+	FieldDeviceType
+	FieldRouterConfigOverride
 	NumFields
 )
 
@@ -135,6 +140,7 @@ var FieldNames = [NumFields]string{
 	FieldSequenceHashes: "sequence_hashes", FieldSessionID: "session_id",
 	FieldParentSessionID: "parent_session_id", FieldPriority: "priority",
 	FieldStrictPriority: "strict_priority", FieldPolicyClass: "policy_class", FieldAllowedWorkers: "allowed_workers", FieldDPRank: "dp_rank",
+	FieldDeviceType: "device_type", FieldRouterConfigOverride: "router_config_override",
 }
 
 // FieldSet is a set of fields.
@@ -182,6 +188,8 @@ func (c *Command) Fields() FieldSet {
 	add(FieldPolicyClass, c.PolicyClass != nil)
 	add(FieldAllowedWorkers, c.AllowedWorkers != nil)
 	add(FieldDPRank, c.DPRank != nil)
+	add(FieldDeviceType, c.DeviceType != "")
+	add(FieldRouterConfigOverride, c.RouterConfigOverride != nil)
 	return s
 }
 
@@ -197,7 +205,7 @@ func specOf(op Op) (opSpec, bool) {
 	case OpWorkerReady:
 		return opSpec{
 			allowed: set(FieldWorkerID, FieldRole, FieldDPSize, FieldDPStart, FieldTotalKVBlocks,
-				FieldMaxNumBatchedTokens, FieldMaxNumSeqs),
+				FieldMaxNumBatchedTokens, FieldMaxNumSeqs, FieldDeviceType),
 			required: set(FieldWorkerID),
 		}, true
 	case OpWorkerDraining, OpWorkerRemoved:
@@ -206,7 +214,7 @@ func specOf(op Op) (opSpec, bool) {
 		return opSpec{
 			allowed: set(FieldRequestID, FieldInputTokens, FieldOutputTokens, FieldTokens, FieldBlockHashes,
 				FieldSequenceHashes, FieldRole, FieldSessionID, FieldParentSessionID, FieldPriority,
-				FieldStrictPriority, FieldPolicyClass, FieldAllowedWorkers, FieldWorkerID, FieldDPRank),
+				FieldStrictPriority, FieldPolicyClass, FieldAllowedWorkers, FieldWorkerID, FieldDPRank, FieldRouterConfigOverride),
 			required: set(FieldRequestID),
 		}, true
 	case OpObserve:
@@ -280,7 +288,8 @@ const MaxTokens = 1 << 40
 
 // badValues reports whether a field of has fails CheckValue.
 func (c *Command) badValues(has FieldSet) bool {
-	for _, f := range [...]Field{FieldNowMS, FieldRole, FieldDPSize, FieldRequestID, FieldInputTokens, FieldOutputTokens, FieldPriority} {
+	for _, f := range [...]Field{FieldNowMS, FieldRole, FieldDPSize, FieldRequestID, FieldInputTokens, FieldOutputTokens, FieldPriority,
+		FieldDeviceType, FieldRouterConfigOverride} {
 		if has.Has(f) && CheckValue(c, f) != "" {
 			return true
 		}
@@ -326,6 +335,12 @@ func CheckValue(c *Command, f Field) string {
 		} else if math.Abs(v) > MaxNumber {
 			return fmt.Sprintf("expected a number from -%d to %d, got %v", uint64(MaxNumber), uint64(MaxNumber), v)
 		}
+	case FieldDeviceType:
+		if !c.DeviceType.Valid() {
+			return fmt.Sprintf("expected %q or %q (Dynamo's device types), got %q", DeviceCPU, DeviceCUDA, c.DeviceType)
+		}
+	case FieldRouterConfigOverride:
+		return c.RouterConfigOverride.check()
 	}
 	return ""
 }

@@ -13,10 +13,14 @@ type Config struct {
 	Seed                             uint64           `json:"seed"`
 	Temperature                      float64          `json:"temperature"`
 	OverlapScoreCredit               float64          `json:"overlap_score_credit"`
+	OverlapScoreCreditDecay          float64          `json:"overlap_score_credit_decay"`
 	PrefillLoadScale                 float64          `json:"prefill_load_scale"`
+	DecodeActiveRequestWeight        float64          `json:"decode_active_request_weight"`
 	KVEvents                         bool             `json:"kv_events"`
 	DedupeEventIDs                   bool             `json:"dedupe_event_ids"`
 	ApproxTTLMS                      float64          `json:"approx_ttl_ms"`
+	PredictedTTLMS                   *float64         `json:"predicted_ttl_ms" jsonschema:"nullable"`
+	EncoderCudaToCPURatio            uint64           `json:"encoder_cuda_to_cpu_ratio"`
 	QueueThreshold                   *float64         `json:"queue_threshold" jsonschema:"nullable"`
 	QueuePolicy                      QueuePolicy      `json:"queue_policy"`
 	QueueTimeoutMS                   *float64         `json:"queue_timeout_ms" jsonschema:"nullable"`
@@ -136,10 +140,30 @@ const (
 	PolicySessionHash Policy = "session_hash"
 	PolicySGLang      Policy = "sglang_cache_aware"
 	PolicyLLMD        Policy = "llmd"
+	// Dynamo's load-only router modes.
+	PolicyPowerOfTwo          Policy = "power_of_two"
+	PolicyDirect              Policy = "direct"
+	PolicyDeviceAwareWeighted Policy = "device_aware_weighted"
 )
 
 // Policies lists every policy, in the order help texts name them.
-var Policies = []Policy{PolicyKV, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded, PolicySessionHash, PolicySGLang, PolicyLLMD}
+var Policies = []Policy{PolicyKV, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded, PolicyPowerOfTwo,
+	PolicyDirect, PolicyDeviceAwareWeighted, PolicySessionHash, PolicySGLang, PolicyLLMD}
+
+// LaterPolicies are selection policies Dynamo gained after the commit this
+// router follows, with where they came: asked for by name, they are
+// refused saying so, not as a typo.
+var LaterPolicies = map[Policy]string{
+	"lmetric": "is not in the Dynamo release this router follows: it is an open proposal there (pull request #11028)",
+}
+
+// checkPolicy is oneOf for a policy, naming a later Dynamo's policy as one.
+func checkPolicy(key string, p Policy) error {
+	if why, ok := LaterPolicies[p]; ok {
+		return fmt.Errorf("config %s: %q %s", key, p, why)
+	}
+	return oneOf(key, p, Policies...)
+}
 
 // QueuePolicy orders the policy queue.
 type QueuePolicy string
@@ -199,10 +223,12 @@ func DefaultConfig() Config {
 		PrefillLoadScale:   1,
 		KVEvents:           true,
 		ApproxTTLMS:        120000,
-		QueuePolicy:        QueueFCFS,
-		PrefillLoadModel:   PrefillLoadNone,
-		Affinity:           AffinityConfig{Mode: AffinityOff, TTLMS: 3600000, Key: AffinityKeySession},
-		Evidence:           EvidenceSummary,
+		// DYN_ENCODER_CUDA_TO_CPU_RATIO's default.
+		EncoderCudaToCPURatio: 8,
+		QueuePolicy:           QueueFCFS,
+		PrefillLoadModel:      PrefillLoadNone,
+		Affinity:              AffinityConfig{Mode: AffinityOff, TTLMS: 3600000, Key: AffinityKeySession},
+		Evidence:              EvidenceSummary,
 		SGLang: SGLangConfig{CacheThreshold: 0.3, BalanceAbsThreshold: 64, BalanceRelThreshold: 1.5,
 			EvictionIntervalMS: 120000, MaxTreeSize: 1 << 26},
 		LLMD: LLMDConfig{PrefixCacheScorerWeight: 3, QueueScorerWeight: 2, KVCacheUtilizationScorerWeight: 2},
@@ -237,7 +263,7 @@ func (c *Config) Validate() error {
 		return nil
 	}
 	errs := []error{
-		oneOf("policy", c.Policy, Policies...),
+		checkPolicy("policy", c.Policy),
 		oneOf("queue_policy", c.QueuePolicy, QueueFCFS, QueueWSPT, QueueLCFS),
 		oneOf("prefill_load_model", c.PrefillLoadModel, PrefillLoadNone, PrefillLoadLinear),
 		oneOf("affinity.mode", c.Affinity.Mode, AffinityOff, AffinityHard, AffinitySoft),
@@ -246,6 +272,9 @@ func (c *Config) Validate() error {
 		nonNeg("temperature", &c.Temperature),
 		nonNeg("overlap_score_credit", &c.OverlapScoreCredit),
 		nonNeg("prefill_load_scale", &c.PrefillLoadScale),
+		nonNeg("overlap_score_credit_decay", &c.OverlapScoreCreditDecay),
+		nonNeg("decode_active_request_weight", &c.DecodeActiveRequestWeight),
+		nonNeg("predicted_ttl_ms", c.PredictedTTLMS),
 		positive("approx_ttl_ms", &c.ApproxTTLMS),
 		nonNeg("queue_threshold", c.QueueThreshold),
 		positive("queue_timeout_ms", c.QueueTimeoutMS),
@@ -270,6 +299,7 @@ func (c *Config) Validate() error {
 		key string
 		v   *float64
 	}{{"temperature", &c.Temperature}, {"overlap_score_credit", &c.OverlapScoreCredit}, {"prefill_load_scale", &c.PrefillLoadScale}, {"approx_ttl_ms", &c.ApproxTTLMS},
+		{"overlap_score_credit_decay", &c.OverlapScoreCreditDecay}, {"decode_active_request_weight", &c.DecodeActiveRequestWeight}, {"predicted_ttl_ms", c.PredictedTTLMS},
 		{"queue_threshold", c.QueueThreshold}, {"queue_timeout_ms", c.QueueTimeoutMS},
 		{"active_decode_blocks_threshold", c.ActiveDecodeBlocksThreshold}, {"active_prefill_tokens_threshold", c.ActivePrefillTokensThreshold},
 		{"active_prefill_tokens_threshold_frac", c.ActivePrefillTokensThresholdFrac}, {"prefill_tokens_per_ms", c.PrefillTokensPerMS},
@@ -293,6 +323,14 @@ func (c *Config) Validate() error {
 	}
 	if c.BlockSize == 0 || c.BlockSize > 1<<20 {
 		return fmt.Errorf("config block_size: expected 1 to %d tokens, got %d", 1<<20, c.BlockSize)
+	}
+	if c.PredictedTTLMS != nil && !c.KVEvents {
+		// Dynamo: "router_predicted_ttl_secs requires use_kv_events=true"
+		// (approximate mode already learns from placements).
+		return fmt.Errorf("config predicted_ttl_ms: requires kv_events true (approximate mode already learns every placement, for approx_ttl_ms)")
+	}
+	if v := c.EncoderCudaToCPURatio; v == 0 || v > MaxNumber {
+		return fmt.Errorf("config encoder_cuda_to_cpu_ratio: expected 1 to %d, got %d", uint64(MaxNumber), v)
 	}
 	if c.PrefillLoadModel == PrefillLoadLinear && c.PrefillTokensPerMS == nil {
 		return fmt.Errorf("config prefill_tokens_per_ms: required by prefill_load_model \"linear\"")

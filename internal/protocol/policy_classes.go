@@ -112,7 +112,7 @@ func (c *Config) validateWorkerSelection() error {
 			return fmt.Errorf("%s.name: worker_selection contains duplicate instance %q", key, in.Name)
 		}
 		names[in.Name] = true
-		if err := oneOf(field+".type", in.Type, Policies...); err != nil {
+		if err := checkPolicy(field+".type", in.Type); err != nil {
 			return err
 		}
 		p := &in.Parameters

@@ -3,6 +3,7 @@ package selector
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -29,6 +30,7 @@ const (
 	ReadsRouted                           // Candidate.Routed and TreeBlocks: the routed-prompt tree
 	ReadsWaiting                          // Candidate.Waiting
 	ReadsKVUsage                          // Candidate.KVUsage
+	ReadsDevice                           // Candidate.CPU
 )
 
 // Spec is one policy's entry.
@@ -62,6 +64,12 @@ var specs = map[protocol.Policy]Spec{
 		Picks: "uniformly at random", pick: pickRandom},
 	protocol.PolicyLeastLoaded: {Reads: ReadsActiveRequests, Dynamo: "least-loaded",
 		Picks: "the fewest requests in flight (ties drawn)", pick: pickLeastLoaded},
+	protocol.PolicyPowerOfTwo: {Reads: ReadsActiveRequests, Dynamo: "power-of-two",
+		Picks: "two distinct candidates drawn, the one with fewer requests in flight (the first drawn on a tie)", pick: pickPowerOfTwo},
+	protocol.PolicyDirect: {Reads: ReadsActiveRequests, Dynamo: "direct",
+		Picks: "the worker the request names (worker_id, required), its least loaded rank unless dp_rank names one", pick: pickLeastLoaded},
+	protocol.PolicyDeviceAwareWeighted: {Reads: ReadsActiveRequests | ReadsDevice, Dynamo: "device-aware-weighted",
+		Picks: "the least loaded CPU worker while CPU load is below its share (encoder_cuda_to_cpu_ratio), else the least loaded accelerator", pick: pickDeviceAware},
 	protocol.PolicySessionHash: {Reads: ReadsKey,
 		Picks: "the session hashed onto a rank (rendezvous), round robin without a session", pick: pickSessionHash},
 	protocol.PolicySGLang: {Reads: ReadsActiveRequests | ReadsRouted,
@@ -200,4 +208,103 @@ func pickLeastLoaded(_ *Params, _ Request, scores []Score, cands []Candidate, dr
 		}
 	}
 	return pick
+}
+
+// pickPowerOfTwo is Dynamo's power-of-two choices: a first candidate drawn
+// uniformly, a second uniformly among the others, and the one with fewer
+// requests in flight, the first on a tie. Each candidate's probability is
+// exact: of the n(n-1) ordered pairs, it wins those where it is drawn first
+// against one as loaded or more, and those where it is drawn second
+// against one more loaded.
+func pickPowerOfTwo(_ *Params, _ Request, scores []Score, cands []Candidate, draws Draws, _ spread) int {
+	n := len(cands)
+	first := draws.Index(n)
+	second := (first + 1 + draws.Index(n-1)) % n
+	loads := make([]uint64, n)
+	for i := range cands {
+		loads[i] = cands[i].ActiveRequests
+	}
+	slices.Sort(loads)
+	pairs := float64(n) * float64(n-1)
+	for i := range cands {
+		l := cands[i].ActiveRequests
+		below, _ := slices.BinarySearch(loads, l) // loads under l
+		above := n - upperBound(loads, l)         // loads over l
+		asLoaded := n - below - 1                 // others at l or over
+		scores[i].Prob = float64(asLoaded+above) / pairs
+	}
+	if cands[first].ActiveRequests <= cands[second].ActiveRequests {
+		return first
+	}
+	return second
+}
+
+// upperBound is the number of sorted values at or below v.
+func upperBound(sorted []uint64, v uint64) int {
+	i, _ := slices.BinarySearchFunc(sorted, v, func(x, v uint64) int {
+		if x <= v {
+			return -1
+		}
+		return 1
+	})
+	return i
+}
+
+// pickDeviceAware is Dynamo's device-aware-weighted mode: the least loaded
+// CPU worker and the least loaded accelerator (ties drawn, CPU first), and
+// the CPU one only while the CPU workers' requests in flight are below
+// their share, the accelerators' total times the CPU workers over
+// encoder_cuda_to_cpu_ratio times the accelerators (in integers, as
+// Dynamo); with one kind only, its least loaded. Dynamo first sends a
+// multimodal request to a worker holding all its embeddings; requests
+// here carry none.
+func pickDeviceAware(p *Params, _ Request, scores []Score, cands []Candidate, draws Draws, _ spread) int {
+	type class struct {
+		count, total, least uint64
+		ties                int
+	}
+	var cls [2]class // by CPU
+	for i := range cls {
+		cls[i].least = math.MaxUint64
+	}
+	for _, c := range cands {
+		k := &cls[b2i(c.CPU)]
+		k.count++
+		k.total += c.ActiveRequests
+		switch {
+		case c.ActiveRequests < k.least:
+			k.least, k.ties = c.ActiveRequests, 1
+		case c.ActiveRequests == k.least:
+			k.ties++
+		}
+	}
+	var nth [2]int
+	for _, cpu := range [...]int{1, 0} {
+		if cls[cpu].ties > 1 {
+			nth[cpu] = draws.Index(cls[cpu].ties)
+		}
+	}
+	cpu, accel := &cls[1], &cls[0]
+	useCPU := accel.count == 0 ||
+		cpu.count > 0 && cpu.total < accel.total*cpu.count/(p.CudaToCPURatio*accel.count)
+	want := b2i(useCPU)
+	pick, seen := 0, 0
+	for i, c := range cands {
+		scores[i].Prob = 0
+		if b2i(c.CPU) == want && c.ActiveRequests == cls[want].least {
+			scores[i].Prob = 1 / float64(cls[want].ties)
+			if seen == nth[want] {
+				pick = i
+			}
+			seen++
+		}
+	}
+	return pick
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -19,13 +19,16 @@ import (
 
 // Params is the config selection reads.
 type Params struct {
-	Policy             protocol.Policy
-	BlockSize          uint64
-	Temperature        float64
-	OverlapScoreCredit float64
-	PrefillLoadScale   float64
-	SGLang             protocol.SGLangConfig
-	LLMD               protocol.LLMDConfig
+	Policy                    protocol.Policy
+	BlockSize                 uint64
+	Temperature               float64
+	OverlapScoreCredit        float64
+	OverlapScoreCreditDecay   float64
+	PrefillLoadScale          float64
+	DecodeActiveRequestWeight float64
+	CudaToCPURatio            uint64
+	SGLang                    protocol.SGLangConfig
+	LLMD                      protocol.LLMDConfig
 }
 
 // ParamsOf takes the selection params of role from a config: the
@@ -33,7 +36,8 @@ type Params struct {
 func ParamsOf(cfg *protocol.Config, role protocol.Role) Params {
 	policy, temperature, credit, scale := cfg.Selection(role)
 	return Params{Policy: policy, BlockSize: cfg.BlockSize, Temperature: temperature,
-		OverlapScoreCredit: credit, PrefillLoadScale: scale, SGLang: cfg.SGLang, LLMD: cfg.LLMD}
+		OverlapScoreCredit: credit, OverlapScoreCreditDecay: cfg.OverlapScoreCreditDecay, PrefillLoadScale: scale,
+		DecodeActiveRequestWeight: cfg.DecodeActiveRequestWeight, CudaToCPURatio: cfg.EncoderCudaToCPURatio, SGLang: cfg.SGLang, LLMD: cfg.LLMD}
 }
 
 // Candidate is one rank the request may go to, as selection sees it.
@@ -47,6 +51,7 @@ type Candidate struct {
 	TreeBlocks     uint64  // blocks in the rank's routed tree (sglang_cache_aware)
 	Waiting        uint64  // requests booked on the rank whose prefill has not completed (llmd's queue)
 	KVUsage        float64 // active blocks over total_kv_blocks, 0 when that is not known (llmd's KV-cache utilisation)
+	CPU            bool    // the rank's worker runs on a CPU (device_aware_weighted)
 }
 
 // Score is one candidate's cost and its chance of being chosen. It holds no
@@ -93,20 +98,24 @@ type Request struct {
 // scores (Result.Scores aliases it).
 func Select(p Params, req Request, cands []Candidate, preferred int, draws Draws, scratch []Score) Result {
 	scores := slices.Grow(scratch[:0], len(cands))[:len(cands)]
+	least := leastPrefill(&p, cands)
 	for i := range cands {
-		scores[i] = Cost(&p, req.ISL, &cands[i])
+		scores[i] = cost(&p, req.ISL, least, &cands[i])
 	}
 	index, ties, best := pick(&p, req, scores, cands, preferred, draws)
 	return Result{Index: index, Chosen: scores[index], Ties: ties, BestCost: best, Scores: scores}
 }
 
 // Cheapest reports whether PickCheapest chooses as Select would: under a
-// policy that picks by cost alone (kv) at temperature 0 with no preferred candidate, where only the
-// lowest cost matters. (pick's own temperature-0 branch draws among the
-// ties the same way; the engine's TestCheapestSelectsAsEveryScore holds
-// the two together.)
+// policy that picks by cost alone (kv) at temperature 0 with no preferred
+// candidate, where only the lowest cost matters, and with a cost that reads
+// no more than CostOf does (no credit decay, which reads every candidate's
+// prefill, and no active-request weight). (pick's own temperature-0 branch
+// draws among the ties the same way; the engine's
+// TestCheapestSelectsAsEveryScore holds the two together.)
 func Cheapest(p *Params, preferred int) bool {
-	return Of(p.Policy).ByCost && p.Temperature == 0 && preferred < 0
+	return Of(p.Policy).ByCost && p.Temperature == 0 && preferred < 0 &&
+		p.OverlapScoreCreditDecay == 0 && p.DecodeActiveRequestWeight == 0
 }
 
 // PickCheapest is Select's choice where Cheapest holds, from each
@@ -140,27 +149,61 @@ func PickCheapest(costs []float64, draws Draws) (index, ties int, best float64) 
 	panic("selector: no candidate at the lowest cost")
 }
 
-// Cost is Dynamo's cost of a candidate (lower wins): the prefill work in
-// blocks after crediting the cached overlap, weighted, plus the candidate's
-// active blocks once the request's new blocks join them.
+// Cost is Dynamo's cost of a candidate (lower wins) where Cheapest holds:
+// the prefill work in blocks after crediting the cached overlap, weighted,
+// plus the candidate's active blocks once the request's new blocks join
+// them.
 func Cost(p *Params, isl uint64, c *Candidate) Score {
-	prefill := prefillBlocks(p, isl, c.Overlap, c.PrefillTokens)
-	return Score{Overlap: c.Overlap, Prefill: prefill, Decode: c.DecodeBlocks, Cost: costOf(p, prefill, c.DecodeBlocks)}
+	return cost(p, isl, c.PrefillTokens, c)
+}
+
+// cost is Dynamo's whole cost of a candidate, given the least prefill
+// booked on any candidate (least; only the credit decay reads it):
+//
+//	prefill = max((booked prefill + isl) / block_size - credit x decay x overlap, 0)
+//	cost    = prefill_load_scale x prefill + active blocks + decode_active_request_weight x active requests
+//	decay   = 1 / (1 + overlap_score_credit_decay x ((booked prefill - least) / block_size) / (isl / block_size))
+//
+// The decay shrinks the credit on a rank with more prefill booked than the
+// least loaded candidate, so a cached prefix stops drawing every request
+// onto a rank that is busy prefilling; the request weight makes a rank's
+// requests in flight cost beyond their blocks.
+func cost(p *Params, isl uint64, least float64, c *Candidate) Score {
+	credit := p.OverlapScoreCredit
+	if p.OverlapScoreCreditDecay != 0 && c.PrefillTokens > least {
+		bs := float64(p.BlockSize)
+		excess := float64((c.PrefillTokens - least) / bs)
+		credit = float64(credit / float64(1+float64(p.OverlapScoreCreditDecay*excess)/float64(float64(isl)/bs)))
+	}
+	prefill := prefillBlocks(p, isl, c.Overlap, c.PrefillTokens, credit)
+	decode := float64(c.DecodeBlocks)
+	if p.DecodeActiveRequestWeight != 0 {
+		decode += float64(p.DecodeActiveRequestWeight * float64(c.ActiveRequests))
+	}
+	return Score{Overlap: c.Overlap, Prefill: prefill, Decode: c.DecodeBlocks, Cost: float64(p.PrefillLoadScale*prefill) + decode}
+}
+
+// leastPrefill is the least prefill booked on any candidate, when the
+// credit decay reads it.
+func leastPrefill(p *Params, cands []Candidate) float64 {
+	least := math.Inf(1)
+	if p.OverlapScoreCreditDecay != 0 {
+		for i := range cands {
+			least = min(least, cands[i].PrefillTokens)
+		}
+	}
+	return least
 }
 
 // CostOf is Cost's cost alone, from the fields of a Candidate it reads.
 func CostOf(p *Params, isl, overlap uint64, prefillTokens float64, decodeBlocks uint64) float64 {
-	return costOf(p, prefillBlocks(p, isl, overlap, prefillTokens), decodeBlocks)
+	return float64(p.PrefillLoadScale*prefillBlocks(p, isl, overlap, prefillTokens, p.OverlapScoreCredit)) + float64(decodeBlocks)
 }
 
 // prefillBlocks is the prefill work in blocks after the overlap credit.
-func prefillBlocks(p *Params, isl, overlap uint64, prefillTokens float64) float64 {
+func prefillBlocks(p *Params, isl, overlap uint64, prefillTokens, credit float64) float64 {
 	// float64() rounds each product on its own: no fused multiply-add (exp.go).
-	return max((prefillTokens+float64(isl))/float64(p.BlockSize)-float64(p.OverlapScoreCredit*float64(overlap)), 0)
-}
-
-func costOf(p *Params, prefill float64, decodeBlocks uint64) float64 {
-	return float64(p.PrefillLoadScale*prefill) + float64(decodeBlocks)
+	return max((prefillTokens+float64(isl))/float64(p.BlockSize)-float64(credit*float64(overlap)), 0)
 }
 
 // pick chooses among scores: the preferred index when there is one, else
