@@ -103,7 +103,7 @@ func (b *decodeBuckets) move(pos int32, from, to *rankLoad) {
 // ready list (rr), from its buckets.
 func (e *Engine) selectBucketed(d *demand, rr *roleRanks) selector.Result {
 	b := &rr.buckets
-	loads, overlap, hits, p := e.fleet.loads, e.overlap, e.hits, e.paramsOf(d.role)
+	loads, overlap, hits, p := e.fleet.loads, e.overlap, e.hits, e.paramsFor(d)
 	blocks := uint64(len(d.local)) + d.privateBlocks
 	cost := func(pos int32) float64 {
 		c := e.cheapCandidate(d, rr.slots[pos])

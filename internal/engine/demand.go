@@ -6,6 +6,7 @@ import (
 	"github.com/offline-router/offline-router/internal/affinity"
 	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/protocol"
+	"github.com/offline-router/offline-router/internal/selector"
 )
 
 // demand is what a place command asks for, fixed when it arrives: its
@@ -23,12 +24,13 @@ type demand struct {
 	pinRank       *uint32
 	arrival       float64
 	tier          int64
-	priority      float64       // seconds of queue jump
-	class         int           // its policy class, an index of the engine's classes
-	key           *affinity.Key // session affinity key, if any
-	session       string        // the session id, "" when none (session_hash)
-	bound         *binding      // the bound binding it arrived under, if any
-	hardBound     bool          // ... and it must go to that binding's rank
+	priority      float64          // seconds of queue jump
+	class         int              // its policy class, an index of the engine's classes
+	key           *affinity.Key    // session affinity key, if any
+	session       string           // the session id, "" when none (session_hash)
+	bound         *binding         // the bound binding it arrived under, if any
+	hardBound     bool             // ... and it must go to that binding's rank
+	params        *selector.Params // its own selection params (router_config_override), nil for its role's
 }
 
 // newDemand checks a place command arriving at time t and derives its
@@ -44,9 +46,14 @@ func (e *Engine) newDemand(c *protocol.Command, t float64) (*demand, *protocol.E
 	if _, ok := e.requests[c.RequestID]; ok {
 		return nil, protocol.Errorf(protocol.CodeDuplicateRequest, "request %q is already in flight", c.RequestID)
 	}
+	role := firstRole(c.Role, "", protocol.RoleAggregated)
+	if e.paramsOf(role).Policy == protocol.PolicyDirect && c.WorkerID == nil {
+		// Dynamo: "worker ID required for ... request in Direct routing mode".
+		return nil, protocol.Errorf(protocol.CodeInvalidField, "field \"worker_id\": required for a %s request under policy direct (Dynamo's Direct routing mode takes the worker from the request)", role)
+	}
 	bs := e.cfg.BlockSize
 	d := &demand{
-		id: c.RequestID, role: firstRole(c.Role, "", protocol.RoleAggregated), isl: c.ISL(),
+		id: c.RequestID, role: role, isl: c.ISL(),
 		allowed: c.AllowedWorkers, pin: c.WorkerID, pinRank: c.DPRank, arrival: t, class: class,
 	}
 	if c.SessionID != nil {
@@ -81,7 +88,29 @@ func (e *Engine) newDemand(c *protocol.Command, t float64) (*demand, *protocol.E
 		d.seq = kvindex.SequenceHashes(d.local)
 	}
 	d.privateBlocks = d.islBlocks - uint64(len(d.local))
+	d.params = e.overridden(role, c.RouterConfigOverride)
 	return d, nil
+}
+
+// overridden is the selection params of a request of role under its
+// router_config_override, or nil when it changes none: Dynamo's override
+// replaces the credit (before its decay), the prefill scale and the
+// temperature for the one request.
+func (e *Engine) overridden(role protocol.Role, o *protocol.RouterConfigOverride) *selector.Params {
+	if o == nil || o.OverlapScoreCredit == nil && o.PrefillLoadScale == nil && o.RouterTemperature == nil {
+		return nil
+	}
+	p := *e.paramsOf(role)
+	if o.OverlapScoreCredit != nil {
+		p.OverlapScoreCredit = *o.OverlapScoreCredit
+	}
+	if o.PrefillLoadScale != nil {
+		p.PrefillLoadScale = *o.PrefillLoadScale
+	}
+	if o.RouterTemperature != nil {
+		p.Temperature = *o.RouterTemperature
+	}
+	return &p
 }
 
 // checkPin reports why a pinned demand cannot go to its worker now.

@@ -94,6 +94,15 @@ func New(cfg protocol.Config) (*Engine, error) {
 // paramsOf is what selection reads for a request of role.
 func (e *Engine) paramsOf(role protocol.Role) *selector.Params { return &e.params[roleIndex(role)] }
 
+// paramsFor is what selection reads for d: its role's, or its own where
+// its router_config_override changes them.
+func (e *Engine) paramsFor(d *demand) *selector.Params {
+	if d.params != nil {
+		return d.params
+	}
+	return e.paramsOf(d.role)
+}
+
 func (e *Engine) growScratch() {
 	// Capacity grows as append's does, so a fleet of n workers coming up one
 	// by one costs O(n) in all; the length stays n, which the walks clear.

@@ -19,7 +19,7 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 		routed = e.routedMatches(d)
 	}
 	var sel selector.Result
-	switch cheapest := selector.Cheapest(e.paramsOf(d.role), preferred) && e.cfg.Evidence != protocol.EvidenceFull; {
+	switch cheapest := selector.Cheapest(e.paramsFor(d), preferred) && e.cfg.Evidence != protocol.EvidenceFull; {
 	case cheapest && cs.role != nil && cs.role.version == cs.version:
 		sel = e.selectBucketed(d, cs.role)
 	case cheapest:
@@ -49,9 +49,9 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 
 // selectAmong costs every candidate and selects among them.
 func (e *Engine) selectAmong(d *demand, cs candidateSet, preferred int, routed []uint32) selector.Result {
-	params := e.paramsOf(d.role)
+	params := e.paramsFor(d)
 	reads := selector.Of(params.Policy).Reads
-	load, key := reads&(selector.ReadsWaiting|selector.ReadsKVUsage) != 0, reads&selector.ReadsKey != 0
+	load, key, device := reads&(selector.ReadsWaiting|selector.ReadsKVUsage) != 0, reads&selector.ReadsKey != 0, reads&selector.ReadsDevice != 0
 	cands := slices.Grow(e.cands[:0], len(cs.ranks))[:len(cs.ranks)]
 	e.cands = cands
 	for i, r := range cs.ranks {
@@ -65,6 +65,9 @@ func (e *Engine) selectAmong(d *demand, cs candidateSet, preferred int, routed [
 		}
 		if key {
 			cands[i].Key = r.w.id*0x9e3779b97f4a7c15 ^ uint64(r.dp)
+		}
+		if device {
+			cands[i].CPU = r.w.cpu
 		}
 		if routed != nil {
 			cands[i].Routed, cands[i].TreeBlocks = uint64(routed[r.slot]), uint64(len(r.routed))
@@ -82,11 +85,11 @@ func (e *Engine) selectCheapest(d *demand, cs candidateSet) selector.Result {
 	e.costs = costs
 	for i, s := range cs.slots {
 		c := e.cheapCandidate(d, s)
-		costs[i] = selector.CostOf(e.paramsOf(d.role), d.isl, c.Overlap, c.PrefillTokens, c.DecodeBlocks)
+		costs[i] = selector.CostOf(e.paramsFor(d), d.isl, c.Overlap, c.PrefillTokens, c.DecodeBlocks)
 	}
 	index, ties, best := selector.PickCheapest(costs, e.draws)
 	chosen := e.cheapCandidate(d, cs.slots[index])
-	return selector.Result{Index: index, Chosen: selector.Cost(e.paramsOf(d.role), d.isl, &chosen), Ties: ties, BestCost: best}
+	return selector.Result{Index: index, Chosen: selector.Cost(e.paramsFor(d), d.isl, &chosen), Ties: ties, BestCost: best}
 }
 
 // cheapCandidate is the rank at slot s as Cost reads it, from its load
@@ -119,7 +122,7 @@ func (e *Engine) reason(d *demand, chosen *rank, candidates int) string {
 	case candidates == 1:
 		return protocol.ReasonOnlyCandidate
 	}
-	return string(e.paramsOf(d.role).Policy)
+	return string(e.paramsFor(d).Policy)
 }
 
 // evidence is why the selection chose as it did: the summary, and with

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"slices"
 
 	"github.com/offline-router/offline-router/internal/kvindex"
@@ -63,7 +64,7 @@ func (e *Engine) predictedRecord(d *demand, r *rank) {
 	if p == nil || len(d.local) == 0 {
 		return
 	}
-	deadline := e.now + *e.cfg.PredictedTTLMS
+	deadline := predictedDeadline(e.now, *e.cfg.PredictedTTLMS)
 	e.blocks = e.blocks[:0]
 	for i := range d.local {
 		e.blocks = append(e.blocks, kvindex.Block{BlockHash: d.seq[i], TokensHash: d.local[i]})
@@ -71,6 +72,16 @@ func (e *Engine) predictedRecord(d *demand, r *rank) {
 	}
 	p.index.Store(kvindex.RankID(r.slot), nil, e.blocks)
 	p.blocks.compact(e.fleet.slots)
+}
+
+// expiryBucketMS is the grain of a predicted block's deadline: Dynamo
+// rounds each expiry up to a 100 ms bucket, so blocks written a few ms
+// apart expire together.
+const expiryBucketMS = 100
+
+// predictedDeadline is when a block written at now with ttl expires.
+func predictedDeadline(now, ttl float64) float64 {
+	return float64(math.Ceil((now+ttl)/expiryBucketMS) * expiryBucketMS)
 }
 
 // predictedExpire drops the side index's blocks whose deadline is at or

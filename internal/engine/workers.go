@@ -31,6 +31,7 @@ type worker struct {
 	totalKVBlocks       *uint64
 	maxNumBatchedTokens *uint64
 	maxNumSeqs          *uint64
+	cpu                 bool    // its device_type is "cpu" (device_aware_weighted)
 	ranks               []*rank // ascending dp_rank
 	unlisted            bool    // no longer ready: leaves the ready list when it is next read
 }
@@ -196,6 +197,7 @@ func (e *Engine) workerReady(c *protocol.Command) {
 		totalKVBlocks:       orDefault(c.TotalKVBlocks, d.TotalKVBlocks),
 		maxNumBatchedTokens: orDefault(c.MaxNumBatchedTokens, d.MaxNumBatchedTokens),
 		maxNumSeqs:          orDefault(c.MaxNumSeqs, d.MaxNumSeqs),
+		cpu:                 c.DeviceType == protocol.DeviceCPU,
 	}
 	for i := range dpSize {
 		r := &rank{w: w, dp: dpStart + i, prefill: prefillLoad{prefillLevel: prefillLevel{rate: e.prefillRate(), last: e.now}}}

@@ -162,18 +162,19 @@ func Cost(p *Params, isl uint64, c *Candidate) Score {
 //
 //	prefill = max((booked prefill + isl) / block_size - credit x decay x overlap, 0)
 //	cost    = prefill_load_scale x prefill + active blocks + decode_active_request_weight x active requests
-//	decay   = 1 / (1 + overlap_score_credit_decay x ((booked prefill - least) / block_size) / (isl / block_size))
+//	decay   = 1 / (1 + overlap_score_credit_decay x ((booked prefill - least) / block_size) / ceil(isl / block_size))
 //
 // The decay shrinks the credit on a rank with more prefill booked than the
 // least loaded candidate, so a cached prefix stops drawing every request
 // onto a rank that is busy prefilling; the request weight makes a rank's
-// requests in flight cost beyond their blocks.
+// requests in flight (before this one) cost beyond their blocks.
 func cost(p *Params, isl uint64, least float64, c *Candidate) Score {
 	credit := p.OverlapScoreCredit
-	if p.OverlapScoreCreditDecay != 0 && c.PrefillTokens > least {
-		bs := float64(p.BlockSize)
-		excess := float64((c.PrefillTokens - least) / bs)
-		credit = float64(credit / float64(1+float64(p.OverlapScoreCreditDecay*excess)/float64(float64(isl)/bs)))
+	bs := p.BlockSize
+	if requestBlocks := isl/bs + min(isl%bs, 1); p.OverlapScoreCreditDecay != 0 && c.PrefillTokens > least && requestBlocks > 0 {
+		excess := (c.PrefillTokens - least) / float64(bs)
+		decay := 1 / (1 + float64(p.OverlapScoreCreditDecay*(excess/float64(requestBlocks))))
+		credit = float64(credit * decay)
 	}
 	prefill := prefillBlocks(p, isl, c.Overlap, c.PrefillTokens, credit)
 	decode := float64(c.DecodeBlocks)
