@@ -49,7 +49,7 @@ func (e *Engine) newDemand(c *protocol.Command, t float64) (*demand, *protocol.E
 	role := firstRole(c.Role, "", protocol.RoleAggregated)
 	if e.paramsOf(role).Policy == protocol.PolicyDirect && c.WorkerID == nil {
 		// Dynamo: "worker ID required for ... request in Direct routing mode".
-		return nil, protocol.Errorf(protocol.CodeInvalidField, "field \"worker_id\": required for a %s request under policy direct (Dynamo's Direct routing mode takes the worker from the request)", role)
+		return nil, protocol.Errorf(protocol.CodeInvalidField, "field \"worker_id\": required under policy direct, which takes the worker from the request (Dynamo's Direct routing mode; role %s)", role)
 	}
 	bs := e.cfg.BlockSize
 	d := &demand{
