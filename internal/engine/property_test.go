@@ -29,8 +29,14 @@ func drawConfig(t *rapid.T) protocol.Config {
 	cfg := protocol.DefaultConfig()
 	cfg.Seed = rapid.Uint64().Draw(t, "seed")
 	cfg.Temperature = rapid.SampledFrom([]float64{0, 0.5}).Draw(t, "temperature")
-	cfg.Policy = rapid.SampledFrom([]protocol.Policy{protocol.PolicyKV, protocol.PolicyKV, protocol.PolicySGLang, protocol.PolicyLLMD}).Draw(t, "policy")
+	cfg.Policy = rapid.SampledFrom([]protocol.Policy{protocol.PolicyKV, protocol.PolicyKV, protocol.PolicySGLang, protocol.PolicyLLMD,
+		protocol.PolicyPowerOfTwo, protocol.PolicyDeviceAwareWeighted, protocol.PolicyDirect}).Draw(t, "policy")
 	cfg.SGLang.EvictionIntervalMS, cfg.SGLang.MaxTreeSize = 50, 4
+	// The whole cost: the decay and the request weight, and predict-on-route
+	// with a TTL short enough to expire within a case.
+	cfg.OverlapScoreCreditDecay = rapid.SampledFrom([]float64{0, 0, 1, 4}).Draw(t, "decay")
+	cfg.DecodeActiveRequestWeight = rapid.SampledFrom([]float64{0, 0, 3}).Draw(t, "request_weight")
+	cfg.PredictedTTLMS = rapid.SampledFrom([]*float64{nil, nil, ptrTo(0.0), ptrTo(150.0)}).Draw(t, "predicted_ttl")
 	if rapid.Bool().Draw(t, "queue") {
 		cfg.QueueThreshold = ptrTo(rapid.SampledFrom([]float64{0, 0.5, 1, 2}).Draw(t, "queue_threshold"))
 		cfg.QueuePolicy = rapid.SampledFrom([]protocol.QueuePolicy{protocol.QueueFCFS, protocol.QueueWSPT, protocol.QueueLCFS}).Draw(t, "queue_policy")
@@ -91,6 +97,7 @@ func drawCommand(t *rapid.T, e *Engine) *protocol.Command {
 		c.DPSize = ptrTo(uint32(rapid.IntRange(1, 2).Draw(t, "dp_size")))
 		c.MaxNumBatchedTokens = rapid.SampledFrom([]*uint64{nil, ptrTo(uint64(32)), ptrTo(uint64(128))}).Draw(t, "mbt")
 		c.TotalKVBlocks = rapid.SampledFrom([]*uint64{nil, ptrTo(uint64(40))}).Draw(t, "kv")
+		c.DeviceType = rapid.SampledFrom([]protocol.DeviceType{"", protocol.DeviceCPU, protocol.DeviceCUDA}).Draw(t, "device")
 	case 1:
 		c.Op, c.WorkerID = protocol.OpWorkerDraining, worker()
 	case 2:
@@ -110,6 +117,13 @@ func drawCommand(t *rapid.T, e *Engine) *protocol.Command {
 		c.ParentSessionID = rapid.SampledFrom([]*string{nil, nil, ptrTo("p")}).Draw(t, "parent")
 		c.StrictPriority = ptrTo(int64(rapid.IntRange(0, 1).Draw(t, "tier")))
 		c.PolicyClass = rapid.SampledFrom([]*string{nil, ptrTo("a"), ptrTo("b"), ptrTo("open")}).Draw(t, "class")
+		if rapid.IntRange(0, 3).Draw(t, "override") == 0 {
+			c.RouterConfigOverride = &protocol.RouterConfigOverride{
+				OverlapScoreCredit: rapid.SampledFrom([]*float64{nil, ptrTo(0.0), ptrTo(2.0)}).Draw(t, "override_credit"),
+				PrefillLoadScale:   rapid.SampledFrom([]*float64{nil, ptrTo(0.0), ptrTo(3.0)}).Draw(t, "override_scale"),
+				RouterTemperature:  rapid.SampledFrom([]*float64{nil, ptrTo(0.0), ptrTo(1.0)}).Draw(t, "override_temperature"),
+			}
+		}
 	case 6:
 		c.Op, c.RequestID = protocol.OpDispatchCommitted, id()
 		// Often one in flight, so staged bindings commit and release their
