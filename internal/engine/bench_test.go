@@ -15,8 +15,12 @@ import (
 // placeBench is an engine with 64 workers whose caches hold shared
 // prefixes, and a pool of 100-block prompts over those prefixes.
 func placeBench(b *testing.B, workers, blocks int) (*Engine, []*protocol.Command) {
+	return placeBenchWith(b, protocol.DefaultConfig(), workers, blocks)
+}
+
+// placeBenchWith is placeBench under cfg.
+func placeBenchWith(b *testing.B, cfg protocol.Config, workers, blocks int) (*Engine, []*protocol.Command) {
 	b.Helper()
-	cfg := protocol.DefaultConfig()
 	e, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -153,5 +157,53 @@ func BenchmarkPlaceRanks(b *testing.B) {
 	}
 	for k := 1; k < len(counts); k++ {
 		b.ReportMetric(medians[k]/medians[0], fmt.Sprintf("x@%d", counts[k]))
+	}
+}
+
+// BenchmarkPlaceWholeCost: place as BenchmarkPlace64x100 does (64 workers,
+// 100-block prompts, 256 in flight), one virtual ms apart, under each of
+// the cost's knobs and the load-only modes: what each costs a placement
+// (docs/performance.md). Predict-on-route at a 1 s TTL keeps about a
+// thousand placements' blocks in its side index and expires the rest.
+func BenchmarkPlaceWholeCost(b *testing.B) {
+	for _, v := range []struct {
+		name string
+		set  func(*protocol.Config)
+	}{
+		{"default", func(*protocol.Config) {}},
+		{"predicted_ttl", func(c *protocol.Config) { c.PredictedTTLMS = ptrTo(1000.0) }},
+		{"credit_decay", func(c *protocol.Config) { c.OverlapScoreCreditDecay = 1 }},
+		{"request_weight", func(c *protocol.Config) { c.DecodeActiveRequestWeight = 1 }},
+		{"power_of_two", func(c *protocol.Config) { c.Policy = protocol.PolicyPowerOfTwo }},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			cfg := protocol.DefaultConfig()
+			v.set(&cfg)
+			e, prompts := placeBenchWith(b, cfg, 64, 100)
+			var resp protocol.Response
+			var durations []time.Duration
+			inflight := []string{}
+			i := 0
+			for b.Loop() {
+				c := prompts[i%len(prompts)]
+				c.RequestID, c.NowMS = "r"+strconv.Itoa(i), ptrTo(float64(i))
+				resp = protocol.Response{}
+				start := time.Now()
+				e.Apply(c, &resp)
+				durations = append(durations, time.Since(start))
+				if resp.Error != nil {
+					b.Fatal(resp.Error)
+				}
+				inflight = append(inflight, c.RequestID)
+				if len(inflight) > 256 {
+					resp = protocol.Response{}
+					e.Apply(&protocol.Command{Op: protocol.OpRequestTerminal, RequestID: inflight[0]}, &resp)
+					inflight = inflight[1:]
+				}
+				i++
+			}
+			slices.Sort(durations)
+			b.ReportMetric(float64(durations[len(durations)/2].Nanoseconds()), "ns/place-median")
+		})
 	}
 }

@@ -20,7 +20,7 @@ type Engine struct {
 	now       float64
 	fleet     fleet
 	index     *kvindex.Index
-	approx    *expiring
+	approx    *approxIndex
 	routed    *routedTree     // sglang_cache_aware's own tree; nil for other policies
 	predicted *predictedIndex // predict-on-route's side index; nil when off
 	active    *active.Tree

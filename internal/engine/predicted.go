@@ -17,11 +17,31 @@ import (
 // arrives. KV events never touch the side index: it is the router's guess,
 // and a guess that turns out right is then also in the main index, where
 // the per-rank maximum makes the two one.
+//
+// The clock never goes back and the TTL is fixed, so deadlines come in
+// the order the writes do: the writes wait in a first-in first-out log,
+// not a heap, and expiring one costs its blocks, not a log of the queue.
+// A block's deadline is its last write's (rank.predicted); an older
+// write of a block written again is passed over when it expires.
 type predictedIndex struct {
 	index   *kvindex.Index
-	blocks  *expiring
+	ttl     float64
+	live    int              // blocks with a deadline, on ranks that are up
+	log     []predictedWrite // from head on, in deadline order
+	head    int
+	hashes  []protocol.SequenceHash // the writes' blocks, in order, from hashHead on
+	hashAt  int
 	overlap []uint32         // by rank slot: the side index's own match
 	matched []kvindex.RankID // ranks either index gave an overlap, each once
+	expired []protocol.SequenceHash
+}
+
+// predictedWrite is one placement's blocks whose deadline it set: the
+// next n of the log's hashes.
+type predictedWrite struct {
+	r        *rank
+	deadline float64
+	n        int
 }
 
 // newPredictedIndex returns the side index when the config asks for one.
@@ -29,8 +49,17 @@ func newPredictedIndex(cfg *protocol.Config) *predictedIndex {
 	if cfg.PredictedTTLMS == nil {
 		return nil
 	}
-	return &predictedIndex{index: kvindex.New(),
-		blocks: &expiring{deadlines: func(r *rank) *map[protocol.SequenceHash]float64 { return &r.predicted }}}
+	return &predictedIndex{index: kvindex.New(), ttl: *cfg.PredictedTTLMS}
+}
+
+// expiryBucketMS is the grain of a predicted block's deadline: Dynamo
+// rounds each expiry up to a 100 ms bucket, so blocks written a few ms
+// apart expire together.
+const expiryBucketMS = 100
+
+// deadline is when a block written at now expires.
+func (p *predictedIndex) deadline(now float64) float64 {
+	return float64(math.Ceil((now+p.ttl)/expiryBucketMS) * expiryBucketMS)
 }
 
 // findOverlap writes into e.overlap, by rank slot, the leading blocks of
@@ -42,7 +71,7 @@ func (e *Engine) findOverlap(d *demand) []kvindex.RankID {
 	if p == nil {
 		return e.index.Matched()
 	}
-	e.predictedExpire()
+	p.expire(e.now)
 	if n := len(e.overlap); len(p.overlap) < n {
 		p.overlap = slices.Grow(p.overlap[:0], n)[:n]
 	}
@@ -58,37 +87,77 @@ func (e *Engine) findOverlap(d *demand) []kvindex.RankID {
 }
 
 // predictedRecord writes the placed prompt's blocks for its rank, each
-// with a fresh deadline.
+// with a fresh deadline. Blocks written again within one bucket keep
+// their entry; only blocks new to the rank are stored, as a chain from the
+// prompt's first block to its last new one.
 func (e *Engine) predictedRecord(d *demand, r *rank) {
 	p := e.predicted
 	if p == nil || len(d.local) == 0 {
 		return
 	}
-	deadline := predictedDeadline(e.now, *e.cfg.PredictedTTLMS)
-	e.blocks = e.blocks[:0]
-	for i := range d.local {
-		e.blocks = append(e.blocks, kvindex.Block{BlockHash: d.seq[i], TokensHash: d.local[i]})
-		p.blocks.set(r, d.seq[i], deadline)
+	deadline := p.deadline(e.now)
+	if r.predicted == nil {
+		r.predicted = map[protocol.SequenceHash]float64{}
 	}
-	p.index.Store(kvindex.RankID(r.slot), nil, e.blocks)
-	p.blocks.compact(e.fleet.slots)
+	written, newTo := 0, 0
+	for i, h := range d.seq[:len(d.local)] {
+		old, ok := r.predicted[h]
+		if ok && old == deadline {
+			continue
+		}
+		if !ok {
+			p.live++
+			newTo = i + 1
+		}
+		r.predicted[h] = deadline
+		p.hashes = append(p.hashes, h)
+		written++
+	}
+	if written > 0 {
+		p.log = append(p.log, predictedWrite{r, deadline, written})
+	}
+	if newTo > 0 {
+		e.blocks = e.blocks[:0]
+		for i := range newTo {
+			e.blocks = append(e.blocks, kvindex.Block{BlockHash: d.seq[i], TokensHash: d.local[i]})
+		}
+		p.index.Store(kvindex.RankID(r.slot), nil, e.blocks)
+	}
 }
 
-// expiryBucketMS is the grain of a predicted block's deadline: Dynamo
-// rounds each expiry up to a 100 ms bucket, so blocks written a few ms
-// apart expire together.
-const expiryBucketMS = 100
-
-// predictedDeadline is when a block written at now with ttl expires.
-func predictedDeadline(now, ttl float64) float64 {
-	return float64(math.Ceil((now+ttl)/expiryBucketMS) * expiryBucketMS)
+// expire drops the blocks whose deadline is at or before now: each write
+// due, the blocks whose deadline is still its own, from ranks still up.
+func (p *predictedIndex) expire(now float64) {
+	for p.head < len(p.log) && p.log[p.head].deadline <= now {
+		w := p.log[p.head]
+		p.expired = p.expired[:0]
+		for _, h := range p.hashes[p.hashAt : p.hashAt+w.n] {
+			if d, ok := w.r.predicted[h]; ok && d == w.deadline {
+				delete(w.r.predicted, h)
+				p.expired = append(p.expired, h)
+			}
+		}
+		if len(p.expired) > 0 {
+			p.live -= len(p.expired)
+			p.index.Remove(kvindex.RankID(w.r.slot), p.expired)
+		}
+		p.log[p.head] = predictedWrite{} // let a rank that went be collected
+		p.head++
+		p.hashAt += w.n
+	}
+	// The log's spent front is dropped once it is most of the log, so the
+	// log holds about the writes of one TTL, whatever the run's length.
+	if p.head > 1024 && p.head > len(p.log)/2 {
+		p.log = p.log[:copy(p.log, p.log[p.head:])]
+		p.hashes = p.hashes[:copy(p.hashes, p.hashes[p.hashAt:])]
+		p.head, p.hashAt = 0, 0
+	}
 }
 
-// predictedExpire drops the side index's blocks whose deadline is at or
-// before now.
-func (e *Engine) predictedExpire() {
-	p := e.predicted
-	p.blocks.expire(e.now, func(r *rank, h protocol.SequenceHash) int {
-		return p.index.Remove(kvindex.RankID(r.slot), []protocol.SequenceHash{h})
-	})
+// forget drops the side index's blocks of a rank that goes. Its writes
+// in the log find no deadline of theirs when they come due.
+func (p *predictedIndex) forget(r *rank) {
+	p.live -= len(r.predicted)
+	r.predicted = nil
+	p.index.DropRank(kvindex.RankID(r.slot))
 }

@@ -285,8 +285,7 @@ func (e *Engine) workerRemoved(w *worker) {
 			e.routed.index.DropRank(kvindex.RankID(r.slot))
 		}
 		if e.predicted != nil {
-			e.predicted.index.DropRank(kvindex.RankID(r.slot))
-			e.predicted.blocks.forget(r)
+			e.predicted.forget(r)
 		}
 		e.fleet.slots[r.slot] = nil
 		e.fleet.freeSlots = append(e.fleet.freeSlots, r.slot)
