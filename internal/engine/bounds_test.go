@@ -108,3 +108,37 @@ func TestApproxBlocksOfRanksGoneDoNotPileUp(t *testing.T) {
 		t.Errorf("no rank is up, yet %d deadlines are counted and the heap holds %d entries", e.approx.live, len(e.approx.queue))
 	}
 }
+
+// Predict-on-route's log must hold about the blocks that have a deadline:
+// a prompt written again bucket after bucket under a long TTL, and the
+// blocks of ranks that went, must not pile up in it (each write stays in
+// the log until its deadline otherwise).
+func TestPredictedWritesDoNotPileUp(t *testing.T) {
+	cfg := protocol.DefaultConfig()
+	cfg.PredictedTTLMS = ptrTo(1e12)
+	e, _ := New(cfg)
+	applyOKT(t, e, &protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(uint64(1))})
+	hashes := []protocol.LocalBlockHash{1, 2, 3, 4}
+	for i := range 5000 {
+		id, now := fmt.Sprint("r", i), float64(i*50) // a new bucket every other placement
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpPlace, RequestID: id, InputTokens: ptrTo(uint64(64)), BlockHashes: hashes, NowMS: &now})
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpRequestTerminal, RequestID: id})
+	}
+	p := e.predicted
+	if p.live != len(hashes) {
+		t.Fatalf("want %d blocks with a deadline, got %d", len(hashes), p.live)
+	}
+	if n := len(p.hashes) - p.hashAt; n > 4*len(hashes)+64 {
+		t.Errorf("the log holds %d blocks for %d with a deadline", n, len(hashes))
+	}
+	for i := range 5000 {
+		id, w := fmt.Sprint("g", i), uint64(100+i)
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpWorkerReady, WorkerID: &w})
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpPlace, RequestID: id, InputTokens: ptrTo(uint64(64)), BlockHashes: []protocol.LocalBlockHash{5, 6, 7, 8}, WorkerID: &w})
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpRequestTerminal, RequestID: id})
+		applyOKT(t, e, &protocol.Command{Op: protocol.OpWorkerRemoved, WorkerID: &w})
+	}
+	if n := len(p.hashes) - p.hashAt; p.live != len(hashes) || n > 4*len(hashes)+64 {
+		t.Errorf("after 5,000 ranks came and went: %d blocks with a deadline (want %d), %d in the log", p.live, len(hashes), n)
+	}
+}

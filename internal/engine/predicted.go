@@ -123,6 +123,34 @@ func (e *Engine) predictedRecord(d *demand, r *rank) {
 		}
 		p.index.Store(kvindex.RankID(r.slot), nil, e.blocks)
 	}
+	p.compact()
+}
+
+// compact drops from the log the blocks written again since (or of ranks
+// gone) once they outnumber the blocks with a deadline: a prompt routed
+// again and again under a long TTL costs its blocks once, not once a
+// bucket, and a rebuild is paid for by the writes since the last. The log
+// keeps its order, so expiry is as before.
+func (p *predictedIndex) compact() {
+	if len(p.hashes)-p.hashAt <= 2*p.live+64 {
+		return
+	}
+	log, hashes, at := p.log[:0], p.hashes[:0], p.hashAt
+	for _, w := range p.log[p.head:] {
+		kept := 0
+		for _, h := range p.hashes[at : at+w.n] {
+			if d, ok := w.r.predicted[h]; ok && d == w.deadline {
+				hashes = append(hashes, h) // never ahead of the reads: the log only shrinks
+				kept++
+			}
+		}
+		at += w.n
+		if kept > 0 {
+			log = append(log, predictedWrite{w.r, w.deadline, kept})
+		}
+	}
+	clear(p.log[len(log):])
+	p.log, p.hashes, p.head, p.hashAt = log, hashes, 0, 0
 }
 
 // expire drops the blocks whose deadline is at or before now: each write
