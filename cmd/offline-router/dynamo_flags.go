@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -25,6 +27,9 @@ type dynamoFlag struct {
 	// refuseValues are values of the flag with no equivalent here, with
 	// what to say.
 	refuseValues map[string]string
+	// choices, when set, are the values Dynamo's flag takes: any other is
+	// refused, as Dynamo's argparse does.
+	choices []string
 }
 
 // set is a conversion to one key, unchanged.
@@ -46,16 +51,14 @@ var dynamoFlags = []dynamoFlag{
 			return []wire.Override{{Key: "policy", Value: string(p)}}
 		}
 		return []wire.Override{{Key: "policy", Value: mode}}
-	}, refuseValues: map[string]string{
-		"power-of-two":          "is not offered here; least-loaded is the nearest",
-		"direct":                "is not offered here: pin a request with worker_id on place instead",
-		"device-aware-weighted": "is not offered here: workers have one device kind",
 	}},
 	{name: "kv-cache-block-size", kind: "uint", to: set("block_size")},
 	{name: "router-block-size", kind: "uint", to: set("block_size")},
 	{name: "router-temperature", kind: "float", to: set("temperature")},
 	{name: "router-kv-overlap-score-credit", kind: "float", to: set("overlap_score_credit")},
 	{name: "router-prefill-load-scale", kind: "float", to: set("prefill_load_scale")},
+	{name: "router-kv-overlap-score-credit-decay", kind: "float", to: set("overlap_score_credit_decay")},
+	{name: "router-decode-active-request-weight", kind: "float", to: set("decode_active_request_weight")},
 	// Dynamo's deprecated weight became the prefill scale; 0 also zeroes
 	// the credit (lib/kv-router scheduling config).
 	{name: "kv-overlap-score-weight", kind: "float", to: overlapWeight},
@@ -65,6 +68,14 @@ var dynamoFlags = []dynamoFlag{
 	{name: "no-router-kv-events", kind: "bool", to: negated("kv_events")},
 	{name: "router-ttl-secs", kind: "float", to: secondsTo("approx_ttl_ms")},
 	{name: "router-ttl", kind: "float", to: secondsTo("approx_ttl_ms")},
+	{name: "router-predicted-ttl-secs", kind: "float", to: secondsTo("predicted_ttl_ms")},
+	// Dynamo's flag came after the pinned commit (pull request #13701,
+	// with its lru policy); its default, ttl, is the only behaviour here,
+	// so it is taken and changes nothing.
+	{name: "router-approximate-cache-policy", kind: "string", to: func(any) []wire.Override { return nil },
+		choices: []string{"ttl", "lru"}, refuseValues: map[string]string{
+			"lru": "arrived in Dynamo after the commit this router follows (pull request #13701); approximate mode here expires blocks by TTL (--approx-ttl-ms)",
+		}},
 	{name: "router-queue-threshold", kind: "float", to: set("queue_threshold")},
 	{name: "router-queue-policy", kind: "string", to: set("queue_policy")},
 	{name: "router-prefill-load-model", kind: "string", to: set("prefill_load_model")},
@@ -77,12 +88,9 @@ var dynamoFlags = []dynamoFlag{
 	{name: "router-reset-states", kind: "bool", refuse: "has no equivalent: the router starts empty on every run"},
 	{name: "router-snapshot-threshold", refuse: "has no equivalent: there is no durable event stream to snapshot"},
 	{name: "router-track-active-blocks", kind: "bool", refuse: "has no equivalent: active blocks are always tracked"},
-	{name: "router-track-output-blocks", kind: "bool", refuse: "has no equivalent: output blocks are not tracked"},
+	{name: "router-track-output-blocks", kind: "bool", refuse: "is left out: decode progress does not reach the router here (docs/PROTOCOL.md §5, output blocks)"},
+	{name: "router-selection-policy", refuse: "is not in the Dynamo release this router follows: lmetric is an open proposal there, pull request #11028"},
 	{name: "router-assume-kv-reuse", kind: "bool", refuse: "has no equivalent"},
-	{name: "router-approximate-cache-policy", refuse: "has no equivalent: approximate mode (--kv-events=false) expires blocks by TTL (--approx-ttl-ms)"},
-	{name: "router-predicted-ttl-secs", refuse: "has no equivalent: predicted blocks live only in approximate mode (--kv-events=false, --approx-ttl-ms)"},
-	{name: "router-kv-overlap-score-credit-decay", refuse: "has no equivalent"},
-	{name: "router-decode-active-request-weight", refuse: "has no equivalent"},
 	{name: "router-track-prefill-tokens", kind: "bool", refuse: "has no equivalent: prefill tokens are always counted (--prefill-load-scale weighs them)"},
 	{name: "router-host-cache-hit-weight", refuse: "has no equivalent: only device-tier blocks count (events of other tiers are ignored)"},
 	{name: "router-disk-cache-hit-weight", refuse: "has no equivalent: only device-tier blocks count (events of other tiers are ignored)"},
@@ -147,6 +155,9 @@ func dynamoOverrides(f *pflag.FlagSet) (out, defaults []wire.Override, err error
 		}
 		if why, ok := d.refuseValues[fmt.Sprint(v)]; ok {
 			return nil, nil, fmt.Errorf("--%s %v (a Dynamo router flag) %s", d.name, v, why)
+		}
+		if d.choices != nil && !slices.Contains(d.choices, fmt.Sprint(v)) {
+			return nil, nil, fmt.Errorf("--%s %q (a Dynamo router flag): expected one of %s, as in Dynamo", d.name, v, strings.Join(d.choices, ", "))
 		}
 		for _, o := range d.to(v) {
 			o.Flag = "--" + d.name

@@ -917,6 +917,9 @@ func (o *replayOptions) contenderSet(src wire.ConfigSource, cfg protocol.Config)
 		}
 		out = append(out, replay.Contender{Name: spec.Name, Router: c, Overrides: spec.Settings})
 	}
+	if err := o.noDirect(out); err != nil {
+		return nil, err
+	}
 	if o.compare || len(o.policies)+len(o.contenders) > 0 {
 		for _, c := range out {
 			// A worker_selection instance replaces the config's policy: the
@@ -928,6 +931,31 @@ func (o *replayOptions) contenderSet(src wire.ConfigSource, cfg protocol.Config)
 		}
 	}
 	return out, nil
+}
+
+// noDirect refuses a contender that would place with policy direct, in any
+// role the cluster serves: direct sends a request to the worker it names,
+// and a trace names none (Dynamo's direct mode refuses such a request,
+// "worker ID required").
+func (o *replayOptions) noDirect(contenders []replay.Contender) error {
+	roles := []protocol.Role{protocol.RoleAggregated}
+	if o.cluster.Disaggregated() {
+		roles = []protocol.Role{protocol.RolePrefill, protocol.RoleDecode}
+	}
+	const why = "policy direct needs each request's worker_id, which replay traces do not carry; use --contender NAME=kv:... or another policy"
+	for _, c := range contenders {
+		for _, role := range roles {
+			p, _, _, _ := c.Router.Selection(role)
+			switch {
+			case p != protocol.PolicyDirect:
+			case c.Router.Policy == protocol.PolicyDirect:
+				return fmt.Errorf("contender %s: %s", c.Name, why)
+			default:
+				return fmt.Errorf("contender %s places %s requests with a worker_selection instance of type direct: %s", c.Name, role, why)
+			}
+		}
+	}
+	return nil
 }
 
 // checkComparison checks --repeats, --jobs and --baseline, and picks the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/goccy/go-json"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/replay"
@@ -246,12 +247,16 @@ func TestReplayUnderEveryRouterFlag(t *testing.T) {
 		t.Skip("replays in one goroutine: nothing for -race to check, at ten times the cost")
 	}
 	values := map[string][]string{
-		"policy":                                  {"round_robin", "random", "least_loaded", "session_hash", "sglang_cache_aware", "llmd"},
+		"policy":                                  {"round_robin", "random", "least_loaded", "power_of_two", "device_aware_weighted", "session_hash", "sglang_cache_aware", "llmd"},
 		"block_size":                              {"256"},
 		"seed":                                    {"7"},
 		"temperature":                             {"0.5"},
 		"overlap_score_credit":                    {"2"},
 		"prefill_load_scale":                      {"4"},
+		"overlap_score_credit_decay":              {"1"},
+		"decode_active_request_weight":            {"8"},
+		"predicted_ttl_ms":                        {"0", "500"},
+		"encoder_cuda_to_cpu_ratio":               {"1"},
 		"kv_events":                               {"false"},
 		"dedupe_event_ids":                        {"true"},
 		"approx_ttl_ms":                           {"50"},
@@ -285,6 +290,7 @@ func TestReplayUnderEveryRouterFlag(t *testing.T) {
 		"affinity.ttl_ms":                         {"--affinity-mode", "hard"},
 		"affinity.key":                            {"--affinity-mode", "hard"},
 		"approx_ttl_ms":                           {"--kv-events=false"},
+		"encoder_cuda_to_cpu_ratio":               {"--policy", "device_aware_weighted"},
 		"sglang.cache_threshold":                  {"--policy", "sglang_cache_aware"},
 		"sglang.balance_abs_threshold":            {"--policy", "sglang_cache_aware"},
 		"sglang.balance_rel_threshold":            {"--policy", "sglang_cache_aware"},
@@ -316,6 +322,8 @@ func TestReplayUnderEveryRouterFlag(t *testing.T) {
 			v = "none"
 		case "router-session-affinity-mode":
 			v = "soft"
+		case "router-approximate-cache-policy":
+			v = "ttl"
 		}
 		cases = append(cases, []string{"--" + d.name + "=" + v})
 	}
@@ -379,6 +387,8 @@ func TestReplayRefusesBeforeRunning(t *testing.T) {
 	defaults := filepath.Join(dir, "wd.json")
 	os.WriteFile(defaults, []byte(`{"worker_defaults":{"dp_size":4}}`), 0o644)
 	os.Mkdir(filepath.Join(dir, "folder.json"), 0o755)
+	decodeDirect := filepath.Join(dir, "decode-direct.json")
+	os.WriteFile(decodeDirect, []byte(`{"worker_selection":{"decode":"pin","instances":[{"name":"pin","type":"direct"}]}}`), 0o644)
 	out := filepath.Join(dir, "out.jsonl")
 	for _, c := range []struct {
 		args []string
@@ -388,6 +398,12 @@ func TestReplayRefusesBeforeRunning(t *testing.T) {
 		{[]string{"--compare", "--policy", "random"}, "--policy picks one policy"},
 		{[]string{"--policies", "kv", "--router-mode", "random"}, "--policy picks one policy"},
 		{[]string{"--report", filepath.Join(dir, "folder.json")}, "is a folder"},
+		// direct sends a request to the worker it names; a trace names none.
+		{[]string{"--policy", "direct"}, "contender direct: policy direct needs each request's worker_id, which replay traces do not carry; use --contender NAME=kv:... or another policy"},
+		{[]string{"--router-mode", "direct"}, "contender direct: policy direct needs each request's worker_id"},
+		{[]string{"--contender", "pin=direct", "--contender", "kv"}, "contender pin: policy direct needs each request's worker_id"},
+		{[]string{"--policies", "kv,direct"}, "contender direct: policy direct needs each request's worker_id"},
+		{[]string{"--config", decodeDirect, "--prefill-workers", "1", "--decode-workers", "1"}, "contender kv places decode requests with a worker_selection instance of type direct: policy direct needs each request's worker_id"},
 		{[]string{"--emit-commands", "-"}, "--emit-commands -: give a file"},
 		{[]string{"--emit-commands", out, "--emit-responses", filepath.Join(dir, ".", "out.jsonl")}, "is also --emit-commands"},
 		{[]string{trace, "--emit-responses", trace}, "is also the trace"},
@@ -425,6 +441,18 @@ func TestReplayRefusesBeforeRunning(t *testing.T) {
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Fatal("a refused replay wrote its stream")
+	}
+}
+
+// TestReplayDirectRefusedOnlyWhereItPlaces: an instance of type direct
+// that no role of the cluster places with runs (aggregated workers place
+// with worker_selection.default, not .decode); policy direct itself is
+// refused (TestReplayRefusesBeforeRunning).
+func TestReplayDirectRefusedOnlyWhereItPlaces(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "decode-direct.json")
+	os.WriteFile(cfg, []byte(`{"worker_selection":{"decode":"pin","instances":[{"name":"pin","type":"direct"}]}}`), 0o644)
+	if _, stderr, code := run(t, "", "replay", "--sessions", "3", "-q", "--config", cfg); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
 	}
 }
 
@@ -663,5 +691,26 @@ func TestContenderRefusals(t *testing.T) {
 		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 			t.Errorf("%q left %d files", c.args, len(entries))
 		}
+	}
+}
+
+// TestReplayDeviceAwareWeightedIsLeastLoaded: replay announces no
+// device_type, so every worker is an accelerator, one device class, whose
+// least loaded worker Dynamo's picker takes: device_aware_weighted places
+// as least_loaded does, request for request, as docs/replay.md says. A
+// picker that with one class drew its ties otherwise, or weighed the empty
+// CPU class against it, differs here.
+func TestReplayDeviceAwareWeightedIsLeastLoaded(t *testing.T) {
+	report := filepath.Join(t.TempDir(), "r.json")
+	if _, stderr, code := run(t, "", "replay", "--sessions", "40", "--workers", "4", "-q", "--report", report,
+		"--policies", "least_loaded,device_aware_weighted", "--encoder-cuda-to-cpu-ratio", "1"); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	p := readReport(t, report).Deterministic.Policies
+	if len(p) != 2 || p[1].Policy != "device_aware_weighted" {
+		t.Fatalf("policies %+v", p)
+	}
+	if d := cmp.Diff(p[0], p[1], cmpopts.IgnoreFields(replay.Metrics{}, "Policy", "Contender")); d != "" {
+		t.Errorf("least_loaded (-) and device_aware_weighted (+) differ:\n%s", d)
 	}
 }

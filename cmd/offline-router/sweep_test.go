@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,6 +136,7 @@ func TestSweepRefusals(t *testing.T) {
 	for spec, want := range map[string]string{
 		`{"workloads":["builtin"],"grid":[{"workers":[2,"many"]}],"objective":{"minimize":"p99_ttft_ms"}}`:                   `point 2 (--workers=many)`,
 		`{"workloads":["builtin"],"grid":[{"policy":["kv","best"]}],"objective":{"minimize":"p99_ttft_ms"}}`:                 `point 2 (--policy=best): --policy (config policy): "best" is not one of`,
+		`{"workloads":["builtin"],"grid":[{"policy":["kv","direct"]}],"objective":{"minimize":"p99_ttft_ms"}}`:               `point 2 (--policy=direct): contender direct: policy direct needs each request's worker_id`,
 		`{"workloads":["no-such.jsonl"],"objective":{"minimize":"p99_ttft_ms"}}`:                                             `workload no-such.jsonl`,
 		`{"workloads":["builtin"],"grid":[{"no-such-flag":[1]}],"objective":{"minimize":"p99_ttft_ms"}}`:                     `unknown flag: --no-such-flag`,
 		`{"workloads":["builtin"],"objective":{"minimize":"ttft"}}`:                                                          `"ttft" is not a metric`,
@@ -179,6 +181,44 @@ func TestSweepRefusals(t *testing.T) {
 		a := append([]string{"sweep", spec, "--out", "rel"}, strings.Fields(args)...)
 		if _, stderr, code := run(t, "", a...); code != 2 || !strings.Contains(stderr, want) {
 			t.Errorf("%s: exit %d: %s", args, code, stderr)
+		}
+	}
+}
+
+// TestSweepGridsTheWholeCost: the cost's newer knobs, predict-on-route and
+// the load-only policies are grid knobs like any config flag, and each
+// point's report carries the config its flags gave.
+func TestSweepGridsTheWholeCost(t *testing.T) {
+	spec := writeSpec(t, `{"workloads":["builtin"],"flags":{"sessions":6,"engine":"simple"},
+  "grid":[{"policy":"kv","overlap-score-credit-decay":[0,1],"decode-active-request-weight":[0,2]},
+          {"policy":"kv","predicted-ttl-ms":[250]},
+          {"policy":["power_of_two","device_aware_weighted"],"encoder-cuda-to-cpu-ratio":[3]}],
+  "objective":{"minimize":"p99_ttft_ms"}}`)
+	tab, _ := sweepInProcess(t, spec, "--out", filepath.Join(t.TempDir(), "out"), "--quiet")
+	if n := len(tab.Deterministic.Points); n != 7 {
+		t.Fatalf("%d points, want 7", n)
+	}
+	for _, p := range tab.Deterministic.Points {
+		r := p.Report.Router
+		got := map[string]string{
+			"policy":                       string(r.Policy),
+			"overlap-score-credit-decay":   fmt.Sprint(r.OverlapScoreCreditDecay),
+			"decode-active-request-weight": fmt.Sprint(r.DecodeActiveRequestWeight),
+			"encoder-cuda-to-cpu-ratio":    fmt.Sprint(r.EncoderCudaToCPURatio),
+			"predicted-ttl-ms":             "unset",
+		}
+		if r.PredictedTTLMS != nil {
+			got["predicted-ttl-ms"] = fmt.Sprint(*r.PredictedTTLMS)
+		}
+		want := map[string]string{"overlap-score-credit-decay": "0", "decode-active-request-weight": "0", "encoder-cuda-to-cpu-ratio": "8", "predicted-ttl-ms": "unset"}
+		for _, f := range p.Flags {
+			k, v, _ := strings.Cut(strings.TrimPrefix(f, "--"), "=")
+			if _, ok := got[k]; ok {
+				want[k] = v
+			}
+		}
+		if d := cmp.Diff(want, got); d != "" || p.Policy != want["policy"] {
+			t.Errorf("point %v (policy %s): config (-flags +report):\n%s", p.Flags, p.Policy, d)
 		}
 	}
 }

@@ -220,14 +220,7 @@ func decodeConfigValue(s *scanner, fv reflect.Value) (bool, *fieldError) {
 	case reflect.String:
 		x, err = s.str()
 	case reflect.Bool:
-		switch {
-		case s.literal("true"):
-			s.i, x = s.i+4, true
-		case s.literal("false"):
-			s.i, x = s.i+5, false
-		default:
-			err = s.expected("true or false")
-		}
+		x, err = s.boolean()
 	case reflect.Float64:
 		x, err = s.float()
 	case reflect.Uint64:

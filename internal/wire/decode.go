@@ -307,6 +307,12 @@ func decodeField(s *scanner, c *protocol.Command, f protocol.Field) *fieldError 
 		c.PolicyClass, err = ptr(s.str())
 	case protocol.FieldDPRank:
 		c.DPRank, err = ptr(s.u32())
+	case protocol.FieldDeviceType:
+		var v string
+		v, err = s.str()
+		c.DeviceType = protocol.DeviceType(v)
+	case protocol.FieldRouterConfigOverride:
+		c.RouterConfigOverride, err = decodeOverride(s)
 	}
 	return err
 }

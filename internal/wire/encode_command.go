@@ -27,6 +27,9 @@ func AppendCommand(b []byte, c *protocol.Command) []byte {
 	if c.Role != "" {
 		b = appendString(append(b, `,"role":`...), string(c.Role))
 	}
+	if c.DeviceType != "" {
+		b = appendString(append(b, `,"device_type":`...), string(c.DeviceType))
+	}
 	b = appendU32(b, "dp_size", c.DPSize)
 	b = appendU32(b, "dp_start", c.DPStart)
 	b = appendU32(b, "dp_rank", c.DPRank)
@@ -62,6 +65,9 @@ func AppendCommand(b []byte, c *protocol.Command) []byte {
 	}
 	if c.PolicyClass != nil {
 		b = appendString(append(b, `,"policy_class":`...), *c.PolicyClass)
+	}
+	if c.RouterConfigOverride != nil {
+		b = appendOverride(append(b, `,"router_config_override":`...), c.RouterConfigOverride)
 	}
 	if c.Events != nil {
 		b = appendArray(append(b, `,"events":`...), c.Events, appendEvent)

@@ -17,6 +17,7 @@ func TestAppendCommandRoundTrips(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	s := func(v string) *string { return &v }
 	i64 := func(v int64) *int64 { return &v }
+	b := func(v bool) *bool { return &v }
 	parent := protocol.SequenceHash(1<<64 - 1)
 	cmds := []protocol.Command{
 		{Op: protocol.OpWorkerReady, ID: []byte(`"w"`), NowMS: f(0.1 + 0.2), WorkerID: u64(3), Role: protocol.RolePrefill, DPSize: u32(2), DPStart: u32(4),
@@ -48,6 +49,13 @@ func TestAppendCommandRoundTrips(t *testing.T) {
 		// Every key, as replay opens its streams: the lists empty.
 		{Op: protocol.OpConfig, Config: ConfigCommand(protocol.DefaultConfig())},
 		{Op: protocol.OpRequestTerminal, RequestID: "r"},
+		{Op: protocol.OpWorkerReady, WorkerID: u64(4), DeviceType: protocol.DeviceCPU},
+		{Op: protocol.OpPlace, RequestID: "o", InputTokens: u64(4), RouterConfigOverride: &protocol.RouterConfigOverride{
+			OverlapScoreCredit: f(1.5), PrefillLoadScale: f(0.1 + 0.2), RouterTemperature: f(1e-6), AssumeKVReuse: b(true),
+			TrackPrefillTokens: b(true), SharedCacheMultiplier: f(5e-324)}},
+		// An empty override is one given, which changes nothing.
+		{Op: protocol.OpPlace, RequestID: "p", InputTokens: u64(4), RouterConfigOverride: &protocol.RouterConfigOverride{}},
+		{Op: protocol.OpPlace, RequestID: "q", InputTokens: u64(4), RouterConfigOverride: &protocol.RouterConfigOverride{PrefillLoadScale: f(2)}},
 		// Characters Go's strconv.Quote would write as non-JSON escapes.
 		{Op: protocol.OpPlace, RequestID: "del\x7f ctl\x01 ls\u2028 \U0001F600 back\\slash", SessionID: s("\x1f"), InputTokens: u64(1)},
 	}

@@ -34,6 +34,9 @@ func FuzzDecode(f *testing.F) {
 		}
 	}
 	f.Add([]byte(classesLine)) // no scenario sets the list keys yet
+	// The override's deprecated key folds, so it is written back otherwise.
+	f.Add([]byte(placeWithOverride(`{"overlap_score_weight":0,"overlap_score_credit":0.5,"router_temperature":1,"assume_kv_reuse":true,"track_prefill_tokens":null,"shared_cache_multiplier":0.25}`)))
+	f.Add([]byte(`{"op":"worker_ready","worker_id":1,"device_type":"cpu"}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
 		var d Decoded
 		Decode(line, &d)

@@ -7,9 +7,10 @@ import (
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
-// Every key a command line may hold (op, the command's fields, and those
-// of its KV events, events.go) is found in a small table by a hash of its
-// length and three of its bytes, then compared whole: one multiply and one
+// Every key a command line may hold (op, the command's fields, those of
+// its KV events, events.go, and of a place's router_config_override) is
+// found in a small table by a hash of its length and three of its bytes,
+// then compared whole: one multiply and one
 // comparison per key, where a Go map hashes every byte. The multiplier is
 // the first that puts no two protocol keys in one slot; a key that is not
 // a protocol key misses in the comparison.
@@ -21,7 +22,7 @@ type knownKey struct {
 
 const noField = protocol.NumFields
 
-const keySlotBits = 9 // 512 slots for some 60 keys
+const keySlotBits = 9 // 512 slots for some 70 keys
 
 var keySlots, keyMul = func() ([1 << keySlotBits]knownKey, uint32) {
 	var keys []knownKey
@@ -29,8 +30,11 @@ var keySlots, keyMul = func() ([1 << keySlotBits]knownKey, uint32) {
 	for f, name := range protocol.FieldNames {
 		keys = append(keys, knownKey{name, protocol.Field(f)})
 	}
-	for _, name := range eventKeys {
-		if !slices.ContainsFunc(keys, func(k knownKey) bool { return k.name == name }) {
+	for _, name := range slices.Concat(eventKeys, protocol.OverrideKeys) {
+		// overlap_score_weight hashes as overlap_score_credit does (same
+		// length and bytes sampled) and is Dynamo's deprecated spelling:
+		// left to rawString, it costs its rare line one string.
+		if name != "overlap_score_weight" && !slices.ContainsFunc(keys, func(k knownKey) bool { return k.name == name }) {
 			keys = append(keys, knownKey{name, noField})
 		}
 	}

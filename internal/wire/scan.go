@@ -434,6 +434,19 @@ func (s *scanner) float() (float64, *fieldError) {
 	return v, nil
 }
 
+// boolean reads true or false.
+func (s *scanner) boolean() (bool, *fieldError) {
+	switch {
+	case s.literal("true"):
+		s.i += 4
+		return true, nil
+	case s.literal("false"):
+		s.i += 5
+		return false, nil
+	}
+	return false, s.expected("true or false")
+}
+
 // str reads a string value.
 func (s *scanner) str() (string, *fieldError) {
 	if s.peek() != '"' {
