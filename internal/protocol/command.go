@@ -340,7 +340,9 @@ func CheckValue(c *Command, f Field) string {
 			return fmt.Sprintf("expected %q or %q (Dynamo's device types), got %q", DeviceCPU, DeviceCUDA, c.DeviceType)
 		}
 	case FieldRouterConfigOverride:
-		return c.RouterConfigOverride.check()
+		if key, msg := c.RouterConfigOverride.Check(); msg != "" {
+			return key + ": " + msg
+		}
 	}
 	return ""
 }
@@ -366,7 +368,11 @@ func (c *Command) Validate() *Error {
 			if spec.required.Has(f) && !has.Has(f) {
 				return Errorf(CodeInvalidField, "field %q: required by op %q", FieldNames[f], c.Op)
 			}
-			if has.Has(f) {
+			if has.Has(f) && f == FieldRouterConfigOverride {
+				if key, msg := c.RouterConfigOverride.Check(); msg != "" {
+					return Errorf(CodeInvalidField, "field %q: %s", FieldNames[f]+"."+key, msg)
+				}
+			} else if has.Has(f) {
 				if msg := CheckValue(c, f); msg != "" {
 					return Errorf(CodeInvalidField, "field %q: %s", FieldNames[f], msg)
 				}

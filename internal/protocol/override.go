@@ -29,40 +29,44 @@ type RouterConfigOverride struct {
 var OverrideKeys = []string{"overlap_score_credit", "prefill_load_scale", "router_temperature",
 	"assume_kv_reuse", "track_prefill_tokens", "shared_cache_multiplier", "overlap_score_weight"}
 
-// check is what is wrong with the override ("" when nothing is), with
-// Dynamo's rules and the key it is about.
-func (o *RouterConfigOverride) check() string {
-	finite := func(key string, v *float64, hi float64) string {
+// Check is what is wrong with the override (msg "" when nothing is), with
+// Dynamo's rules, and the key it is about.
+func (o *RouterConfigOverride) Check() (key, msg string) {
+	finite := func(v *float64, hi float64) string {
 		switch {
 		case v == nil:
 			return ""
 		case math.IsNaN(*v) || math.IsInf(*v, 0) || *v < 0:
-			return fmt.Sprintf("%s: must be a finite, non-negative number, got %v", key, *v)
+			return fmt.Sprintf("must be a finite, non-negative number, got %v", *v)
 		case *v > hi:
-			return fmt.Sprintf("%s: expected at most %v, got %v", key, hi, *v)
+			return fmt.Sprintf("expected at most %v, got %v", hi, *v)
 		}
 		return ""
 	}
-	for _, c := range []string{
-		finite("overlap_score_credit", o.OverlapScoreCredit, MaxNumber),
-		finite("prefill_load_scale", o.PrefillLoadScale, MaxNumber),
-		finite("router_temperature", o.RouterTemperature, MaxNumber),
-		finite("shared_cache_multiplier", o.SharedCacheMultiplier, 1),
+	for _, c := range []struct {
+		key string
+		v   *float64
+		hi  float64
+	}{
+		{"overlap_score_credit", o.OverlapScoreCredit, MaxNumber},
+		{"prefill_load_scale", o.PrefillLoadScale, MaxNumber},
+		{"router_temperature", o.RouterTemperature, MaxNumber},
+		{"shared_cache_multiplier", o.SharedCacheMultiplier, 1},
 	} {
-		if c != "" {
-			return c
+		if msg := finite(c.v, c.hi); msg != "" {
+			return c.key, msg
 		}
 	}
 	if t := o.RouterTemperature; t != nil && *t != 0 && *t < 1e-6 {
-		return fmt.Sprintf("router_temperature: expected 0, or at least 1e-6, got %v", *t)
+		return "router_temperature", fmt.Sprintf("expected 0, or at least 1e-6, got %v", *t)
 	}
 	if v := o.AssumeKVReuse; v != nil && !*v {
-		return "assume_kv_reuse: false (random hashes for active blocks) has no equivalent here: blocks are always hashed from the prompt"
+		return "assume_kv_reuse", "false (random hashes for active blocks) has no equivalent here: blocks are always hashed from the prompt"
 	}
 	if v := o.TrackPrefillTokens; v != nil && !*v {
-		return "track_prefill_tokens: false has no equivalent here: a request's prefill tokens are always booked"
+		return "track_prefill_tokens", "false has no equivalent here: a request's prefill tokens are always booked"
 	}
-	return ""
+	return "", ""
 }
 
 // DeviceType is the device a worker runs on, as Dynamo's discovery names

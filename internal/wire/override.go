@@ -70,10 +70,7 @@ func decodeOverride(s *scanner) (*protocol.RouterConfigOverride, *fieldError) {
 		if num == &weight {
 			probe.PrefillLoadScale = weight
 		}
-		if msg := protocol.CheckValue(&protocol.Command{RouterConfigOverride: &probe}, protocol.FieldRouterConfigOverride); msg != "" {
-			if _, why, ok := strings.Cut(msg, ": "); ok {
-				msg = why // the path names the key
-			}
+		if _, msg := probe.Check(); msg != "" {
 			return &fieldError{code: protocol.CodeInvalidField, path: key, msg: msg}
 		}
 		return nil
