@@ -63,13 +63,23 @@ func placeBenchWith(b *testing.B, cfg protocol.Config, workers, blocks int) (*En
 // Reports the median of place alone.
 func BenchmarkPlace64x100(b *testing.B) {
 	e, prompts := placeBench(b, 64, 100)
+	placeWithInFlight(b, e, prompts, false)
+}
+
+// placeWithInFlight places the prompts in turn, each iteration one, with
+// the 256 last in flight (it ends the oldest), one virtual ms apart when
+// clocked, and reports the median of place alone.
+func placeWithInFlight(b *testing.B, e *Engine, prompts []*protocol.Command, clocked bool) {
 	var resp protocol.Response
 	var durations []time.Duration
 	inflight := []string{}
 	i := 0
 	for b.Loop() {
 		c := prompts[i%len(prompts)]
-		c.RequestID = fmt.Sprint("r", i)
+		c.RequestID = "r" + strconv.Itoa(i)
+		if clocked {
+			c.NowMS = ptrTo(float64(i))
+		}
 		resp = protocol.Response{} // fresh per command, as Serve's are
 		start := time.Now()
 		e.Apply(c, &resp)
@@ -180,30 +190,7 @@ func BenchmarkPlaceWholeCost(b *testing.B) {
 			cfg := protocol.DefaultConfig()
 			v.set(&cfg)
 			e, prompts := placeBenchWith(b, cfg, 64, 100)
-			var resp protocol.Response
-			var durations []time.Duration
-			inflight := []string{}
-			i := 0
-			for b.Loop() {
-				c := prompts[i%len(prompts)]
-				c.RequestID, c.NowMS = "r"+strconv.Itoa(i), ptrTo(float64(i))
-				resp = protocol.Response{}
-				start := time.Now()
-				e.Apply(c, &resp)
-				durations = append(durations, time.Since(start))
-				if resp.Error != nil {
-					b.Fatal(resp.Error)
-				}
-				inflight = append(inflight, c.RequestID)
-				if len(inflight) > 256 {
-					resp = protocol.Response{}
-					e.Apply(&protocol.Command{Op: protocol.OpRequestTerminal, RequestID: inflight[0]}, &resp)
-					inflight = inflight[1:]
-				}
-				i++
-			}
-			slices.Sort(durations)
-			b.ReportMetric(float64(durations[len(durations)/2].Nanoseconds()), "ns/place-median")
+			placeWithInFlight(b, e, prompts, true)
 		})
 	}
 }
