@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -37,9 +38,14 @@ func set(key string) func(any) []wire.Override {
 	return func(v any) []wire.Override { return []wire.Override{{Key: key, Value: v}} }
 }
 
-// secondsTo converts Dynamo's seconds to a key in ms.
+// secondsTo converts Dynamo's seconds to a key in ms, to the nanosecond
+// as Dynamo's Duration::from_secs_f64 keeps it: 16.1 s is 16100 ms, not
+// the 16100.000000000002 a float product gives, which a 100 ms expiry
+// bucket would round up to the next.
 func secondsTo(key string) func(any) []wire.Override {
-	return func(v any) []wire.Override { return []wire.Override{{Key: key, Value: v.(float64) * 1000}} }
+	return func(v any) []wire.Override {
+		return []wire.Override{{Key: key, Value: math.Round(v.(float64)*1e9) / 1e6}}
+	}
 }
 
 var dynamoFlags = []dynamoFlag{
@@ -72,7 +78,7 @@ var dynamoFlags = []dynamoFlag{
 	// Dynamo's flag came after the pinned commit (pull request #13701,
 	// with its lru policy); its default, ttl, is the only behaviour here,
 	// so it is taken and changes nothing.
-	{name: "router-approximate-cache-policy", kind: "string", to: func(any) []wire.Override { return nil },
+	{name: "router-approximate-cache-policy", kind: "string", to: noOp,
 		choices: []string{"ttl", "lru"}, refuseValues: map[string]string{
 			"lru": "arrived in Dynamo after the commit this router follows (pull request #13701); approximate mode here expires blocks by TTL (--approx-ttl-ms)",
 		}},
@@ -88,7 +94,11 @@ var dynamoFlags = []dynamoFlag{
 	{name: "router-reset-states", kind: "bool", refuse: "has no equivalent: the router starts empty on every run"},
 	{name: "router-snapshot-threshold", refuse: "has no equivalent: there is no durable event stream to snapshot"},
 	{name: "router-track-active-blocks", kind: "bool", refuse: "has no equivalent: active blocks are always tracked"},
-	{name: "router-track-output-blocks", kind: "bool", refuse: "is left out: decode progress does not reach the router here (docs/PROTOCOL.md §5, output blocks)"},
+	// Output blocks are left out: asking for them is refused, asking for
+	// Dynamo's default (off) does nothing.
+	{name: "router-track-output-blocks", kind: "bool", to: noOp, refuseValues: map[string]string{"true": outputBlocksLeftOut}},
+	{name: "track-output-blocks", kind: "bool", to: noOp, refuseValues: map[string]string{"true": outputBlocksLeftOut}},
+	{name: "no-router-track-output-blocks", kind: "bool", to: noOp},
 	{name: "router-selection-policy", refuse: "is not in the Dynamo release this router follows: lmetric is an open proposal there, pull request #11028"},
 	{name: "router-assume-kv-reuse", kind: "bool", refuse: "has no equivalent"},
 	{name: "router-track-prefill-tokens", kind: "bool", refuse: "has no equivalent: prefill tokens are always counted (--prefill-load-scale weighs them)"},
@@ -96,6 +106,11 @@ var dynamoFlags = []dynamoFlag{
 	{name: "router-disk-cache-hit-weight", refuse: "has no equivalent: only device-tier blocks count (events of other tiers are ignored)"},
 	{name: "router-min-initial-workers", refuse: "has no equivalent: the host announces workers with worker_ready (replay: --workers)"},
 }
+
+// noOp is a flag whose accepted values are this router's one behaviour.
+func noOp(any) []wire.Override { return nil }
+
+const outputBlocksLeftOut = "is left out: decode progress does not reach the router here (docs/PROTOCOL.md §5, output blocks)"
 
 func overlapWeight(v any) []wire.Override {
 	if w := v.(float64); w != 0 {
@@ -152,6 +167,12 @@ func dynamoOverrides(f *pflag.FlagSet) (out, defaults []wire.Override, err error
 		}
 		if err != nil {
 			return nil, nil, err
+		}
+		// Every number Dynamo's router flags take is >= 0; saying so here
+		// names the flag and its value as given (seconds, not the ms a
+		// key holds).
+		if x, ok := v.(float64); ok && !(x >= 0) {
+			return nil, nil, fmt.Errorf("--%s %v (a Dynamo router flag): expected a number >= 0", d.name, x)
 		}
 		if why, ok := d.refuseValues[fmt.Sprint(v)]; ok {
 			return nil, nil, fmt.Errorf("--%s %v (a Dynamo router flag) %s", d.name, v, why)

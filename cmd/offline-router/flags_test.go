@@ -78,6 +78,11 @@ func TestDynamoFlagsOfTheWholeCost(t *testing.T) {
 		{[]string{"--router-mode=device-aware-weighted"}, func(c *protocol.Config) { c.Policy = protocol.PolicyDeviceAwareWeighted }},
 		// ttl is what approximate mode always does here.
 		{[]string{"--router-approximate-cache-policy=ttl"}, func(*protocol.Config) {}},
+		// Seconds to the nanosecond: 16.1 s is 16100 ms, not 16100.000000000002.
+		{[]string{"--router-predicted-ttl-secs=16.1"}, func(c *protocol.Config) { c.PredictedTTLMS = ms(16100) }},
+		// Output blocks off, Dynamo's default, in each of its spellings.
+		{[]string{"--router-track-output-blocks=false"}, func(*protocol.Config) {}},
+		{[]string{"--no-router-track-output-blocks"}, func(*protocol.Config) {}},
 	} {
 		got, err := loadFlags(t, c.args...)
 		if err != nil {
@@ -96,15 +101,17 @@ func TestDynamoFlagsOfTheWholeCost(t *testing.T) {
 	}{
 		{[]string{"--router-approximate-cache-policy=lru"}, "--router-approximate-cache-policy lru (a Dynamo router flag) arrived in Dynamo after the commit this router follows (pull request #13701); approximate mode here expires blocks by TTL (--approx-ttl-ms)"},
 		{[]string{"--router-approximate-cache-policy=LRU"}, `--router-approximate-cache-policy "LRU" (a Dynamo router flag): expected one of ttl, lru, as in Dynamo`},
-		{[]string{"--router-track-output-blocks"}, "--router-track-output-blocks (a Dynamo router flag) is left out: decode progress does not reach the router here (docs/PROTOCOL.md §5, output blocks)"},
+		{[]string{"--router-track-output-blocks"}, "--router-track-output-blocks true (a Dynamo router flag) is left out: decode progress does not reach the router here (docs/PROTOCOL.md §5, output blocks)"},
+		{[]string{"--track-output-blocks"}, "--track-output-blocks true (a Dynamo router flag) is left out: decode progress does not reach the router here (docs/PROTOCOL.md §5, output blocks)"},
 		{[]string{"--router-selection-policy=lmetric"}, "--router-selection-policy (a Dynamo router flag) is not in the Dynamo release this router follows: lmetric is an open proposal there, pull request #11028"},
 		{[]string{"--router-mode=lmetric"}, `"lmetric" is not in the Dynamo release this router follows`},
 		{[]string{"--router-kv-overlap-score-credit-decay=1", "--overlap-score-credit-decay=1"}, "--overlap-score-credit-decay and --router-kv-overlap-score-credit-decay both set overlap_score_credit_decay: give one"},
 		{[]string{"--router-decode-active-request-weight=1", "--decode-active-request-weight=1"}, "both set decode_active_request_weight"},
 		{[]string{"--router-predicted-ttl-secs=1", "--predicted-ttl-ms=5"}, "both set predicted_ttl_ms"},
 		{[]string{"--router-predicted-ttl-secs=1", "--no-kv-events"}, "--router-predicted-ttl-secs (config predicted_ttl_ms): requires kv_events true"},
-		{[]string{"--router-predicted-ttl-secs=-1"}, "--router-predicted-ttl-secs (config predicted_ttl_ms): expected a finite number >= 0, got -1000"},
-		{[]string{"--router-kv-overlap-score-credit-decay=-1"}, "--router-kv-overlap-score-credit-decay (config overlap_score_credit_decay): expected a finite number >= 0"},
+		{[]string{"--router-predicted-ttl-secs=-1"}, "--router-predicted-ttl-secs -1 (a Dynamo router flag): expected a number >= 0"},
+		{[]string{"--router-kv-overlap-score-credit-decay=-1"}, "--router-kv-overlap-score-credit-decay -1 (a Dynamo router flag): expected a number >= 0"},
+		{[]string{"--router-predicted-ttl-secs=1e300"}, "--router-predicted-ttl-secs (config predicted_ttl_ms): expected a finite number, got +Inf"},
 		{[]string{"--encoder-cuda-to-cpu-ratio=0"}, "--encoder-cuda-to-cpu-ratio (config encoder_cuda_to_cpu_ratio): expected 1 to 9007199254740992, got 0"},
 	} {
 		if _, err := loadFlags(t, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -177,7 +177,7 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 	f.IntVar(&o.synthetic.NumPrefixGroups, "num-prefix-groups", 0, "synthetic workload: prefix groups (0 = no sharing)")
 	f.StringSliceVar(&o.goodput, "goodput", nil, "service levels for request_goodput, as vLLM's benchmark takes them: ttft:MS tpot:MS e2el:MS")
 	f.BoolVar(&o.compare, "compare", false, "run kv and the baselines (round_robin, random, least_loaded) side by side; same as --policies kv,round_robin,random,least_loaded")
-	f.StringSliceVar(&o.policies, "policies", nil, "run these policies side by side (comma-separated: "+policyList()+")")
+	f.StringSliceVar(&o.policies, "policies", nil, "run these policies side by side (comma-separated: "+replayPolicyList()+"; direct needs a worker named per request, which traces do not carry)")
 	f.StringArrayVar(&o.contenders, "contender", nil, "a contender to set beside the others: [NAME=]POLICY[:KEY=VALUE,...], KEY a config-file key (e.g. kv-scale4=kv:prefill_load_scale=4, kv-hard=kv:affinity.mode=hard); repeat the flag for more; after --compare's or --policies' if given")
 	f.IntVar(&o.repeats, "repeats", 1, "run each contender this many times, repeat k at --seed + k (the router's ties and sampling, the built-in workload), and give means with 95% intervals")
 	f.StringVar(&o.baseline, "baseline", "", "the contender the others are measured against, with ratios, intervals and verdicts (default round_robin when it runs; none otherwise)")
@@ -866,7 +866,7 @@ func (o *replayOptions) policySet(configured protocol.Policy) ([]protocol.Policy
 		c := protocol.DefaultConfig()
 		c.Policy = p
 		if err := c.Validate(); err != nil {
-			return nil, fmt.Errorf("--policies: %q is not a policy (%s)", name, policyList())
+			return nil, fmt.Errorf("--policies: %q is not a policy (%s)", name, replayPolicyList())
 		}
 		if slices.Contains(out, p) {
 			return nil, fmt.Errorf("--policies: %s is given twice", name)

@@ -324,6 +324,8 @@ func TestReplayUnderEveryRouterFlag(t *testing.T) {
 			v = "soft"
 		case "router-approximate-cache-policy":
 			v = "ttl"
+		case "router-track-output-blocks", "track-output-blocks":
+			v = "false" // Dynamo's default; true is refused
 		}
 		cases = append(cases, []string{"--" + d.name + "=" + v})
 	}

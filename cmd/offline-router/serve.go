@@ -42,6 +42,11 @@ func policyList() string {
 	return strings.Join(names, ", ")
 }
 
+// replayPolicyList is policyList without direct, which replay refuses.
+func replayPolicyList() string {
+	return strings.Replace(policyList(), ", "+string(protocol.PolicyDirect), "", 1)
+}
+
 // policyHelp says, for --policy, how each policy picks (its entry in the
 // selector's policy table) and its name among Dynamo's router modes.
 func policyHelp() string {

@@ -26,6 +26,7 @@ func (e *Engine) inspect() *protocol.State {
 		ws := protocol.WorkerState{
 			WorkerID: w.id, Status: w.status.String(), Role: w.role,
 			TotalKVBlocks: w.totalKVBlocks, MaxNumBatchedTokens: w.maxNumBatchedTokens, MaxNumSeqs: w.maxNumSeqs,
+			DeviceType: w.device,
 		}
 		for _, r := range w.ranks {
 			rid := kvindex.RankID(r.slot)

@@ -67,7 +67,7 @@ func (e *Engine) selectAmong(d *demand, cs candidateSet, preferred int, routed [
 			cands[i].Key = r.w.id*0x9e3779b97f4a7c15 ^ uint64(r.dp)
 		}
 		if device {
-			cands[i].CPU = r.w.cpu
+			cands[i].CPU = r.w.device == protocol.DeviceCPU
 		}
 		if routed != nil {
 			cands[i].Routed, cands[i].TreeBlocks = uint64(routed[r.slot]), uint64(len(r.routed))

@@ -31,9 +31,9 @@ type worker struct {
 	totalKVBlocks       *uint64
 	maxNumBatchedTokens *uint64
 	maxNumSeqs          *uint64
-	cpu                 bool    // its device_type is "cpu" (device_aware_weighted)
-	ranks               []*rank // ascending dp_rank
-	unlisted            bool    // no longer ready: leaves the ready list when it is next read
+	device              protocol.DeviceType // as worker_ready gave it ("" when not: an accelerator)
+	ranks               []*rank             // ascending dp_rank
+	unlisted            bool                // no longer ready: leaves the ready list when it is next read
 }
 
 // rank is one DP rank of a worker: a candidate for placement, a cache in the
@@ -197,7 +197,7 @@ func (e *Engine) workerReady(c *protocol.Command) {
 		totalKVBlocks:       orDefault(c.TotalKVBlocks, d.TotalKVBlocks),
 		maxNumBatchedTokens: orDefault(c.MaxNumBatchedTokens, d.MaxNumBatchedTokens),
 		maxNumSeqs:          orDefault(c.MaxNumSeqs, d.MaxNumSeqs),
-		cpu:                 c.DeviceType == protocol.DeviceCPU,
+		device:              c.DeviceType,
 	}
 	for i := range dpSize {
 		r := &rank{w: w, dp: dpStart + i, prefill: prefillLoad{prefillLevel: prefillLevel{rate: e.prefillRate(), last: e.now}}}

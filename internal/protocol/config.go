@@ -150,9 +150,9 @@ const (
 var Policies = []Policy{PolicyKV, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded, PolicyPowerOfTwo,
 	PolicyDirect, PolicyDeviceAwareWeighted, PolicySessionHash, PolicySGLang, PolicyLLMD}
 
-// LaterPolicies are selection policies Dynamo gained after the commit this
-// router follows, with where they came: asked for by name, they are
-// refused saying so, not as a typo.
+// LaterPolicies are selection policies proposed for Dynamo that are not
+// in the commit this router follows, with where they stand: asked for by
+// name, they are refused saying so, not as a typo.
 var LaterPolicies = map[Policy]string{
 	"lmetric": "is not in the Dynamo release this router follows: it is an open proposal there (pull request #11028)",
 }

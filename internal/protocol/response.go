@@ -243,6 +243,7 @@ type WorkerState struct {
 	TotalKVBlocks       *uint64     `json:"total_kv_blocks"`
 	MaxNumBatchedTokens *uint64     `json:"max_num_batched_tokens"`
 	MaxNumSeqs          *uint64     `json:"max_num_seqs"`
+	DeviceType          DeviceType  `json:"device_type,omitempty"` // when worker_ready gave it
 	Ranks               []RankState `json:"ranks"`
 }
 

@@ -136,3 +136,30 @@ func TestDeviceAware(t *testing.T) {
 		t.Errorf("ratio 1: picked %d, want the CPU worker", res.Index)
 	}
 }
+
+// The CPU share is exact past 64 bits: at ratio 2^53 and 2,048
+// accelerator ranks the divisor is 2^64, which wrapped to 0 and divided by
+// it. Catches the products taken in 64 bits.
+func TestDeviceAwareShareIn128Bits(t *testing.T) {
+	for _, c := range []struct {
+		t, a, cpus, r, n uint64
+		want             bool
+	}{
+		{0, 16, 1, 8, 2, true},                     // 16/16 = 1 > 0
+		{1, 16, 1, 8, 2, false},                    // 1 < 1 fails
+		{0, 1 << 40, 1, 1 << 53, 2048, false},      // (2^40)/(2^64) = 0
+		{0, 1 << 63, 1 << 16, 1 << 53, 2048, true}, // 2^79 / 2^64 = 2^15
+		{1 << 15, 1 << 63, 1 << 16, 1 << 53, 2048, false},
+		{5, 1 << 63, 4, 1, 1, true}, // quotient 2^65: past 64 bits
+	} {
+		if got := below(c.t, c.a, c.cpus, c.r, c.n); got != c.want {
+			t.Errorf("below(%d, %d, %d, %d, %d) = %v, want %v", c.t, c.a, c.cpus, c.r, c.n, got, c.want)
+		}
+	}
+	p := Params{Policy: protocol.PolicyDeviceAwareWeighted, BlockSize: 16, CudaToCPURatio: 1 << 53}
+	cands := make([]Candidate, 2049)
+	cands[2048].CPU = true
+	if res := Select(p, Request{}, cands, -1, &countingDraws{}, nil); cands[res.Index].CPU {
+		t.Errorf("an idle cluster at ratio 2^53 went to the CPU worker")
+	}
+}

@@ -3,6 +3,8 @@ package selector
 import (
 	"fmt"
 	"math"
+	"math/big"
+	"math/bits"
 	"slices"
 
 	"github.com/offline-router/offline-router/internal/protocol"
@@ -286,7 +288,7 @@ func pickDeviceAware(p *Params, _ Request, scores []Score, cands []Candidate, dr
 	}
 	cpu, accel := &cls[1], &cls[0]
 	useCPU := accel.count == 0 ||
-		cpu.count > 0 && cpu.total < accel.total*cpu.count/(p.CudaToCPURatio*accel.count)
+		cpu.count > 0 && below(cpu.total, accel.total, cpu.count, p.CudaToCPURatio, accel.count)
 	want := b2i(useCPU)
 	pick, seen := 0, 0
 	for i, c := range cands {
@@ -300,6 +302,25 @@ func pickDeviceAware(p *Params, _ Request, scores []Score, cands []Candidate, dr
 		}
 	}
 	return pick
+}
+
+// below reports whether t < floor(a·c / (r·n)), exactly: the products
+// are taken in 128 bits (a ratio up to 2^53 times 65,536 ranks is past 64).
+func below(t, a, c, r, n uint64) bool {
+	hi, lo := bits.Mul64(a, c)
+	dh, dl := bits.Mul64(r, n)
+	switch {
+	case dh == 0 && hi < dl:
+		q, _ := bits.Div64(hi, lo, dl)
+		return t < q
+	case dh == 0:
+		return true // the quotient is at least 2^64
+	}
+	num := new(big.Int).Lsh(new(big.Int).SetUint64(hi), 64)
+	num.Or(num, new(big.Int).SetUint64(lo))
+	den := new(big.Int).Lsh(new(big.Int).SetUint64(dh), 64)
+	den.Or(den, new(big.Int).SetUint64(dl))
+	return new(big.Int).SetUint64(t).Cmp(num.Quo(num, den)) < 0
 }
 
 func b2i(b bool) int {
