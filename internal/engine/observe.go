@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"slices"
+	"strings"
+
 	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -12,6 +15,9 @@ func (e *Engine) observe(events []protocol.KVEvent) {
 	applied := 0
 	for i := range events {
 		x := &events[i]
+		for _, k := range x.IgnoredKeys {
+			ev.EventKeysIgnored = countKey(ev.EventKeysIgnored, k)
+		}
 		if !x.OnWorkerDevice() {
 			ev.EventsIgnored++
 			continue
@@ -23,6 +29,17 @@ func (e *Engine) observe(events []protocol.KVEvent) {
 		applied++
 	}
 	ev.EventsApplied = &applied
+}
+
+// countKey counts one more of key in keys, kept sorted by key: a handful
+// of distinct paths at most, however many blocks carry them.
+func countKey(keys []protocol.IgnoredKey, key string) []protocol.IgnoredKey {
+	i, found := slices.BinarySearchFunc(keys, key, func(k protocol.IgnoredKey, key string) int { return strings.Compare(k.Key, key) })
+	if found {
+		keys[i].Count++
+		return keys
+	}
+	return slices.Insert(keys, i, protocol.IgnoredKey{Key: key, Count: 1})
 }
 
 // applyEvent applies one event, or returns why it was skipped.

@@ -20,16 +20,40 @@ type KVEvent struct {
 	// worker). The index holds device caches of workers only.
 	Tier            string
 	ResidencyDomain string
-	EventID         uint64
-	DPRank          uint32
-	Data            EventData // Stored, Removed or Cleared
+	// ResidencyInvalid: residency_domain was null or not a string, which
+	// Dynamo takes as malformed (only an omitted field is legacy) and
+	// drops the event.
+	ResidencyInvalid bool
+	// IgnoredKeys are the paths of keys inside the event that no event
+	// struct has, skipped as Dynamo's deserializer skips them.
+	IgnoredKeys []string
+	EventID     uint64
+	DPRank      uint32
+	Data        EventData // Stored, Removed or Cleared
 }
 
 // OnWorkerDevice reports whether the event is about a worker's device
-// cache, the one the index models: other tiers and owners are ignored.
+// cache, the one the index models: other tiers and owners are ignored. A
+// cleared of the worker's domain resets the rank whatever tier it names,
+// as Dynamo's reset scope does (its lower tiers too, which the index does
+// not hold).
 func (ev *KVEvent) OnWorkerDevice() bool {
-	return ev.StorageTier == "device" && (ev.Tier == "" || ev.Tier == "device") &&
-		(ev.ResidencyDomain == "" || ev.ResidencyDomain == "worker")
+	if ev.ResidencyInvalid || !(ev.ResidencyDomain == "" || ev.ResidencyDomain == "worker") {
+		return false
+	}
+	if _, ok := ev.Data.(Cleared); ok {
+		return true
+	}
+	return ev.StorageTier == "device" && (ev.Tier == "" || ev.Tier == "device")
+}
+
+// StorageTierValid reports whether t is one of Dynamo's storage tiers.
+func StorageTierValid(t string) bool {
+	switch t {
+	case "device", "host_pinned", "disk", "external":
+		return true
+	}
+	return false
 }
 
 // EventData is what a KV event did: Stored, Removed or Cleared.

@@ -148,6 +148,9 @@ type CommandEvidence struct {
 	EventsApplied *int           `json:"events_applied,omitempty"`
 	EventsIgnored int            `json:"events_ignored,omitempty"`
 	EventsSkipped []SkippedEvent `json:"events_skipped,omitempty"`
+	// EventKeysIgnored counts, by path inside an event, the keys no event
+	// struct has, which Dynamo's deserializer skips; sorted by key.
+	EventKeysIgnored []IgnoredKey `json:"event_keys_ignored,omitempty"`
 	// Events applied whose event_id did not follow the last one applied on
 	// their rank: past it by more than one, or not past it.
 	EventIDGaps       []EventIDNote `json:"event_id_gaps,omitempty"`
@@ -163,10 +166,16 @@ type CommandEvidence struct {
 
 // Empty reports whether there is nothing to say.
 func (e *CommandEvidence) Empty() bool {
-	return e.EventsApplied == nil && e.EventsIgnored == 0 && len(e.EventsSkipped) == 0 &&
+	return e.EventsApplied == nil && e.EventsIgnored == 0 && len(e.EventsSkipped) == 0 && len(e.EventKeysIgnored) == 0 &&
 		len(e.EventIDGaps) == 0 && len(e.EventIDRepeats) == 0 &&
 		e.BlocksDropped == 0 && e.ApproxBlocksAdded == 0 && e.ApproxExpired == 0 && len(e.RequestsOrphaned) == 0 &&
 		len(e.BindingsExpired) == 0 && len(e.BindingsInvalidated) == 0
+}
+
+// IgnoredKey is a key skipped inside KV events, and how often.
+type IgnoredKey struct {
+	Key   string `json:"key"`
+	Count int    `json:"count"`
 }
 
 // EventRef names one KV event of an observe: its place in the list, and

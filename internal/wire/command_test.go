@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -85,7 +86,13 @@ func TestDecodeNastyLines(t *testing.T) {
 		{`{"op":"place","request_id":"r","bogus":1}`, "unknown_field", `"bogus"`},
 		{`{"op":"place","request_id":"r","OP":"x"}`, "unknown_field", `did you mean "op"`},
 		{`{"op":"inspect","request_id":"r"}`, "unknown_field", `"request_id"`},
-		{`{"op":"observe","events":[{"worker_id":1,"event":{"event_id":1,"data":{"stored":{"blocks":[{"block_hash":1,"tokens_hash":2,"x":3}]}}}}]}`, "unknown_field", `events[0].event.data.stored.blocks[0].x`},
+		// Inside an event a key no event struct has is skipped, as
+		// Dynamo's deserializer skips it (TestDecodeIgnoresUnknownEventKeys);
+		// a Dynamo storage tier is a closed set, and a malformed value of a
+		// known key is still an error.
+		{`{"op":"observe","events":[{"worker_id":1,"storage_tier":"host","event":{"event_id":1,"data":"cleared"}}]}`, "invalid_field", `"events[0].storage_tier": expected one of device, host_pinned, disk, external`},
+		{`{"op":"observe","events":[{"worker_id":1,"event":{"event_id":1,"data":{"stored":{"blocks":[{"block_hash":1,"tokens_hash":-2,"x":3}]}}}}]}`, "invalid_field", `events[0].event.data.stored.blocks[0].tokens_hash`},
+		{`{"op":"observe","events":[{"worker_id":1,"event":{"event_id":1,"data":{"moved":{}}}}]}`, "unknown_field", `is not an event kind`},
 		{`{"op":"observe","events":[{"event":{"event_id":1,"data":"cleared"}}]}`, "invalid_field", `events[0].worker_id`},
 		{`{"op":"observe","events":[{"worker_id":1,"event":{"event_id":1}}]}`, "invalid_field", `events[0].event.data`},
 		{`{"op":"observe","events":[{"worker_id":1,"event":{"event_id":1,"data":{"removed":{}}}}]}`, "invalid_field", `removed.block_hashes`},
@@ -269,5 +276,38 @@ func TestDecodeKeysAllocateNothing(t *testing.T) {
 	perEvent := (allocs(events+1) - allocs(1)) / events
 	if perEvent > 5.2 {
 		t.Fatalf("%.1f allocations per added event pair; want at most 5 (its values), keys must not allocate", perEvent)
+	}
+}
+
+// TestDecodeIgnoresUnknownEventKeys: keys inside an event that no event
+// struct has (an engine's moe_metadata on a block, a newer field on the
+// router event) are skipped and listed by path, arrays as [], once per
+// occurrence; residency_domain null or not a string marks the event
+// invalid instead of failing the line. Catches an unknown key refused, a
+// key kept without its path, or null taken as the legacy domain.
+func TestDecodeIgnoresUnknownEventKeys(t *testing.T) {
+	d := decode(t, `{"op":"observe","events":[{"worker_id":1,"future":{"a":[1]},"residency_domain":null,"event":{"event_id":1,"x":1,"data":{"stored":{"parent_hash":null,"y":2,`+
+		`"blocks":[{"block_hash":1,"tokens_hash":2,"moe_metadata":{"experts":[3]}},{"block_hash":3,"tokens_hash":4,"moe_metadata":null,"mm_extra_info":{"z":1}}]}}}},`+
+		`{"worker_id":1,"residency_domain":7,"event":{"event_id":2,"data":{"removed":{"block_hashes":[1],"w":0}}}},`+
+		`{"worker_id":1,"residency_domain":"worker","event":{"event_id":3,"data":"cleared"}}]}`)
+	if d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	evs := d.Cmd.Events
+	want := [][]string{
+		{"future", "event.x", "event.data.stored.y", "event.data.stored.blocks[].moe_metadata", "event.data.stored.blocks[].moe_metadata", "event.data.stored.blocks[].mm_extra_info.z"},
+		{"event.data.removed.w"},
+		nil,
+	}
+	for i, ev := range evs {
+		if diff := cmp.Diff(want[i], ev.IgnoredKeys, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("event %d: ignored keys (-want +got):\n%s", i, diff)
+		}
+	}
+	if !evs[0].ResidencyInvalid || !evs[1].ResidencyInvalid || evs[2].ResidencyInvalid || evs[2].ResidencyDomain != "worker" {
+		t.Errorf("residency: null %v, 7 %v, \"worker\" %v %q", evs[0].ResidencyInvalid, evs[1].ResidencyInvalid, evs[2].ResidencyInvalid, evs[2].ResidencyDomain)
+	}
+	if b := evs[0].Data.(protocol.Stored).Blocks; len(b) != 2 || b[1].TokensHash != 4 {
+		t.Errorf("the blocks around the skipped keys: %+v", b)
 	}
 }

@@ -112,7 +112,9 @@ func appendEvent(b []byte, ev *protocol.KVEvent) []byte {
 	if ev.StorageTier != "" {
 		b = appendString(append(b, `,"storage_tier":`...), ev.StorageTier)
 	}
-	if ev.ResidencyDomain != "" {
+	if ev.ResidencyInvalid {
+		b = append(b, `,"residency_domain":null`...) // what marks it invalid, as Dynamo reads it
+	} else if ev.ResidencyDomain != "" {
 		b = appendString(append(b, `,"residency_domain":`...), ev.ResidencyDomain)
 	}
 	b = strconv.AppendUint(append(b, `,"event":{"event_id":`...), ev.EventID, 10)

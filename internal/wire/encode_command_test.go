@@ -32,7 +32,7 @@ func TestAppendCommandRoundTrips(t *testing.T) {
 		{Op: protocol.OpObserve, Events: []protocol.KVEvent{
 			{WorkerID: 1, StorageTier: "device", EventID: 7, DPRank: 1, Data: protocol.Stored{ParentHash: &parent, Blocks: []protocol.StoredBlock{{BlockHash: 1, TokensHash: 2}, {BlockHash: 3, TokensHash: 4}}}},
 			{WorkerID: 1, StorageTier: "device", EventID: 8, Data: protocol.Stored{Blocks: []protocol.StoredBlock{}}},
-			{WorkerID: 2, StorageTier: "host", EventID: 9, Data: protocol.Removed{BlockHashes: []protocol.SequenceHash{11}}},
+			{WorkerID: 2, StorageTier: "host_pinned", EventID: 9, Data: protocol.Removed{BlockHashes: []protocol.SequenceHash{11}}},
 			{WorkerID: 2, StorageTier: "device", EventID: 10, Data: protocol.Cleared{}},
 		}},
 		{Op: protocol.OpAdvanceClock, NowMS: f(12.5)},

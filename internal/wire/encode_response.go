@@ -157,6 +157,12 @@ func appendCommandEvidence(b []byte, e *protocol.CommandEvidence) []byte {
 			return append(appendGoccyString(append(b, `,"reason":`...), s.Reason), '}')
 		})
 	}
+	if len(e.EventKeysIgnored) > 0 {
+		b = appendArray(append(memberStart(b, mark), `"event_keys_ignored":`...), e.EventKeysIgnored, func(b []byte, k *protocol.IgnoredKey) []byte {
+			b = appendGoccyString(append(b, `{"key":`...), k.Key)
+			return append(strconv.AppendInt(append(b, `,"count":`...), int64(k.Count), 10), '}')
+		})
+	}
 	b = appendEventIDNotes(b, mark, "event_id_gaps", e.EventIDGaps)
 	b = appendEventIDNotes(b, mark, "event_id_repeats", e.EventIDRepeats)
 	b = appendCount(b, mark, "blocks_dropped", e.BlocksDropped)

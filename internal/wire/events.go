@@ -14,7 +14,12 @@ import (
 // [{"block_hash", "tokens_hash", "mm_extra_info", "token_ids"}]}},
 // {"removed": {"block_hashes"}} or "cleared". ("tier" on the event and
 // "token_ids" on a block are AISimulate's.) What only informs is checked
-// for its type and dropped: docs/PROTOCOL.md says which, and why.
+// for its type and dropped: docs/PROTOCOL.md says which, and why. A key
+// none of these structs has is skipped and listed in the event's
+// IgnoredKeys, as Dynamo's deserializer (no deny_unknown_fields on any
+// event struct) skips it: an engine's newer field (moe_metadata on a block)
+// must not fail the whole observe. The observe command's own keys are
+// still strict.
 
 // eventKeys are the keys of a RouterEvent and everything inside it.
 var eventKeys = []string{"worker_id", "storage_tier", "residency_domain", "state_source", "session_id",
@@ -40,10 +45,26 @@ func decodeEvent(s *scanner, ev *protocol.KVEvent) *fieldError {
 				return nil
 			}
 			v, err := s.str()
+			if err == nil && !protocol.StorageTierValid(v) {
+				// Dynamo's StorageTier is a closed enum: another name fails
+				// the whole RouterEvent.
+				return &fieldError{code: protocol.CodeInvalidField, path: key,
+					msg: fmt.Sprintf("expected one of device, host_pinned, disk, external (Dynamo's storage tiers), got %q", v)}
+			}
 			ev.StorageTier = v
 			return err.orNil(key)
 		case "residency_domain":
-			return s.optString(&ev.ResidencyDomain).orNil(key)
+			// Dynamo's reader never fails here: only an omitted field means
+			// the legacy (worker) domain, and null or a value that is not a
+			// string marks the event invalid, which the indexer drops.
+			if s.peek() == '"' {
+				return s.optString(&ev.ResidencyDomain).orNil(key)
+			}
+			ev.ResidencyInvalid = true
+			if !s.skip() {
+				return s.expected("a JSON value")
+			}
+			return nil
 		case "state_source":
 			// A cache owner's id, meaningful only with residency_domain
 			// "cache_owner", whose events the router ignores.
@@ -58,7 +79,7 @@ func decodeEvent(s *scanner, ev *protocol.KVEvent) *fieldError {
 			hasEvent = true
 			return decodeEventBody(s, ev).orNil(key)
 		}
-		return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a field of a RouterEvent (worker_id, storage_tier, residency_domain, state_source, session_id, event)"}
+		return ignore(s, ev, key)
 	})
 	if err != nil {
 		return err
@@ -96,7 +117,7 @@ func decodeEventBody(s *scanner, ev *protocol.KVEvent) *fieldError {
 		case "data":
 			return decodeEventData(s, ev).orNil(key)
 		}
-		return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a field of an event (event_id, dp_rank, tier, data)"}
+		return ignore(s, ev, "event."+key)
 	})
 	if err != nil {
 		return err
@@ -129,7 +150,7 @@ func decodeEventData(s *scanner, ev *protocol.KVEvent) *fieldError {
 		switch key {
 		case "stored":
 			var st protocol.Stored
-			err := decodeStored(s, &st)
+			err := decodeStored(s, ev, &st)
 			ev.Data = st
 			return err.orNil(key)
 		case "removed":
@@ -137,7 +158,7 @@ func decodeEventData(s *scanner, ev *protocol.KVEvent) *fieldError {
 			var hasHashes bool
 			err := s.object(func(k string) *fieldError {
 				if k != "block_hashes" {
-					return &fieldError{code: protocol.CodeUnknownField, path: k, msg: "is not a field of removed (block_hashes)"}
+					return ignore(s, ev, "event.data.removed."+k)
 				}
 				hasHashes = true
 				v, err := u64s[protocol.SequenceHash](s)
@@ -154,7 +175,7 @@ func decodeEventData(s *scanner, ev *protocol.KVEvent) *fieldError {
 	})
 }
 
-func decodeStored(s *scanner, st *protocol.Stored) *fieldError {
+func decodeStored(s *scanner, ev *protocol.KVEvent, st *protocol.Stored) *fieldError {
 	var hasBlocks bool
 	err := s.object(func(key string) *fieldError {
 		switch key {
@@ -197,13 +218,13 @@ func decodeStored(s *scanner, st *protocol.Stored) *fieldError {
 						v, err = s.u64()
 						b.TokensHash = protocol.LocalBlockHash(v)
 					case "mm_extra_info":
-						err = decodeMMExtraInfo(s)
+						err = decodeMMExtraInfo(s, ev)
 					case "token_ids":
 						if !s.null() {
 							_, err = u64s[uint64](s)
 						}
 					default:
-						return &fieldError{code: protocol.CodeUnknownField, path: k, msg: "is not a field of a stored block (block_hash, tokens_hash, mm_extra_info, token_ids)"}
+						return ignore(s, ev, "event.data.stored.blocks[]."+k)
 					}
 					return err.orNil(k)
 				})
@@ -214,7 +235,7 @@ func decodeStored(s *scanner, st *protocol.Stored) *fieldError {
 				return err
 			}).orNil(key)
 		}
-		return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a field of stored (parent_hash, start_position, blocks)"}
+		return ignore(s, ev, "event.data.stored."+key)
 	})
 	if err == nil && !hasBlocks {
 		err = &fieldError{code: protocol.CodeInvalidField, path: "blocks", msg: "required"}
@@ -254,13 +275,13 @@ func (s *scanner) plainBlock(b *protocol.StoredBlock) bool {
 // BlockExtraInfo: null or {"mm_objects": [{"mm_hash", "offsets": [[start,
 // end], ...]}]}. The block's tokens_hash already folds the objects' hashes
 // in, so nothing of it is kept.
-func decodeMMExtraInfo(s *scanner) *fieldError {
+func decodeMMExtraInfo(s *scanner, ev *protocol.KVEvent) *fieldError {
 	if s.null() {
 		return nil
 	}
 	return s.object(func(key string) *fieldError {
 		if key != "mm_objects" {
-			return &fieldError{code: protocol.CodeUnknownField, path: key, msg: "is not a field of mm_extra_info (mm_objects)"}
+			return ignore(s, ev, "event.data.stored.blocks[].mm_extra_info."+key)
 		}
 		return s.array(func(int) *fieldError {
 			return s.object(func(k string) *fieldError {
@@ -277,8 +298,18 @@ func decodeMMExtraInfo(s *scanner) *fieldError {
 						return err
 					}).orNil(k)
 				}
-				return &fieldError{code: protocol.CodeUnknownField, path: k, msg: "is not a field of a multimodal object (mm_hash, offsets)"}
+				return ignore(s, ev, "event.data.stored.blocks[].mm_extra_info.mm_objects[]."+k)
 			})
 		}).orNil(key)
 	})
+}
+
+// ignore skips the value of a key no event struct has, noting its path
+// (inside the event, arrays as []) on the event.
+func ignore(s *scanner, ev *protocol.KVEvent, path string) *fieldError {
+	if !s.skip() {
+		return s.expected("a JSON value")
+	}
+	ev.IgnoredKeys = append(ev.IgnoredKeys, path)
+	return nil
 }

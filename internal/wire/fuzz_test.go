@@ -58,6 +58,11 @@ func FuzzDecode(f *testing.F) {
 		if d2.Err != nil {
 			t.Fatalf("%q decoded, but its encoding %q does not: %v", line, again, d2.Err)
 		}
+		// Keys skipped inside events are not written back: their values
+		// were never kept.
+		for i := range d.Cmd.Events {
+			d.Cmd.Events[i].IgnoredKeys = nil
+		}
 		if diff := cmp.Diff(d.Cmd, d2.Cmd, cmpopts.IgnoreUnexported(protocol.Command{}), cmpopts.EquateEmpty()); diff != "" {
 			t.Fatalf("%q changed through AppendCommand (-first +again):\n%s", line, diff)
 		}
