@@ -3,6 +3,8 @@ package wire
 import (
 	"bytes"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -67,11 +69,12 @@ func decodeEvent(s *scanner, ev *protocol.KVEvent) *fieldError {
 			return nil
 		case "state_source":
 			// A cache owner's id, meaningful only with residency_domain
-			// "cache_owner", whose events the router ignores.
-			if !s.skip() {
-				return s.expected("a JSON value")
+			// "cache_owner", whose events the router ignores: checked for
+			// Dynamo's shape and dropped.
+			if s.null() {
+				return nil
 			}
-			return nil
+			return decodeCacheOwnerID(s, ev).orNil(key)
 		case "session_id":
 			var informs string
 			return s.optString(&informs).orNil(key)
@@ -311,5 +314,83 @@ func ignore(s *scanner, ev *protocol.KVEvent, path string) *fieldError {
 		return s.expected("a JSON value")
 	}
 	ev.IgnoredKeys = append(ev.IgnoredKeys, path)
+	return nil
+}
+
+// decodeCacheOwnerID checks Dynamo's CacheOwnerId (lib/kv-router
+// identity.rs, serde-derived): {"pool": {"indexer_domain":
+// {"cache_semantics": ID, "routing_scope": ID}, "dc_id": u64}, "slot": ID},
+// every key required, where an ID is {"digest": 16 bytes, "source":
+// "default_derived" or "explicit"}. Other keys are skipped, as serde skips
+// them.
+func decodeCacheOwnerID(s *scanner, ev *protocol.KVEvent) *fieldError {
+	return requiredObject(s, ev, "state_source", map[string]func() *fieldError{
+		"pool": func() *fieldError {
+			return requiredObject(s, ev, "state_source.pool", map[string]func() *fieldError{
+				"indexer_domain": func() *fieldError {
+					return requiredObject(s, ev, "state_source.pool.indexer_domain", map[string]func() *fieldError{
+						"cache_semantics": func() *fieldError { return decodeDigestID(s, ev, "state_source.pool.indexer_domain.cache_semantics") },
+						"routing_scope":   func() *fieldError { return decodeDigestID(s, ev, "state_source.pool.indexer_domain.routing_scope") },
+					})
+				},
+				"dc_id": func() *fieldError {
+					_, err := s.u64()
+					return err
+				},
+			})
+		},
+		"slot": func() *fieldError { return decodeDigestID(s, ev, "state_source.slot") },
+	})
+}
+
+// decodeDigestID checks one of Dynamo's digest identities.
+func decodeDigestID(s *scanner, ev *protocol.KVEvent, path string) *fieldError {
+	return requiredObject(s, ev, path, map[string]func() *fieldError{
+		"digest": func() *fieldError {
+			n := 0
+			err := s.array(func(int) *fieldError {
+				n++
+				v, err := s.u64()
+				if err == nil && v > 255 {
+					err = &fieldError{code: protocol.CodeInvalidField, msg: fmt.Sprintf("expected a byte, 0 to 255, got %d", v)}
+				}
+				return err
+			})
+			if err == nil && n != 16 {
+				err = &fieldError{code: protocol.CodeInvalidField, msg: fmt.Sprintf("expected 16 bytes, got %d", n)}
+			}
+			return err
+		},
+		"source": func() *fieldError {
+			v, err := s.str()
+			if err == nil && v != "default_derived" && v != "explicit" {
+				err = &fieldError{code: protocol.CodeInvalidField, msg: fmt.Sprintf(`expected "default_derived" or "explicit", got %q`, v)}
+			}
+			return err
+		},
+	})
+}
+
+// requiredObject reads an object whose keys are all required (a
+// serde-derived struct), each read by its function; a key it does not
+// have is skipped and noted under path.
+func requiredObject(s *scanner, ev *protocol.KVEvent, path string, keys map[string]func() *fieldError) *fieldError {
+	seen := map[string]bool{}
+	err := s.object(func(key string) *fieldError {
+		read, ok := keys[key]
+		if !ok {
+			return ignore(s, ev, path+"."+key)
+		}
+		seen[key] = true
+		return read().orNil(key)
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if !seen[k] {
+			return &fieldError{code: protocol.CodeInvalidField, path: k, msg: "required"}
+		}
+	}
 	return nil
 }
