@@ -20,6 +20,9 @@ func (e *Engine) observe(events []protocol.KVEvent) {
 		}
 		if !x.OnWorkerDevice() {
 			ev.EventsIgnored++
+			if x.OfWorker() {
+				e.noteLowerTier(i, x)
+			}
 			continue
 		}
 		if reason := e.applyEvent(i, x); reason != "" {
@@ -80,6 +83,35 @@ func (e *Engine) applyEvent(i int, x *protocol.KVEvent) string {
 		e.index.Clear(id)
 		e.approx.forget(r)
 	}
+	e.noteEventID(i, x, id, last, seen)
+	return ""
+}
+
+// noteLowerTier counts the event id of a worker's event of a tier the index
+// does not hold (host, disk) in its rank's id stream: an engine numbers
+// its events per rank across tiers (AISimulate's publisher does, and
+// Dynamo's gap check keys on worker and rank alone), so dropping them
+// from the stream made every host event look like a gap.
+func (e *Engine) noteLowerTier(i int, x *protocol.KVEvent) {
+	w, ok := e.fleet.byID[x.WorkerID]
+	if !ok {
+		return
+	}
+	r := e.fleet.rankOf(w, x.DPRank)
+	if r == nil {
+		return
+	}
+	id := kvindex.RankID(r.slot)
+	last, seen := e.index.LastEventID(id)
+	if seen && x.EventID <= last && e.cfg.DedupeEventIDs {
+		return
+	}
+	e.noteEventID(i, x, id, last, seen)
+}
+
+// noteEventID records x's id as the last of its rank's stream, saying when
+// it does not follow the one before.
+func (e *Engine) noteEventID(i int, x *protocol.KVEvent, id kvindex.RankID, last uint64, seen bool) {
 	// Applied in arrival order, as Dynamo's indexer does: an engine that
 	// restarts numbers its events afresh, and a router that waited for its
 	// ids to pass the old ones would miss its cleared and every store
@@ -93,7 +125,6 @@ func (e *Engine) applyEvent(i int, x *protocol.KVEvent) string {
 		}
 	}
 	e.index.RecordEventID(id, x.EventID)
-	return ""
 }
 
 func refOf(i int, x *protocol.KVEvent) protocol.EventRef {

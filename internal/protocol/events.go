@@ -38,13 +38,19 @@ type KVEvent struct {
 // as Dynamo's reset scope does (its lower tiers too, which the index does
 // not hold).
 func (ev *KVEvent) OnWorkerDevice() bool {
-	if ev.ResidencyInvalid || !(ev.ResidencyDomain == "" || ev.ResidencyDomain == "worker") {
+	if !ev.OfWorker() {
 		return false
 	}
 	if _, ok := ev.Data.(Cleared); ok {
 		return true
 	}
 	return ev.StorageTier == "device" && (ev.Tier == "" || ev.Tier == "device")
+}
+
+// OfWorker reports whether the event is about a worker's own caches (its
+// residency domain omitted or "worker"), of any tier.
+func (ev *KVEvent) OfWorker() bool {
+	return !ev.ResidencyInvalid && (ev.ResidencyDomain == "" || ev.ResidencyDomain == "worker")
 }
 
 // StorageTierValid reports whether t is one of Dynamo's storage tiers.
