@@ -73,7 +73,7 @@ func (e *Engine) newDemand(c *protocol.Command, t float64) (*demand, *protocol.E
 	d.islBlocks = d.isl/bs + min(d.isl%bs, 1) // a partial block counts; no overflow near 2^64
 	switch {
 	case c.Tokens != nil:
-		d.local = kvindex.BlockHashes(c.Tokens, int(bs))
+		d.local = kvindex.SaltedBlockHashes(c.Tokens, int(bs), kvindex.Salt(deref(c.LoRAName), deref(c.CacheNamespace)))
 	case c.BlockHashes != nil:
 		if uint64(len(c.BlockHashes)) > d.islBlocks {
 			return nil, protocol.Errorf(protocol.CodeInvalidField, "field \"block_hashes\": %d hashes, but input_tokens %d at block_size %d makes only %d blocks",
@@ -155,4 +155,11 @@ func (d *demand) staticallyAllowed(r *rank) (bool, string) {
 		return false, protocol.FilterNotPinned
 	}
 	return true, ""
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -13,10 +13,33 @@ import (
 // HashSeed is the XXH3 seed Dynamo uses for every block and sequence hash.
 const HashSeed = 1337
 
+// Salt is the seed of a request's block hashes under its LoRA adapter and
+// cache namespace, as Dynamo's compute_salt_hash makes it (lib/kv-hashing
+// salt.rs at the pinned commit): 1337, plus XXH3-64 of the adapter's name
+// at seed 0, plus XXH3-64 of the namespace at seed 1, wrapping; an empty
+// name is no name. Only the block hashes take it: the sequence chain keeps
+// seed 1337, so two adapters' prompts never share a block, and a prefix
+// still chains as any other.
+func Salt(loraName, cacheNamespace string) uint64 {
+	seed := uint64(HashSeed)
+	if loraName != "" {
+		seed += xxh3.HashStringSeed(loraName, 0)
+	}
+	if cacheNamespace != "" {
+		seed += xxh3.HashStringSeed(cacheNamespace, 1)
+	}
+	return seed
+}
+
 // BlockHashes returns the local hash of every full block of tokens: XXH3-64
 // of the block's tokens as little-endian u32. A partial last block is not
 // hashed, exactly as Dynamo does, because its KV is not reusable.
 func BlockHashes(tokens []uint32, blockSize int) []protocol.LocalBlockHash {
+	return SaltedBlockHashes(tokens, blockSize, HashSeed)
+}
+
+// SaltedBlockHashes is BlockHashes at the seed Salt gives.
+func SaltedBlockHashes(tokens []uint32, blockSize int, seed uint64) []protocol.LocalBlockHash {
 	n := len(tokens) / blockSize
 	if n == 0 {
 		return nil
@@ -27,7 +50,7 @@ func BlockHashes(tokens []uint32, blockSize int) []protocol.LocalBlockHash {
 		for j, t := range tokens[i*blockSize : (i+1)*blockSize] {
 			binary.LittleEndian.PutUint32(buf[4*j:], t)
 		}
-		out[i] = protocol.LocalBlockHash(xxh3.HashSeed(buf, HashSeed))
+		out[i] = protocol.LocalBlockHash(xxh3.HashSeed(buf, seed))
 	}
 	return out
 }

@@ -83,6 +83,10 @@ type Command struct {
 	DPRank          *uint32
 	// RouterConfigOverride is Dynamo's per-request selector override.
 	RouterConfigOverride *RouterConfigOverride
+	// LoRAName and CacheNamespace salt the hashes of the place's tokens,
+	// as Dynamo's block-hash seed takes them.
+	LoRAName       *string
+	CacheNamespace *string
 
 	// Config is what op config sets (its keys sit at the top level of the
 	// line, beside op); no other op has it.
@@ -127,6 +131,8 @@ const (
 	FieldDPRank
 	FieldDeviceType
 	FieldRouterConfigOverride
+	FieldLoRAName
+	FieldCacheNamespace
 	NumFields
 )
 
@@ -141,6 +147,7 @@ var FieldNames = [NumFields]string{
 	FieldParentSessionID: "parent_session_id", FieldPriority: "priority",
 	FieldStrictPriority: "strict_priority", FieldPolicyClass: "policy_class", FieldAllowedWorkers: "allowed_workers", FieldDPRank: "dp_rank",
 	FieldDeviceType: "device_type", FieldRouterConfigOverride: "router_config_override",
+	FieldLoRAName: "lora_name", FieldCacheNamespace: "cache_namespace",
 }
 
 // FieldSet is a set of fields.
@@ -190,6 +197,8 @@ func (c *Command) Fields() FieldSet {
 	add(FieldDPRank, c.DPRank != nil)
 	add(FieldDeviceType, c.DeviceType != "")
 	add(FieldRouterConfigOverride, c.RouterConfigOverride != nil)
+	add(FieldLoRAName, c.LoRAName != nil)
+	add(FieldCacheNamespace, c.CacheNamespace != nil)
 	return s
 }
 
@@ -214,7 +223,8 @@ func specOf(op Op) (opSpec, bool) {
 		return opSpec{
 			allowed: set(FieldRequestID, FieldInputTokens, FieldOutputTokens, FieldTokens, FieldBlockHashes,
 				FieldSequenceHashes, FieldRole, FieldSessionID, FieldParentSessionID, FieldPriority,
-				FieldStrictPriority, FieldPolicyClass, FieldAllowedWorkers, FieldWorkerID, FieldDPRank, FieldRouterConfigOverride),
+				FieldStrictPriority, FieldPolicyClass, FieldAllowedWorkers, FieldWorkerID, FieldDPRank, FieldRouterConfigOverride,
+				FieldLoRAName, FieldCacheNamespace),
 			required: set(FieldRequestID),
 		}, true
 	case OpObserve:

@@ -305,6 +305,10 @@ func decodeField(s *scanner, c *protocol.Command, f protocol.Field) *fieldError 
 		c.StrictPriority, err = ptr(s.int64())
 	case protocol.FieldPolicyClass:
 		c.PolicyClass, err = ptr(s.str())
+	case protocol.FieldLoRAName:
+		c.LoRAName, err = ptr(s.str())
+	case protocol.FieldCacheNamespace:
+		c.CacheNamespace, err = ptr(s.str())
 	case protocol.FieldDPRank:
 		c.DPRank, err = ptr(s.u32())
 	case protocol.FieldDeviceType:

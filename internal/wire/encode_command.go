@@ -63,6 +63,12 @@ func AppendCommand(b []byte, c *protocol.Command) []byte {
 	if c.StrictPriority != nil {
 		b = strconv.AppendInt(append(b, `,"strict_priority":`...), *c.StrictPriority, 10)
 	}
+	if c.LoRAName != nil {
+		b = appendString(append(b, `,"lora_name":`...), *c.LoRAName)
+	}
+	if c.CacheNamespace != nil {
+		b = appendString(append(b, `,"cache_namespace":`...), *c.CacheNamespace)
+	}
 	if c.PolicyClass != nil {
 		b = appendString(append(b, `,"policy_class":`...), *c.PolicyClass)
 	}

@@ -28,6 +28,7 @@ func TestAppendCommandRoundTrips(t *testing.T) {
 		// An empty class name is a name given ("": the default class),
 		// not one left out.
 		{Op: protocol.OpPlace, RequestID: "e", InputTokens: u64(1), PolicyClass: s("")},
+		{Op: protocol.OpPlace, RequestID: "l", Tokens: []uint32{1, 2}, LoRAName: s("adapter-a"), CacheNamespace: s("tenant \"t\"")},
 		{Op: protocol.OpPlace, RequestID: "t", Tokens: []uint32{1, 1<<32 - 1}},
 		{Op: protocol.OpObserve, Events: []protocol.KVEvent{
 			{WorkerID: 1, StorageTier: "device", EventID: 7, DPRank: 1, Data: protocol.Stored{ParentHash: &parent, Blocks: []protocol.StoredBlock{{BlockHash: 1, TokensHash: 2}, {BlockHash: 3, TokensHash: 4}}}},
