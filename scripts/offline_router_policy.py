@@ -34,6 +34,14 @@ prefill_load_model, default_policy_class and policy_classes, ...), and the
 router checks it. block_size comes from
 workers_json.
 
+With affinity on, every request needs a nonempty session identity, and
+under sibling_group a nonempty root (Dynamo's NativeReplayPolicy refuses
+one without). Its group key is the material of Dynamo's key
+(scripts/affinity_keys.json, the spec with vectors): ["session", scope,
+session]; under sibling_group ["siblings", scope, root, parent] for a
+request with a parent, which its siblings share, and ["root", scope, root,
+session] for one without, apart from its children.
+
 A payload's priority, strict_priority and policy_class go on the router's
 place as the bridge passes them (the router takes a negative priority as 0,
 as Dynamo's priority jump does). With policy_classes (and default_policy_class) in
@@ -94,14 +102,28 @@ def _binary():
                             "or put offline-router on PATH (go build -o offline-router ./cmd/offline-router)")
 
 
-def _group_key(scope, name):
-    """The affinity key of name within scope: two plays never share a
-    binding. At most MAX_GROUP_KEY_BYTES bytes: a longer one becomes a
-    digest of the whole, the same on every run."""
-    key = json.dumps([scope, name], separators=(",", ":"))  # unambiguous whatever the names hold
-    if len(key.encode()) <= MAX_GROUP_KEY_BYTES:
-        return key
-    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+def _key_material(mode, scope, session, root, parent):
+    """The material of Dynamo's affinity group key (scripts/affinity_keys.json
+    is its spec and vectors): compact JSON as serde_json writes it, so
+    non-ASCII stays as it is. A child's siblings share theirs; a root's is
+    its own, apart from its children's."""
+    if mode == "session":
+        parts = ["session", scope, session]
+    elif parent is not None:
+        parts = ["siblings", scope, root, parent]
+    else:
+        parts = ["root", scope, root, session]
+    return json.dumps(parts, separators=(",", ":"), ensure_ascii=False)
+
+
+def _group_key(material):
+    """The key sent: the material itself, or, past MAX_GROUP_KEY_BYTES bytes,
+    a digest of it, the same on every run. (Dynamo stores a blake3 digest of
+    every key; blake3 is not in Python's standard library, and the material
+    reads better in the evidence.)"""
+    if len(material.encode()) <= MAX_GROUP_KEY_BYTES:
+        return material
+    return "sha256:" + hashlib.sha256(material.encode()).hexdigest()
 
 
 def _selected(p):
@@ -315,13 +337,20 @@ class OfflineRouterPolicy:
             if v is not None:
                 cmd[f] = v
         key = None
-        session = identity.get("session", payload.get("session_id"))
-        if self._affinity_key is not None and session is not None:
-            scope = identity.get("scope") or ""
-            cmd["session_id"] = key = _group_key(scope, session)
-            parent = identity.get("parent")
+        if self._affinity_key is not None:
+            session = identity.get("session", payload.get("session_id"))
+            if not session:
+                # Dynamo: "conversation affinity requires nonempty session identity"
+                raise ValueError("affinity is on: the request needs a nonempty session identity")
+            scope, root, parent = identity.get("scope"), identity.get("root"), identity.get("parent")
+            if self._affinity_key == "sibling_group" and (not root or parent == ""):
+                raise ValueError("sibling_group affinity needs the request's lineage: a nonempty root, "
+                                 "and a nonempty parent when it has one")
+            key = _group_key(_key_material(self._affinity_key, scope, session, root, parent))
             if self._affinity_key == "sibling_group" and parent is not None:
-                cmd["parent_session_id"] = key = _group_key(scope, parent)
+                cmd["parent_session_id"] = key
+            else:
+                cmd["session_id"] = key
         return cmd, key
 
     def _send(self, cmd, now_ms):

@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from offline_router import (TIMEOUT_ENV, OfflineRouter, RouterClosed, RouterDied,  # noqa: E402
                             RouterTimeout)
-from offline_router_policy import MAX_GROUP_KEY_BYTES, OfflineRouterPolicy, _binary  # noqa: E402
+from offline_router_policy import MAX_GROUP_KEY_BYTES, OfflineRouterPolicy, _binary, _key_material  # noqa: E402
 
 SELECTED = {"request_id", "worker_id", "dp_rank", "cached_tokens", "overlap_blocks",
             "best_available_overlap_blocks", "isl_blocks"}
@@ -47,13 +47,13 @@ def config(mode=None, ttl=None, **router):
     return json.dumps(c)
 
 
-def req(rid, blocks=(1, 2), scope="play", session=None, parent=None, **over):
+def req(rid, blocks=(1, 2), scope="play", session=None, parent=None, root=None, **over):
     p = {"request_id": rid, "input_tokens": 4 * len(blocks), "output_tokens": 8,
          "local_block_hashes": list(blocks), "sequence_hashes": [100 + b for b in blocks],
          "priority": None, "strict_priority": None, "policy_class": None, "preferred_dp_rank": None,
          "preferred_prefill_dp_rank": None, "prompt_token_source": "materialized",
          "authored_request_id": rid, "session_id": session,
-         "identity": {"scope": scope, "session": session, "root": session, "parent": parent,
+         "identity": {"scope": scope, "session": session, "root": session if root is None else root, "parent": parent,
                       "lineage_available": True}}
     p.update(over)
     return json.dumps(p)
@@ -320,6 +320,36 @@ class Affinity(PolicyTest):
         p.place(req("c", session="s"), 999.5 + 10 + 1000)  # exactly b's release + TTL: fresh
         reused = [d["binding_reused"] for d in self.evidence(p)["decisions"]]
         self.assertEqual(reused, [False, True, False])
+
+    def test_key_material_matches_the_spec(self):
+        # scripts/affinity_keys.json: Dynamo's key shapes and serde_json's
+        # escaping. Catches a root keyed as its children, a missing scope
+        # written as "" instead of null, or non-ASCII escaped.
+        with open(os.path.join(HERE, "affinity_keys.json"), encoding="utf-8") as f:
+            spec = json.load(f)
+        for v in spec["vectors"]:
+            got = _key_material(v["mode"], v["scope"], v["session"], v["root"], v["parent"])
+            self.assertEqual(got, v["key"], v["comment"])
+
+    def test_a_parent_and_its_children_are_apart(self):
+        # Dynamo keys a root ["root",scope,root,session] and its children
+        # ["siblings",scope,root,parent]: the evidence shows two groups.
+        p = self.policy(config("sibling_group", 60))
+        p.place(req("parent", session="parent", root="parent"), 0.0)
+        p.place(req("child1", session="c1", root="parent", parent="parent"), 0.0)
+        p.dispatch_committed("child1", 0.0)  # its binding commits: its sibling joins it
+        p.place(req("child2", session="c2", root="parent", parent="parent"), 0.0)
+        keys = [d["group_key"] for d in self.evidence(p)["decisions"]]
+        self.assertEqual(keys, ['["root","play","parent","parent"]', '["siblings","play","parent","parent"]',
+                                '["siblings","play","parent","parent"]'])
+
+    def test_affinity_needs_a_session(self):
+        p = self.policy(config("session", 60))
+        with self.assertRaisesRegex(ValueError, "nonempty session"):
+            p.place(req("a", session=""), 0.0)
+        with self.assertRaisesRegex(ValueError, "nonempty session"):
+            p.place(req("b", session=None), 0.0)
+        self.assertEqual(p.pending_count(), 0)
 
     def test_scopes_never_share_a_binding(self):
         p = self.policy(config("session", 60))
