@@ -198,12 +198,18 @@ func pickLeastLoaded(_ *Params, _ Request, scores []Score, cands []Candidate, dr
 	if tied > 1 {
 		chosen = draws.Index(tied)
 	}
+	return markTied(scores, cands, func(*Candidate) bool { return true }, least, tied, chosen)
+}
+
+// markTied gives each candidate of the members at load least its share of
+// the ties and the rest none, and returns the nth (from 0) of them.
+func markTied(scores []Score, cands []Candidate, member func(*Candidate) bool, least uint64, ties, nth int) int {
 	pick, seen := 0, 0
-	for i, c := range cands {
+	for i := range cands {
 		scores[i].Prob = 0
-		if c.ActiveRequests == least {
-			scores[i].Prob = 1 / float64(tied)
-			if seen == chosen {
+		if c := &cands[i]; member(c) && c.ActiveRequests == least {
+			scores[i].Prob = 1 / float64(ties)
+			if seen == nth {
 				pick = i
 			}
 			seen++
@@ -290,18 +296,7 @@ func pickDeviceAware(p *Params, _ Request, scores []Score, cands []Candidate, dr
 	useCPU := accel.count == 0 ||
 		cpu.count > 0 && below(cpu.total, accel.total, cpu.count, p.CudaToCPURatio, accel.count)
 	want := b2i(useCPU)
-	pick, seen := 0, 0
-	for i, c := range cands {
-		scores[i].Prob = 0
-		if b2i(c.CPU) == want && c.ActiveRequests == cls[want].least {
-			scores[i].Prob = 1 / float64(cls[want].ties)
-			if seen == nth[want] {
-				pick = i
-			}
-			seen++
-		}
-	}
-	return pick
+	return markTied(scores, cands, func(c *Candidate) bool { return c.CPU == useCPU }, cls[want].least, cls[want].ties, nth[want])
 }
 
 // below reports whether t < floor(a·c / (r·n)), exactly: the products

@@ -170,8 +170,9 @@ func Cost(p *Params, isl uint64, c *Candidate) Score {
 // requests in flight (before this one) cost beyond their blocks.
 func cost(p *Params, isl uint64, least float64, c *Candidate) Score {
 	credit := p.OverlapScoreCredit
-	bs := p.BlockSize
-	if requestBlocks := isl/bs + min(isl%bs, 1); p.OverlapScoreCreditDecay != 0 && c.PrefillTokens > least && requestBlocks > 0 {
+	if p.OverlapScoreCreditDecay != 0 && c.PrefillTokens > least && isl > 0 {
+		bs := p.BlockSize
+		requestBlocks := isl/bs + min(isl%bs, 1)
 		excess := (c.PrefillTokens - least) / float64(bs)
 		decay := 1 / (1 + float64(p.OverlapScoreCreditDecay*(excess/float64(requestBlocks))))
 		credit = float64(credit * decay)
