@@ -324,22 +324,29 @@ func ignore(s *scanner, ev *protocol.KVEvent, path string) *fieldError {
 // "default_derived" or "explicit"}. Other keys are skipped, as serde skips
 // them.
 func decodeCacheOwnerID(s *scanner, ev *protocol.KVEvent) *fieldError {
-	return requiredObject(s, ev, "state_source", map[string]func() *fieldError{
-		"pool": func() *fieldError {
-			return requiredObject(s, ev, "state_source.pool", map[string]func() *fieldError{
-				"indexer_domain": func() *fieldError {
-					return requiredObject(s, ev, "state_source.pool.indexer_domain", map[string]func() *fieldError{
-						"cache_semantics": func() *fieldError { return decodeDigestID(s, ev, "state_source.pool.indexer_domain.cache_semantics") },
-						"routing_scope":   func() *fieldError { return decodeDigestID(s, ev, "state_source.pool.indexer_domain.routing_scope") },
-					})
-				},
-				"dc_id": func() *fieldError {
-					_, err := s.u64()
-					return err
-				},
-			})
+	const at = "state_source"
+	return requiredObject(s, ev, at, map[string]func() *fieldError{
+		"pool": func() *fieldError { return decodePoolID(s, ev, at+".pool") },
+		"slot": func() *fieldError { return decodeDigestID(s, ev, at+".slot") },
+	})
+}
+
+// decodePoolID checks a CacheOwnerId's pool: its indexer domain and DC.
+func decodePoolID(s *scanner, ev *protocol.KVEvent, at string) *fieldError {
+	return requiredObject(s, ev, at, map[string]func() *fieldError{
+		"indexer_domain": func() *fieldError { return decodeIndexerDomain(s, ev, at+".indexer_domain") },
+		"dc_id": func() *fieldError {
+			_, err := s.u64()
+			return err
 		},
-		"slot": func() *fieldError { return decodeDigestID(s, ev, "state_source.slot") },
+	})
+}
+
+// decodeIndexerDomain checks a pool's indexer domain: two digest ids.
+func decodeIndexerDomain(s *scanner, ev *protocol.KVEvent, at string) *fieldError {
+	return requiredObject(s, ev, at, map[string]func() *fieldError{
+		"cache_semantics": func() *fieldError { return decodeDigestID(s, ev, at+".cache_semantics") },
+		"routing_scope":   func() *fieldError { return decodeDigestID(s, ev, at+".routing_scope") },
 	})
 }
 
