@@ -2,7 +2,6 @@ package engine
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/protocol"
@@ -13,11 +12,10 @@ import (
 func (e *Engine) observe(events []protocol.KVEvent) {
 	ev := &e.out.ev
 	applied := 0
+	var ignored []string
 	for i := range events {
 		x := &events[i]
-		for _, k := range x.IgnoredKeys {
-			ev.EventKeysIgnored = countKey(ev.EventKeysIgnored, k)
-		}
+		ignored = append(ignored, x.IgnoredKeys...)
 		if !x.OnWorkerDevice() {
 			ev.EventsIgnored++
 			if x.OfWorker() {
@@ -32,17 +30,25 @@ func (e *Engine) observe(events []protocol.KVEvent) {
 		applied++
 	}
 	ev.EventsApplied = &applied
+	ev.EventKeysIgnored = countKeys(ignored)
 }
 
-// countKey counts one more of key in keys, kept sorted by key: a handful
-// of distinct paths at most, however many blocks carry them.
-func countKey(keys []protocol.IgnoredKey, key string) []protocol.IgnoredKey {
-	i, found := slices.BinarySearchFunc(keys, key, func(k protocol.IgnoredKey, key string) int { return strings.Compare(k.Key, key) })
-	if found {
-		keys[i].Count++
-		return keys
+// countKeys counts each key, sorted by key: sorted once, not kept sorted
+// key by key, so a line of many distinct keys costs k log k.
+func countKeys(keys []string) []protocol.IgnoredKey {
+	if len(keys) == 0 {
+		return nil
 	}
-	return slices.Insert(keys, i, protocol.IgnoredKey{Key: key, Count: 1})
+	slices.Sort(keys)
+	var out []protocol.IgnoredKey
+	for _, k := range keys {
+		if n := len(out); n > 0 && out[n-1].Key == k {
+			out[n-1].Count++
+		} else {
+			out = append(out, protocol.IgnoredKey{Key: k, Count: 1})
+		}
+	}
+	return out
 }
 
 // applyEvent applies one event, or returns why it was skipped.
