@@ -53,22 +53,11 @@ func countKeys(keys []string) []protocol.IgnoredKey {
 
 // applyEvent applies one event, or returns why it was skipped.
 func (e *Engine) applyEvent(i int, x *protocol.KVEvent) string {
-	w, ok := e.fleet.byID[x.WorkerID]
-	if !ok {
-		if e.fleet.removed.has(x.WorkerID) {
-			return protocol.SkipRemovedWorker
-		}
-		return protocol.SkipUnknownWorker
-	}
-	r := e.fleet.rankOf(w, x.DPRank)
-	if r == nil {
-		return protocol.SkipUnknownRank
+	r, last, seen, skip := e.eventRank(x)
+	if skip != "" {
+		return skip
 	}
 	id := kvindex.RankID(r.slot)
-	last, seen := e.index.LastEventID(id)
-	if seen && x.EventID <= last && e.cfg.DedupeEventIDs {
-		return protocol.SkipStaleEventID
-	}
 	switch d := x.Data.(type) {
 	case protocol.Stored:
 		switch e.index.Store(id, d.ParentHash, d.Blocks) {
@@ -99,20 +88,29 @@ func (e *Engine) applyEvent(i int, x *protocol.KVEvent) string {
 // Dynamo's gap check keys on worker and rank alone), so dropping them
 // from the stream made every host event look like a gap.
 func (e *Engine) noteLowerTier(i int, x *protocol.KVEvent) {
+	if r, last, seen, skip := e.eventRank(x); skip == "" {
+		e.noteEventID(i, x, kvindex.RankID(r.slot), last, seen)
+	}
+}
+
+// eventRank is the rank an event is of and the last event id applied
+// there, or why the event is skipped.
+func (e *Engine) eventRank(x *protocol.KVEvent) (r *rank, last uint64, seen bool, skip string) {
 	w, ok := e.fleet.byID[x.WorkerID]
 	if !ok {
-		return
+		if e.fleet.removed.has(x.WorkerID) {
+			return nil, 0, false, protocol.SkipRemovedWorker
+		}
+		return nil, 0, false, protocol.SkipUnknownWorker
 	}
-	r := e.fleet.rankOf(w, x.DPRank)
-	if r == nil {
-		return
+	if r = e.fleet.rankOf(w, x.DPRank); r == nil {
+		return nil, 0, false, protocol.SkipUnknownRank
 	}
-	id := kvindex.RankID(r.slot)
-	last, seen := e.index.LastEventID(id)
+	last, seen = e.index.LastEventID(kvindex.RankID(r.slot))
 	if seen && x.EventID <= last && e.cfg.DedupeEventIDs {
-		return
+		return nil, 0, false, protocol.SkipStaleEventID
 	}
-	e.noteEventID(i, x, id, last, seen)
+	return r, last, seen, ""
 }
 
 // noteEventID records x's id as the last of its rank's stream, saying when
