@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -34,9 +35,11 @@ type serveOptions struct {
 
 // policyList names every policy, in protocol.Policies' order, for help
 // texts: a policy added there is named here too.
-func policyList() string {
-	names := make([]string, len(protocol.Policies))
-	for i, p := range protocol.Policies {
+func policyList() string { return policyNames(protocol.Policies) }
+
+func policyNames(ps []protocol.Policy) string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
 		names[i] = string(p)
 	}
 	return strings.Join(names, ", ")
@@ -44,7 +47,7 @@ func policyList() string {
 
 // replayPolicyList is policyList without direct, which replay refuses.
 func replayPolicyList() string {
-	return strings.Replace(policyList(), ", "+string(protocol.PolicyDirect), "", 1)
+	return policyNames(slices.DeleteFunc(slices.Clone(protocol.Policies), func(p protocol.Policy) bool { return p == protocol.PolicyDirect }))
 }
 
 // policyHelp says, for --policy, how each policy picks (its entry in the
