@@ -65,6 +65,8 @@ var dynamoFlags = []dynamoFlag{
 	{name: "router-prefill-load-scale", kind: "float", to: set("prefill_load_scale")},
 	{name: "router-kv-overlap-score-credit-decay", kind: "float", to: set("overlap_score_credit_decay")},
 	{name: "router-decode-active-request-weight", kind: "float", to: set("decode_active_request_weight")},
+	{name: "router-host-cache-hit-weight", kind: "float", to: set("host_cache_hit_weight")},
+	{name: "router-disk-cache-hit-weight", kind: "float", to: set("disk_cache_hit_weight")},
 	// Dynamo's deprecated weight became the prefill scale; 0 also zeroes
 	// the credit (lib/kv-router scheduling config).
 	{name: "kv-overlap-score-weight", kind: "float", to: overlapWeight},
@@ -102,8 +104,6 @@ var dynamoFlags = []dynamoFlag{
 	{name: "router-selection-policy", refuse: "is not in the Dynamo release this router follows: lmetric is an open proposal there, pull request #11028"},
 	{name: "router-assume-kv-reuse", kind: "bool", refuse: "has no equivalent"},
 	{name: "router-track-prefill-tokens", kind: "bool", refuse: "has no equivalent: prefill tokens are always counted (--prefill-load-scale weighs them)"},
-	{name: "router-host-cache-hit-weight", refuse: "has no equivalent: only device-tier blocks count (events of other tiers are ignored)"},
-	{name: "router-disk-cache-hit-weight", refuse: "has no equivalent: only device-tier blocks count (events of other tiers are ignored)"},
 	{name: "router-min-initial-workers", refuse: "has no equivalent: the host announces workers with worker_ready (replay: --workers)"},
 }
 

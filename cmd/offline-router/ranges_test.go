@@ -92,6 +92,8 @@ var replayBadValues = []badValue{
 	{"worker-max-num-seqs", "0", nil},
 	{"worker-prefill-tokens-per-ms", "0", []string{"--engine", "simple"}},
 	{"workers", "65537", nil},
+	{"host-cache-hit-weight", "1.5", nil},
+	{"disk-cache-hit-weight", "-0.1", nil},
 	{"emit-commands", "@dir", nil},
 	{"emit-responses", "@dir", nil},
 	{"max-line-bytes", "0", nil},

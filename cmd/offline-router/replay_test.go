@@ -254,6 +254,8 @@ func TestReplayUnderEveryRouterFlag(t *testing.T) {
 		"overlap_score_credit":                    {"2"},
 		"prefill_load_scale":                      {"4"},
 		"overlap_score_credit_decay":              {"1"},
+		"host_cache_hit_weight":                   {"0", "1"},
+		"disk_cache_hit_weight":                   {"1"},
 		"decode_active_request_weight":            {"8"},
 		"predicted_ttl_ms":                        {"0", "500"},
 		"encoder_cuda_to_cpu_ratio":               {"1"},
@@ -324,6 +326,8 @@ func TestReplayUnderEveryRouterFlag(t *testing.T) {
 			v = "soft"
 		case "router-approximate-cache-policy":
 			v = "ttl"
+		case "router-host-cache-hit-weight", "router-disk-cache-hit-weight":
+			v = "0.5" // a fraction
 		case "router-track-output-blocks", "track-output-blocks":
 			v = "false" // Dynamo's default; true is refused
 		}

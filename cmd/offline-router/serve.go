@@ -33,10 +33,7 @@ type serveOptions struct {
 	cpuProfile   string
 }
 
-// policyList names every policy, in protocol.Policies' order, for help
-// texts: a policy added there is named here too.
-func policyList() string { return policyNames(protocol.Policies) }
-
+// policyNames joins policies, in the order given, for help texts.
 func policyNames(ps []protocol.Policy) string {
 	names := make([]string, len(ps))
 	for i, p := range ps {
@@ -45,7 +42,8 @@ func policyNames(ps []protocol.Policy) string {
 	return strings.Join(names, ", ")
 }
 
-// replayPolicyList is policyList without direct, which replay refuses.
+// replayPolicyList names every policy in protocol.Policies' order (a policy
+// added there is named here too) but direct, which replay refuses.
 func replayPolicyList() string {
 	return policyNames(slices.DeleteFunc(slices.Clone(protocol.Policies), func(p protocol.Policy) bool { return p == protocol.PolicyDirect }))
 }
@@ -76,6 +74,8 @@ var configFlags = []struct{ key, usage string }{
 	{"prefill_load_scale", "weight of the prefill term of the cost"},
 	{"overlap_score_credit_decay", "credit shrinks on ranks with more prefill booked than the least loaded candidate: credit/(1+d*excess/request_blocks), excess in blocks; 0 = off (Dynamo's default, --router-kv-overlap-score-credit-decay); 1 halves the credit at one request's worth of excess; >= 0"},
 	{"decode_active_request_weight", "blocks of cost added per request already active on a rank (Dynamo's --router-decode-active-request-weight, experimental there); 0 = off (Dynamo's default); >= 0"},
+	{"host_cache_hit_weight", "blocks of prefill credited per block a rank's host tier (host_pinned KV events) holds past its device prefix (Dynamo's --router-host-cache-hit-weight, default 0.75); 0 to 1"},
+	{"disk_cache_hit_weight", "the same for its disk and external tiers, past its host blocks (Dynamo's --router-disk-cache-hit-weight, default 0.25); 0 to 1"},
 	{"kv_events", "false = approximate mode: the index learns from placements"},
 	{"dedupe_event_ids", "skip a KV event whose event_id is not above the last applied on its rank (for at-least-once delivery); off: apply in arrival order, as Dynamo"},
 	{"approx_ttl_ms", "lifetime of an approximate-mode block, refreshed when routed again"},

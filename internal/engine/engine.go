@@ -44,6 +44,7 @@ type Engine struct {
 	// indexed by rank slot.
 	overlap []uint32
 	matched []kvindex.RankID // the ranks the last overlap walk gave an overlap (findOverlap)
+	tiers   lowerTiers       // the lower tiers' indexes, and what the last walk found there
 	hits    []uint32
 	walk    active.Walk          // where the active-block count stopped, for booking
 	cands   []selector.Candidate // the candidates of one placement

@@ -32,7 +32,7 @@ func (e *Engine) inspect() *protocol.State {
 			rid := kvindex.RankID(r.slot)
 			rs := protocol.RankState{
 				DPRank: r.dp, ActiveRequests: r.activeRequests, ActivePrefillTokens: protocol.Num(r.prefill.at(e.now)),
-				ActiveDecodeBlocks: r.activeDecodeBlocks(), IndexBlocks: e.index.Blocks(rid),
+				ActiveDecodeBlocks: r.activeDecodeBlocks(), IndexBlocks: e.index.Blocks(rid), TierBlocks: e.tiers.blocks(rid),
 			}
 			if last, ok := e.index.LastEventID(rid); ok {
 				rs.LastEventID = &last

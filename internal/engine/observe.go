@@ -16,14 +16,23 @@ func (e *Engine) observe(events []protocol.KVEvent) {
 	for i := range events {
 		x := &events[i]
 		ignored = append(ignored, x.IgnoredKeys...)
-		if !x.OnWorkerDevice() {
-			ev.EventsIgnored++
-			if x.OfWorker() {
-				e.noteLowerTier(i, x)
-			}
+		tier := x.TierOf()
+		if _, ok := x.Data.(protocol.Cleared); ok {
+			tier = protocol.TierDevice // a reset takes every tier, whichever it names
+		}
+		switch {
+		case !x.OfWorker():
+			ev.EventsIgnored++ // a cache owner's lane, or a malformed domain: dropped as Dynamo drops it
+			continue
+		case x.UnknownMedium:
+			ev.EventsSkipped = append(ev.EventsSkipped, protocol.SkippedEvent{EventRef: refOf(i, x), Reason: protocol.SkipUnknownMedium})
+			continue
+		case tier == "":
+			ev.EventsIgnored++ // AISimulate's tier names none of Dynamo's: its id still counts
+			e.noteIgnored(i, x)
 			continue
 		}
-		if reason := e.applyEvent(i, x); reason != "" {
+		if reason := e.applyEvent(i, x, tier); reason != "" {
 			ev.EventsSkipped = append(ev.EventsSkipped, protocol.SkippedEvent{EventRef: refOf(i, x), Reason: reason})
 			continue
 		}
@@ -51,8 +60,10 @@ func countKeys(keys []string) []protocol.IgnoredKey {
 	return out
 }
 
-// applyEvent applies one event, or returns why it was skipped.
-func (e *Engine) applyEvent(i int, x *protocol.KVEvent) string {
+// applyEvent applies one event to the index of its tier, or returns why
+// it was skipped. A cleared resets the rank's device cache and every lower
+// tier, whatever tier it names (Dynamo's reset scope).
+func (e *Engine) applyEvent(i int, x *protocol.KVEvent, tier string) string {
 	r, last, seen, skip := e.eventRank(x)
 	if skip != "" {
 		return skip
@@ -60,6 +71,10 @@ func (e *Engine) applyEvent(i int, x *protocol.KVEvent) string {
 	id := kvindex.RankID(r.slot)
 	switch d := x.Data.(type) {
 	case protocol.Stored:
+		if tier != protocol.TierDevice {
+			e.tiers.of(tier).Store(id, d.ParentHash, d.Blocks)
+			break
+		}
 		switch e.index.Store(id, d.ParentHash, d.Blocks) {
 		case kvindex.ErrUnknownParent:
 			return protocol.SkipUnknownParent
@@ -70,24 +85,29 @@ func (e *Engine) applyEvent(i int, x *protocol.KVEvent) string {
 			e.approx.disown(r, b.BlockHash) // the engine holds it now: no TTL
 		}
 	case protocol.Removed:
+		if tier != protocol.TierDevice {
+			e.tiers.of(tier).Remove(id, d.BlockHashes)
+			break
+		}
 		e.index.Remove(id, d.BlockHashes)
 		for _, h := range d.BlockHashes {
 			e.approx.disown(r, h)
 		}
 	case protocol.Cleared:
 		e.index.Clear(id)
+		e.tiers.clear(id)
 		e.approx.forget(r)
 	}
 	e.noteEventID(i, x, id, last, seen)
 	return ""
 }
 
-// noteLowerTier counts the event id of a worker's event of a tier the index
-// does not hold (host, disk) in its rank's id stream: an engine numbers
-// its events per rank across tiers (AISimulate's publisher does, and
-// Dynamo's gap check keys on worker and rank alone), so dropping them
-// from the stream made every host event look like a gap.
-func (e *Engine) noteLowerTier(i int, x *protocol.KVEvent) {
+// noteIgnored counts the event id of a worker's event of a tier the
+// router has no index for in its rank's id stream: an engine numbers its
+// events per rank across tiers (AISimulate's publisher does, and
+// Dynamo's gap check keys on worker and rank alone), so dropping one from
+// the stream would make the next look like a gap.
+func (e *Engine) noteIgnored(i int, x *protocol.KVEvent) {
 	if r, last, seen, skip := e.eventRank(x); skip == "" {
 		e.noteEventID(i, x, kvindex.RankID(r.slot), last, seen)
 	}

@@ -19,7 +19,9 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 		routed = e.routedMatches(d)
 	}
 	var sel selector.Result
-	switch cheapest := selector.Cheapest(e.paramsFor(d), preferred) && e.cfg.Evidence != protocol.EvidenceFull; {
+	// The cheap paths cost the device prefix alone: with a lower tier in
+	// use every candidate is costed.
+	switch cheapest := selector.Cheapest(e.paramsFor(d), preferred) && e.cfg.Evidence != protocol.EvidenceFull && !e.tiers.inUse(); {
 	case cheapest && cs.role != nil && cs.role.version == cs.version:
 		sel = e.selectBucketed(d, cs.role)
 	case cheapest:
@@ -30,11 +32,13 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 	}
 	chosen, chosenRank := sel.Chosen, cs.ranks[sel.Index]
 
-	cached := min(chosen.Overlap*e.cfg.BlockSize, d.isl)
+	cached := cachedTokens(&e.cfg, chosen.Overlap, chosen.Host, chosen.Disk, d.isl)
 	e.book(req, chosenRank, d.isl-cached)
 	p := protocol.Placement{
 		RequestID: d.id, WorkerID: chosenRank.w.id, DPRank: chosenRank.dp, Role: d.role,
-		OverlapBlocks: chosen.Overlap, BestAvailableOverlapBlocks: e.bestOverlap(d), ISLBlocks: d.islBlocks,
+		// Dynamo's target cached prefix: device and host blocks.
+		OverlapBlocks: chosen.Overlap + chosen.Host, HostOverlapBlocks: chosen.Host, DiskOverlapBlocks: chosen.Disk,
+		BestAvailableOverlapBlocks: e.bestOverlap(d), ISLBlocks: d.islBlocks,
 		CachedTokens: cached, PrefillTokens: d.isl - cached, QueuedMS: protocol.Num(e.now - d.arrival),
 		Reason: e.reason(d, chosenRank, len(cs.ranks)), Binding: e.placedUnder(req),
 	}
@@ -56,8 +60,8 @@ func (e *Engine) selectAmong(d *demand, cs candidateSet, preferred int, routed [
 	e.cands = cands
 	for i, r := range cs.ranks {
 		newBlocks := uint64(len(d.local)) - uint64(e.hits[r.slot]) + d.privateBlocks
-		cands[i] = selector.Candidate{Overlap: uint64(e.overlap[r.slot]), PrefillTokens: r.prefill.at(e.now),
-			DecodeBlocks: r.activeDecodeBlocks() + newBlocks, ActiveRequests: r.activeRequests}
+		cands[i] = selector.Candidate{Overlap: uint64(e.overlap[r.slot]), Host: e.tiers.host(r.slot), Disk: e.tiers.disk(r.slot),
+			PrefillTokens: r.prefill.at(e.now), DecodeBlocks: r.activeDecodeBlocks() + newBlocks, ActiveRequests: r.activeRequests}
 		// What the policy does not read (its entry in the table) is not
 		// worked out.
 		if load {
@@ -101,16 +105,17 @@ func (e *Engine) cheapCandidate(d *demand, s uint32) selector.Candidate {
 }
 
 // bestOverlap is the most blocks of d's prompt any ready rank of its role
-// caches, filtered or not, from the overlap walk place just made: among the
-// ranks it gave an overlap, not every rank.
+// caches on its device and host (as overlap_blocks counts them), filtered
+// or not, from the overlap walk place just made: among the ranks it gave
+// a match, not every rank.
 func (e *Engine) bestOverlap(d *demand) uint64 {
-	rr, best := e.fleet.ofRole(d.role), uint32(0)
+	rr, best := e.fleet.ofRole(d.role), uint64(0)
 	for _, r := range e.matched {
 		if _, ok := e.fleet.positionIn(rr, uint32(r)); ok {
-			best = max(best, e.overlap[r])
+			best = max(best, uint64(e.overlap[r])+e.tiers.host(uint32(r)))
 		}
 	}
-	return uint64(best)
+	return best
 }
 
 func (e *Engine) reason(d *demand, chosen *rank, candidates int) string {
@@ -141,7 +146,7 @@ func (e *Engine) evidence(cs candidateSet, sel selector.Result) *protocol.Placem
 		for i, s := range scores {
 			r := cs.ranks[i]
 			ev.CandidateSet[i] = protocol.CandidateScore{
-				WorkerID: r.w.id, DPRank: r.dp, OverlapBlocks: s.Overlap,
+				WorkerID: r.w.id, DPRank: r.dp, OverlapBlocks: s.Overlap, HostBlocks: s.Host, DiskBlocks: s.Disk,
 				PrefillBlocks: protocol.Num(s.Prefill), DecodeBlocks: s.Decode,
 				Cost: protocol.Num(s.Cost), Probability: protocol.Num(s.Prob),
 			}

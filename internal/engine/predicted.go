@@ -63,9 +63,15 @@ func (p *predictedIndex) deadline(now float64) float64 {
 }
 
 // findOverlap writes into e.overlap, by rank slot, the leading blocks of
-// d's prompt each rank caches (the main index) or was routed (the side
-// index), whichever is more, and returns the ranks either gave an overlap.
+// d's prompt each rank caches on its device (the main index) or was
+// routed (the side index), whichever is more, walks the lower tiers past
+// them (e.tiers), and returns the ranks any gave a match.
 func (e *Engine) findOverlap(d *demand) []kvindex.RankID {
+	return e.tiers.extend(e.index, d.local, d.seq, e.overlap, e.deviceOverlap(d))
+}
+
+// deviceOverlap is findOverlap's device match, from both indexes.
+func (e *Engine) deviceOverlap(d *demand) []kvindex.RankID {
 	e.index.FindMatches(d.local, e.overlap)
 	p := e.predicted
 	if p == nil {

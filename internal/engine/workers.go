@@ -279,7 +279,7 @@ func (e *Engine) workerRemoved(w *worker) {
 	slices.Sort(orphaned)
 	ev.RequestsOrphaned = orphaned
 	for _, r := range w.ranks {
-		ev.BlocksDropped += e.index.DropRank(kvindex.RankID(r.slot))
+		ev.BlocksDropped += e.index.DropRank(kvindex.RankID(r.slot)) + e.tiers.clear(kvindex.RankID(r.slot))
 		e.approx.forget(r)
 		if e.routed != nil {
 			e.routed.index.DropRank(kvindex.RankID(r.slot))

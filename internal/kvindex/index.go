@@ -406,3 +406,18 @@ func (x *Index) prune(n uint32) {
 		n = x.tree.unlink(n)
 	}
 }
+
+// PathHashes appends to out the block hash of each node down the prompt's
+// path, at most depth of them: out[d-1] is the hash a rank matching d
+// blocks last matched (the node's first hash: a rank that stored it under
+// another seed is not told apart). A lower tier's match continues from it.
+func (x *Index) PathHashes(local []protocol.LocalBlockHash, depth int, out []protocol.SequenceHash) []protocol.SequenceHash {
+	w := walk{t: x.tree, id: root, n: x.tree.node(root)}
+	for _, h := range local[:min(depth, len(local))] {
+		if !w.down(uint64(h)) {
+			break
+		}
+		out = append(out, protocol.SequenceHash(w.n.hash))
+	}
+	return out
+}

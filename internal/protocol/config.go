@@ -16,6 +16,8 @@ type Config struct {
 	OverlapScoreCreditDecay          float64          `json:"overlap_score_credit_decay"`
 	PrefillLoadScale                 float64          `json:"prefill_load_scale"`
 	DecodeActiveRequestWeight        float64          `json:"decode_active_request_weight"`
+	HostCacheHitWeight               float64          `json:"host_cache_hit_weight"`
+	DiskCacheHitWeight               float64          `json:"disk_cache_hit_weight"`
 	KVEvents                         bool             `json:"kv_events"`
 	DedupeEventIDs                   bool             `json:"dedupe_event_ids"`
 	ApproxTTLMS                      float64          `json:"approx_ttl_ms"`
@@ -221,6 +223,11 @@ func DefaultConfig() Config {
 		BlockSize:          16,
 		OverlapScoreCredit: 1,
 		PrefillLoadScale:   1,
+		// Dynamo's defaults (--router-host-cache-hit-weight,
+		// --router-disk-cache-hit-weight): a host block is worth three
+		// quarters of a device block, a disk block a quarter.
+		HostCacheHitWeight: 0.75,
+		DiskCacheHitWeight: 0.25,
 		KVEvents:           true,
 		ApproxTTLMS:        120000,
 		// DYN_ENCODER_CUDA_TO_CPU_RATIO's default.
@@ -256,6 +263,12 @@ func (c *Config) Validate() error {
 		}
 		return nil
 	}
+	fraction := func(key string, v float64) error {
+		if !(v >= 0 && v <= 1) { // NaN too
+			return fmt.Errorf("config %s: expected a fraction from 0 to 1 (Dynamo's range), got %v", key, v)
+		}
+		return nil
+	}
 	positive := func(key string, v *float64) error {
 		if v != nil && !(*v > 0 && !math.IsInf(*v, 0)) {
 			return fmt.Errorf("config %s: expected a finite number > 0, got %v", key, *v)
@@ -274,6 +287,8 @@ func (c *Config) Validate() error {
 		nonNeg("prefill_load_scale", &c.PrefillLoadScale),
 		nonNeg("overlap_score_credit_decay", &c.OverlapScoreCreditDecay),
 		nonNeg("decode_active_request_weight", &c.DecodeActiveRequestWeight),
+		fraction("host_cache_hit_weight", c.HostCacheHitWeight),
+		fraction("disk_cache_hit_weight", c.DiskCacheHitWeight),
 		nonNeg("predicted_ttl_ms", c.PredictedTTLMS),
 		positive("approx_ttl_ms", &c.ApproxTTLMS),
 		nonNeg("queue_threshold", c.QueueThreshold),

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -17,6 +18,9 @@ func TestWholeCostKeys(t *testing.T) {
 		{"negative decay", func(c *Config) { c.OverlapScoreCreditDecay = -0.5 }, "overlap_score_credit_decay"},
 		{"decay past 2^53", func(c *Config) { c.OverlapScoreCreditDecay = 1e300 }, "overlap_score_credit_decay"},
 		{"negative request weight", func(c *Config) { c.DecodeActiveRequestWeight = -1 }, "decode_active_request_weight"},
+		{"host weight above 1", func(c *Config) { c.HostCacheHitWeight = 1.5 }, "host_cache_hit_weight"},
+		{"negative disk weight", func(c *Config) { c.DiskCacheHitWeight = -0.1 }, "disk_cache_hit_weight"},
+		{"NaN host weight", func(c *Config) { c.HostCacheHitWeight = math.NaN() }, "host_cache_hit_weight"},
 		{"predicted ttl 0", func(c *Config) { c.PredictedTTLMS = ptr(0.0) }, ""},
 		{"negative predicted ttl", func(c *Config) { c.PredictedTTLMS = ptr(-1.0) }, "predicted_ttl_ms"},
 		{"predicted without kv events", func(c *Config) { c.PredictedTTLMS, c.KVEvents = ptr(1000.0), false }, "predicted_ttl_ms: requires kv_events true"},

@@ -24,6 +24,9 @@ type KVEvent struct {
 	// Dynamo takes as malformed (only an omitted field is legacy) and
 	// drops the event.
 	ResidencyInvalid bool
+	// UnknownMedium: the event's medium names no tier, and Dynamo drops
+	// it (with a warning) before it takes an event id.
+	UnknownMedium bool
 	// IgnoredKeys are the paths of keys inside the event that no event
 	// struct has, skipped as Dynamo's deserializer skips them.
 	IgnoredKeys []string
@@ -32,19 +35,31 @@ type KVEvent struct {
 	Data        EventData // Stored, Removed or Cleared
 }
 
-// OnWorkerDevice reports whether the event is about a worker's device
-// cache, the one the index models: other tiers and owners are ignored. A
-// cleared of the worker's domain resets the rank whatever tier it names,
-// as Dynamo's reset scope does (its lower tiers too, which the index does
-// not hold).
-func (ev *KVEvent) OnWorkerDevice() bool {
-	if !ev.OfWorker() {
-		return false
+// The storage tiers, Dynamo's StorageTier names.
+const (
+	TierDevice     = "device"
+	TierHostPinned = "host_pinned"
+	TierDisk       = "disk"
+	TierExternal   = "external"
+)
+
+// LowerTiers are the tiers below the device, in the order a match walks
+// them (Dynamo's lower_tier_query_order).
+var LowerTiers = [3]string{TierHostPinned, TierDisk, TierExternal}
+
+// TierOf is the tier the event is about: storage_tier when it names a
+// lower tier, else AISimulate's tier on the event (absent: device), or ""
+// when that names no tier Dynamo has (the event is ignored).
+func (ev *KVEvent) TierOf() string {
+	switch {
+	case ev.StorageTier != TierDevice:
+		return ev.StorageTier
+	case ev.Tier == "":
+		return TierDevice
+	case StorageTierValid(ev.Tier):
+		return ev.Tier
 	}
-	if _, ok := ev.Data.(Cleared); ok {
-		return true
-	}
-	return ev.StorageTier == "device" && (ev.Tier == "" || ev.Tier == "device")
+	return ""
 }
 
 // OfWorker reports whether the event is about a worker's own caches (its
@@ -56,10 +71,27 @@ func (ev *KVEvent) OfWorker() bool {
 // StorageTierValid reports whether t is one of Dynamo's storage tiers.
 func StorageTierValid(t string) bool {
 	switch t {
-	case "device", "host_pinned", "disk", "external":
+	case TierDevice, TierHostPinned, TierDisk, TierExternal:
 		return true
 	}
 	return false
+}
+
+// MediumTier maps an engine's KV medium to its tier, exactly as Dynamo's
+// StorageTier::from_kv_medium does (case-sensitive), or "" for a medium
+// it does not know.
+func MediumTier(medium string) string {
+	switch medium {
+	case "GPU", "DEVICE":
+		return TierDevice
+	case "CPU", "CPU_PINNED", "CPU_TIER1":
+		return TierHostPinned
+	case "CPU_TIER2", "DISK", "NVME", "STORAGE":
+		return TierDisk
+	case "EXTERNAL", "NETWORK", "REMOTE", "SHARED":
+		return TierExternal
+	}
+	return ""
 }
 
 // EventData is what a KV event did: Stored, Removed or Cleared.

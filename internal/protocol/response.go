@@ -72,6 +72,8 @@ type Placement struct {
 	DPRank                     uint32             `json:"dp_rank"`
 	Role                       Role               `json:"role"`
 	OverlapBlocks              uint64             `json:"overlap_blocks"`
+	HostOverlapBlocks          uint64             `json:"host_overlap_blocks,omitempty"`
+	DiskOverlapBlocks          uint64             `json:"disk_overlap_blocks,omitempty"`
 	BestAvailableOverlapBlocks uint64             `json:"best_available_overlap_blocks"`
 	ISLBlocks                  uint64             `json:"isl_blocks"`
 	CachedTokens               uint64             `json:"cached_tokens"`
@@ -123,6 +125,10 @@ type CandidateScore struct {
 	WorkerID      uint64 `json:"worker_id"`
 	DPRank        uint32 `json:"dp_rank"`
 	OverlapBlocks uint64 `json:"overlap_blocks"`
+	// HostBlocks and DiskBlocks are its lower tiers' blocks past its
+	// device prefix (disk and external together), when any.
+	HostBlocks    uint64 `json:"host_overlap_blocks,omitempty"`
+	DiskBlocks    uint64 `json:"disk_overlap_blocks,omitempty"`
 	PrefillBlocks Num    `json:"prefill_blocks"`
 	DecodeBlocks  uint64 `json:"decode_blocks"`
 	Cost          Num    `json:"cost"`
@@ -210,6 +216,9 @@ const (
 	// A store naming its parent among its blocks (Dynamo's
 	// InvalidBlockSequence).
 	SkipInvalidBlockSequence = "invalid_block_sequence"
+	// An engine medium Dynamo does not map to a tier (StorageTier::
+	// from_kv_medium), which it drops before the event takes an id.
+	SkipUnknownMedium = "unknown_medium"
 )
 
 // State is the read-only snapshot that inspect returns.
@@ -258,12 +267,21 @@ type WorkerState struct {
 
 // RankState is one DP rank in a snapshot.
 type RankState struct {
-	DPRank              uint32  `json:"dp_rank"`
-	ActiveRequests      uint64  `json:"active_requests"`
-	ActivePrefillTokens Num     `json:"active_prefill_tokens"`
-	ActiveDecodeBlocks  uint64  `json:"active_decode_blocks"`
-	IndexBlocks         int     `json:"index_blocks"`
-	LastEventID         *uint64 `json:"last_event_id"`
+	DPRank              uint32 `json:"dp_rank"`
+	ActiveRequests      uint64 `json:"active_requests"`
+	ActivePrefillTokens Num    `json:"active_prefill_tokens"`
+	ActiveDecodeBlocks  uint64 `json:"active_decode_blocks"`
+	IndexBlocks         int    `json:"index_blocks"`
+	// TierBlocks are the blocks its lower tiers hold, when any does.
+	TierBlocks  *TierBlocks `json:"tier_blocks,omitempty"`
+	LastEventID *uint64     `json:"last_event_id"`
+}
+
+// TierBlocks counts a rank's blocks in each lower tier.
+type TierBlocks struct {
+	HostPinned int `json:"host_pinned,omitempty"`
+	Disk       int `json:"disk,omitempty"`
+	External   int `json:"external,omitempty"`
 }
 
 // RequestState is one request the router tracks.

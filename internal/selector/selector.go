@@ -26,6 +26,8 @@ type Params struct {
 	OverlapScoreCreditDecay   float64
 	PrefillLoadScale          float64
 	DecodeActiveRequestWeight float64
+	HostCacheHitWeight        float64
+	DiskCacheHitWeight        float64
 	CudaToCPURatio            uint64
 	SGLang                    protocol.SGLangConfig
 	LLMD                      protocol.LLMDConfig
@@ -37,12 +39,14 @@ func ParamsOf(cfg *protocol.Config, role protocol.Role) Params {
 	policy, temperature, credit, scale := cfg.Selection(role)
 	return Params{Policy: policy, BlockSize: cfg.BlockSize, Temperature: temperature,
 		OverlapScoreCredit: credit, OverlapScoreCreditDecay: cfg.OverlapScoreCreditDecay, PrefillLoadScale: scale,
-		DecodeActiveRequestWeight: cfg.DecodeActiveRequestWeight, CudaToCPURatio: cfg.EncoderCudaToCPURatio, SGLang: cfg.SGLang, LLMD: cfg.LLMD}
+		DecodeActiveRequestWeight: cfg.DecodeActiveRequestWeight, HostCacheHitWeight: cfg.HostCacheHitWeight,
+		DiskCacheHitWeight: cfg.DiskCacheHitWeight, CudaToCPURatio: cfg.EncoderCudaToCPURatio, SGLang: cfg.SGLang, LLMD: cfg.LLMD}
 }
 
 // Candidate is one rank the request may go to, as selection sees it.
 type Candidate struct {
-	Overlap        uint64  // leading blocks of the prompt the rank caches
+	Overlap        uint64  // leading blocks of the prompt the rank caches on its device
+	Host, Disk     uint64  // the blocks its host and disk tiers (disk and external) cache past that prefix, each continuing the one before
 	PrefillTokens  float64 // prefill tokens booked on the rank now
 	DecodeBlocks   uint64  // the rank's active blocks once the request's new ones join
 	ActiveRequests uint64  // requests booked on the rank (least_loaded)
@@ -58,11 +62,12 @@ type Candidate struct {
 // pointer, so filling one per candidate needs no write barrier while the
 // garbage collector runs (on a large heap, much of the time).
 type Score struct {
-	Overlap uint64
-	Prefill float64 // blocks of prefill work, after the overlap credit
-	Decode  uint64  // active blocks after placement
-	Cost    float64
-	Prob    float64
+	Overlap    uint64  // device blocks
+	Host, Disk uint64  // lower-tier blocks (Candidate's)
+	Prefill    float64 // blocks of prefill work, after the overlap credit
+	Decode     uint64  // active blocks after placement
+	Cost       float64
+	Prob       float64
 }
 
 // Draws is where selection takes its randomness and the round_robin turn
@@ -160,14 +165,16 @@ func Cost(p *Params, isl uint64, c *Candidate) Score {
 // cost is Dynamo's whole cost of a candidate, given the least prefill
 // booked on any candidate (least; only the credit decay reads it):
 //
-//	prefill = max((booked prefill + isl) / block_size - credit x decay x overlap, 0)
+//	prefill = max((booked prefill + isl) / block_size - (credit x decay x overlap + host_w x host + disk_w x disk), 0)
 //	cost    = prefill_load_scale x prefill + active blocks + decode_active_request_weight x active requests
 //	decay   = 1 / (1 + overlap_score_credit_decay x ((booked prefill - least) / block_size) / ceil(isl / block_size))
 //
 // The decay shrinks the credit on a rank with more prefill booked than the
 // least loaded candidate, so a cached prefix stops drawing every request
 // onto a rank that is busy prefilling; the request weight makes a rank's
-// requests in flight (before this one) cost beyond their blocks.
+// requests in flight (before this one) cost beyond their blocks. Blocks
+// of the lower tiers are credited at their tier's weight and never decay,
+// as in Dynamo.
 func cost(p *Params, isl uint64, least float64, c *Candidate) Score {
 	credit := p.OverlapScoreCredit
 	if p.OverlapScoreCreditDecay != 0 && c.PrefillTokens > least && isl > 0 {
@@ -177,12 +184,12 @@ func cost(p *Params, isl uint64, least float64, c *Candidate) Score {
 		decay := 1 / (1 + float64(p.OverlapScoreCreditDecay*(excess/float64(requestBlocks))))
 		credit = float64(credit * decay)
 	}
-	prefill := prefillBlocks(p, isl, c.Overlap, c.PrefillTokens, credit)
+	prefill := prefillBlocks(p, isl, c.PrefillTokens, creditBlocks(p, credit, c))
 	decode := float64(c.DecodeBlocks)
 	if p.DecodeActiveRequestWeight != 0 {
 		decode += float64(p.DecodeActiveRequestWeight * float64(c.ActiveRequests))
 	}
-	return Score{Overlap: c.Overlap, Prefill: prefill, Decode: c.DecodeBlocks, Cost: float64(p.PrefillLoadScale*prefill) + decode}
+	return Score{Overlap: c.Overlap, Host: c.Host, Disk: c.Disk, Prefill: prefill, Decode: c.DecodeBlocks, Cost: float64(p.PrefillLoadScale*prefill) + decode}
 }
 
 // leastPrefill is the least prefill booked on any candidate, when the
@@ -197,15 +204,28 @@ func leastPrefill(p *Params, cands []Candidate) float64 {
 	return least
 }
 
-// CostOf is Cost's cost alone, from the fields of a Candidate it reads.
+// CostOf is Cost's cost alone, from the fields of a Candidate it reads
+// where no lower tier holds a block.
 func CostOf(p *Params, isl, overlap uint64, prefillTokens float64, decodeBlocks uint64) float64 {
-	return float64(p.PrefillLoadScale*prefillBlocks(p, isl, overlap, prefillTokens, p.OverlapScoreCredit)) + float64(decodeBlocks)
+	return float64(p.PrefillLoadScale*prefillBlocks(p, isl, prefillTokens, float64(p.OverlapScoreCredit*float64(overlap)))) + float64(decodeBlocks)
 }
 
-// prefillBlocks is the prefill work in blocks after the overlap credit.
-func prefillBlocks(p *Params, isl, overlap uint64, prefillTokens, credit float64) float64 {
+// creditBlocks is the blocks of prefill a candidate's caches save: its
+// device prefix at the (decayed) credit, its host and disk extensions at
+// their tiers' weights, summed in Dynamo's order. With no lower-tier
+// block it is the device term alone, bit for bit.
+func creditBlocks(p *Params, credit float64, c *Candidate) float64 {
 	// float64() rounds each product on its own: no fused multiply-add (exp.go).
-	return max((prefillTokens+float64(isl))/float64(p.BlockSize)-float64(credit*float64(overlap)), 0)
+	blocks := float64(credit * float64(c.Overlap))
+	if c.Host != 0 || c.Disk != 0 {
+		blocks = blocks + float64(p.HostCacheHitWeight*float64(c.Host)) + float64(p.DiskCacheHitWeight*float64(c.Disk))
+	}
+	return blocks
+}
+
+// prefillBlocks is the prefill work in blocks after the credit.
+func prefillBlocks(p *Params, isl uint64, prefillTokens, credit float64) float64 {
+	return max((prefillTokens+float64(isl))/float64(p.BlockSize)-credit, 0)
 }
 
 // pick chooses among scores: the preferred index when there is one, else

@@ -200,6 +200,9 @@ func TestLoneSurrogatesRefused(t *testing.T) {
 		field{"observe", "events[0].storage_tier", func(v string) string {
 			return `"events":[{"worker_id":1,"storage_tier":` + v + `,"event":{"event_id":1,"data":"cleared"}}]`
 		}},
+		field{"observe", "events[0].medium", func(v string) string {
+			return `"events":[{"worker_id":1,"medium":` + v + `,"event":{"event_id":1,"data":"cleared"}}]`
+		}},
 		field{"observe", "events[0].residency_domain", func(v string) string {
 			return `"events":[{"worker_id":1,"residency_domain":` + v + `,"event":{"event_id":1,"data":"cleared"}}]`
 		}},
@@ -309,5 +312,42 @@ func TestDecodeIgnoresUnknownEventKeys(t *testing.T) {
 	}
 	if b := evs[0].Data.(protocol.Stored).Blocks; len(b) != 2 || b[1].TokensHash != 4 {
 		t.Errorf("the blocks around the skipped keys: %+v", b)
+	}
+}
+
+// TestDecodeMedium: an engine's medium maps to its tier as Dynamo's
+// from_kv_medium does (exact, case-sensitive), null is the device, an
+// unknown one marks the event, and one that disagrees with storage_tier
+// fails the line, whichever key comes first. Catches a lowercased match,
+// null taken as unknown, and a disagreement let through.
+func TestDecodeMedium(t *testing.T) {
+	for _, c := range []struct {
+		medium, tier string
+		unknown      bool
+	}{
+		{`"GPU"`, "device", false}, {`"DEVICE"`, "device", false}, {`null`, "device", false},
+		{`"CPU"`, "host_pinned", false}, {`"CPU_PINNED"`, "host_pinned", false}, {`"CPU_TIER1"`, "host_pinned", false},
+		{`"CPU_TIER2"`, "disk", false}, {`"DISK"`, "disk", false}, {`"NVME"`, "disk", false}, {`"STORAGE"`, "disk", false},
+		{`"EXTERNAL"`, "external", false}, {`"NETWORK"`, "external", false}, {`"REMOTE"`, "external", false}, {`"SHARED"`, "external", false},
+		{`"cpu"`, "device", true}, {`"Gpu"`, "device", true}, {`""`, "device", true},
+	} {
+		d := decode(t, `{"op":"observe","events":[{"worker_id":1,"medium":`+c.medium+`,"event":{"event_id":1,"data":"cleared"}}]}`)
+		if d.Err != nil {
+			t.Fatalf("medium %s: %v", c.medium, d.Err)
+		}
+		if ev := d.Cmd.Events[0]; ev.StorageTier != c.tier || ev.UnknownMedium != c.unknown {
+			t.Errorf("medium %s: tier %q unknown %v, want %q %v", c.medium, ev.StorageTier, ev.UnknownMedium, c.tier, c.unknown)
+		}
+	}
+	for _, line := range []string{
+		`{"op":"observe","events":[{"worker_id":1,"medium":"DISK","storage_tier":"host_pinned","event":{"event_id":1,"data":"cleared"}}]}`,
+		`{"op":"observe","events":[{"worker_id":1,"storage_tier":"device","medium":"CPU","event":{"event_id":1,"data":"cleared"}}]}`,
+	} {
+		if d := decode(t, line); d.Err == nil || !strings.Contains(d.Err.Message, `"events[0].medium"`) {
+			t.Errorf("%s: got %v, want an error naming events[0].medium", line, d.Err)
+		}
+	}
+	if d := decode(t, `{"op":"observe","events":[{"worker_id":1,"medium":"DISK","storage_tier":"disk","event":{"event_id":1,"data":"cleared"}}]}`); d.Err != nil {
+		t.Errorf("medium and storage_tier alike: %v", d.Err)
 	}
 }

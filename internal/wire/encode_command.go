@@ -118,6 +118,9 @@ func appendEvent(b []byte, ev *protocol.KVEvent) []byte {
 	if ev.StorageTier != "" {
 		b = appendString(append(b, `,"storage_tier":`...), ev.StorageTier)
 	}
+	if ev.UnknownMedium {
+		b = append(b, `,"medium":""`...) // a medium no tier has, which marks it
+	}
 	if ev.ResidencyInvalid {
 		b = append(b, `,"residency_domain":null`...) // what marks it invalid, as Dynamo reads it
 	} else if ev.ResidencyDomain != "" {

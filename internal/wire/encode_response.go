@@ -76,12 +76,25 @@ func Encode(b []byte, r *protocol.Response) ([]byte, error) {
 	return append(b, "}\n"...), nil
 }
 
+// appendTierBlocks writes a placement's or a candidate's lower-tier
+// blocks, each only when nonzero (omitempty, as the struct says).
+func appendTierBlocks(b []byte, host, disk uint64) []byte {
+	if host != 0 {
+		b = strconv.AppendUint(append(b, `,"host_overlap_blocks":`...), host, 10)
+	}
+	if disk != 0 {
+		b = strconv.AppendUint(append(b, `,"disk_overlap_blocks":`...), disk, 10)
+	}
+	return b
+}
+
 func appendPlacement(b []byte, p *protocol.Placement) []byte {
 	b = appendGoccyString(append(b, `{"request_id":`...), p.RequestID)
 	b = strconv.AppendUint(append(b, `,"worker_id":`...), p.WorkerID, 10)
 	b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(p.DPRank), 10)
 	b = appendGoccyString(append(b, `,"role":`...), string(p.Role))
 	b = strconv.AppendUint(append(b, `,"overlap_blocks":`...), p.OverlapBlocks, 10)
+	b = appendTierBlocks(b, p.HostOverlapBlocks, p.DiskOverlapBlocks)
 	b = strconv.AppendUint(append(b, `,"best_available_overlap_blocks":`...), p.BestAvailableOverlapBlocks, 10)
 	b = strconv.AppendUint(append(b, `,"isl_blocks":`...), p.ISLBlocks, 10)
 	b = strconv.AppendUint(append(b, `,"cached_tokens":`...), p.CachedTokens, 10)
@@ -107,6 +120,7 @@ func appendPlacement(b []byte, p *protocol.Placement) []byte {
 				b = strconv.AppendUint(append(b, `{"worker_id":`...), c.WorkerID, 10)
 				b = strconv.AppendUint(append(b, `,"dp_rank":`...), uint64(c.DPRank), 10)
 				b = strconv.AppendUint(append(b, `,"overlap_blocks":`...), c.OverlapBlocks, 10)
+				b = appendTierBlocks(b, c.HostBlocks, c.DiskBlocks)
 				b = protocol.AppendNum(append(b, `,"prefill_blocks":`...), float64(c.PrefillBlocks))
 				b = strconv.AppendUint(append(b, `,"decode_blocks":`...), c.DecodeBlocks, 10)
 				b = protocol.AppendNum(append(b, `,"cost":`...), float64(c.Cost))

@@ -10,8 +10,8 @@ import (
 )
 
 // Decoding of KV events, as Dynamo serialises a RouterEvent:
-// {"worker_id", "storage_tier", "residency_domain", "state_source",
-// "session_id", "event": {"event_id", "dp_rank", "tier", "data"}}, where
+// {"worker_id", "storage_tier" (or an engine's "medium"), "residency_domain",
+// "state_source", "session_id", "event": {"event_id", "dp_rank", "tier", "data"}}, where
 // data is {"stored": {"parent_hash", "start_position", "blocks":
 // [{"block_hash", "tokens_hash", "mm_extra_info", "token_ids"}]}},
 // {"removed": {"block_hashes"}} or "cleared". ("tier" on the event and
@@ -24,15 +24,24 @@ import (
 // still strict.
 
 // eventKeys are the keys of a RouterEvent and everything inside it.
-var eventKeys = []string{"worker_id", "storage_tier", "residency_domain", "state_source", "session_id",
+var eventKeys = []string{"worker_id", "storage_tier", "medium", "residency_domain", "state_source", "session_id",
 	"event", "event_id", "dp_rank", "tier", "data", "stored", "removed", "block_hashes", "parent_hash",
 	"start_position", "blocks", "block_hash", "tokens_hash", "mm_extra_info", "mm_objects", "mm_hash",
 	"offsets", "token_ids"}
 
 func decodeEvent(s *scanner, ev *protocol.KVEvent) *fieldError {
-	var hasWorker, hasEvent bool
+	var hasWorker, hasEvent, hasMedium bool
+	var medium string
 	err := s.object(func(key string) *fieldError {
 		switch key {
+		case "medium":
+			if s.null() { // vLLM's medium is optional: null is the device
+				return nil
+			}
+			hasMedium = true
+			v, err := s.str()
+			medium = v
+			return err.orNil(key)
 		case "worker_id":
 			hasWorker = true
 			v, err := s.u64()
@@ -92,6 +101,19 @@ func decodeEvent(s *scanner, ev *protocol.KVEvent) *fieldError {
 	}
 	if !hasEvent {
 		return &fieldError{code: protocol.CodeInvalidField, path: "event", msg: "required"}
+	}
+	if hasMedium {
+		// An engine's medium, mapped as Dynamo maps it; one Dynamo does not
+		// know drops the event (it warns), not the whole observe.
+		switch t := protocol.MediumTier(medium); {
+		case t == "":
+			ev.UnknownMedium = true
+		case ev.StorageTier != "" && ev.StorageTier != t:
+			return &fieldError{code: protocol.CodeInvalidField, path: "medium",
+				msg: fmt.Sprintf("%q is tier %s, but storage_tier says %s: give one, or both alike", medium, t, ev.StorageTier)}
+		default:
+			ev.StorageTier = t
+		}
 	}
 	if ev.StorageTier == "" {
 		ev.StorageTier = "device"
