@@ -142,12 +142,20 @@ func drawCommand(t *rapid.T, e *Engine) *protocol.Command {
 	case 11:
 		local := rapid.SliceOfN(hashIn[protocol.LocalBlockHash](1, 3), 1, 4).Draw(t, "stored")
 		seq := kvindex.SequenceHashes(local)
-		ev := protocol.KVEvent{WorkerID: *worker(), StorageTier: "device", EventID: rapid.Uint64Range(1, 50).Draw(t, "event_id")}
-		var stored protocol.Stored
-		for i := range local {
-			stored.Blocks = append(stored.Blocks, protocol.StoredBlock{BlockHash: seq[i], TokensHash: local[i]})
+		// Lower tiers too: their credit turns the cheap paths off, and
+		// their removals and a device removal of the same hashes must leave
+		// each other's index alone.
+		tier := rapid.SampledFrom([]string{protocol.TierDevice, protocol.TierDevice, protocol.TierHostPinned, protocol.TierDisk}).Draw(t, "tier")
+		ev := protocol.KVEvent{WorkerID: *worker(), StorageTier: tier, EventID: rapid.Uint64Range(1, 50).Draw(t, "event_id")}
+		if rapid.IntRange(0, 3).Draw(t, "removal") == 0 {
+			ev.Data = protocol.Removed{BlockHashes: seq}
+		} else {
+			var stored protocol.Stored
+			for i := range local {
+				stored.Blocks = append(stored.Blocks, protocol.StoredBlock{BlockHash: seq[i], TokensHash: local[i]})
+			}
+			ev.Data = stored
 		}
-		ev.Data = stored
 		c.Op, c.Events = protocol.OpObserve, []protocol.KVEvent{ev}
 	case 12:
 		c.Op = protocol.OpAdvanceClock
