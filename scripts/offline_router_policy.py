@@ -50,21 +50,45 @@ the name is ignored, as Dynamo ignores it. A place the router answers with
 an error (unknown_policy_class, all_workers_busy, ...) raises ValueError,
 which fails the run, as the bridge takes any provider error.
 
-What the bridge cannot be told is kept here: placements the router
-releases in the response of dispatch_committed or dispatch_aborted (whose
-result the bridge ignores) are held, next_wakeup_ms() then returns the
-current time, and the next callback that returns a list hands them out; a
-request the router rejects, at its place or later from its queue (a class's
-queue full: queue_rejected; its slo_ms passed: queue_deadline_exceeded;
+Waiters are released only by advance_clock, as in Dynamo's
+NativeReplayPolicy: place always returns "released": [] (its own request,
+when placed, is its "decision"), and observe, prefill_completed and
+request_terminal return []. Any other placement the router hands out, in
+the response to any callback, is held here; while one is, next_wakeup_ms()
+returns the current time and pending_count() counts it, as Dynamo counts a
+waiter until its retry, and advance_clock(now_ms) returns the held
+placements, then what its own response releases, in the order the router
+released them. cancel_pending of a held request takes it back with the
+router's dispatch_aborted, as the host never saw it placed. A request the
+router rejects, at its place or later from its queue (a class's queue
+full: queue_rejected; its slo_ms passed: queue_deadline_exceeded;
 queue_timeout_ms), is listed in evidence()["rejected"]: the bridge has no
 rejection, so such a place's decision is null, as for one that waits, and
 the request is never released.
+
+Every callback's now_ms must be finite, nonnegative and never before the
+router's clock (the last accepted call's time), else ValueError with
+Dynamo's words, before anything is sent; the router's own clock_regression
+then cannot be reached.
+
+KV events: an event's "tier" (AISimulate's, inside "event") and the
+"storage_tier" beside it are each device, host_pinned, disk or external
+(absent: device) and go to the router as they are; the router indexes the
+lower tiers apart and credits their hits with its host and disk weights
+(docs/PROTOCOL.md). observe checks every event before it sends any, as
+Dynamo does: its worker_id one of the constructor's workers, its dp_rank
+(absent: 0) an integer in [0, dp_size), its tiers as above; the first
+failure raises ValueError naming events[i] and the field, and nothing is
+sent. (The router would skip an event of an unknown worker or rank and
+ignore one of an unknown tier, applying the rest.) host_offload and
+g3_offload in workers_json are accepted: the router indexes those tiers.
 
 Standard library only.
 """
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -80,11 +104,12 @@ POLICIES = {"kv_router": "kv", "kv": "kv", "round_robin": "round_robin", "random
             "least_loaded": "least_loaded", "session_hash": "session_hash",
             "sglang_cache_aware": "sglang_cache_aware", "llmd": "llmd"}
 AFFINITY_KEYS = {"session": "session", "sibling_group": "sibling_group"}
+# Dynamo's StorageTier names; the router takes each as it is.
+TIERS = ("device", "host_pinned", "disk", "external")
 # Dynamo bounds a group key; a longer one is replaced by its digest.
 MAX_GROUP_KEY_BYTES = 256
 # What a host can match in a router error, beside the router's own words.
 ERROR_HINTS = {
-    "clock_regression": "now_ms must be monotonic (never before the last call's)",
     "duplicate_request": "duplicate request id: it is still in flight",
 }
 
@@ -133,8 +158,9 @@ def _selected(p):
             "isl_blocks": p["isl_blocks"]}
 
 
-def _is_device(tier):
-    return tier is None or tier == "device"
+def _is_int(v):
+    # JSON's true is Python's True, an int equal to 1: not a worker id or rank.
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 class OfflineRouterPolicy:
@@ -156,10 +182,6 @@ class OfflineRouterPolicy:
         if workers.get("api_version") != API_VERSION:
             raise ValueError(f"policy API version {workers.get('api_version')!r} is not supported: "
                              f"this adapter speaks API version {API_VERSION}")
-        for tier in ("host_offload", "g3_offload"):
-            if workers.get(tier):
-                raise ValueError(f"{tier} is on: offline-router models device KV only "
-                                 "(no host or G3 offload tiers)")
         self.role = role
         self._capture = bool(workers.get("capture_decisions"))
         self._affinity_key, router_config = self._router_config(config, workers)
@@ -179,8 +201,12 @@ class OfflineRouterPolicy:
             if isinstance(e, RouterError):
                 raise ValueError(f"workers: {e.code}: {e.message}") from e
             raise
+        self._worker_ids = {w["worker_id"] for w in workers.get("workers", [])}
+        self._dp_size = 1 if workers.get("dp_size") is None else workers["dp_size"]  # the router's default
         self._now = 0.0
-        self._held = []  # released in a response the bridge ignores
+        # Request id -> its placement, in release order: placed by the
+        # router, not yet handed out (only advance_clock does).
+        self._held = {}
         self._pending = 0
         self._wakeup = None
         self._keys = {}  # request id -> its group key, until it is placed
@@ -221,53 +247,52 @@ class OfflineRouterPolicy:
 
     def place(self, payload_json, now_ms):
         cmd, key = self._place_command(json.loads(payload_json))
+        self._at(now_ms, cmd)
         rid = cmd["request_id"]
         mine = rid not in self._keys  # else a waiting request has the id: the router refuses it
         if mine:
             self._keys[rid] = key
         try:
-            resp = self._send(cmd, now_ms)
+            resp = self._send(cmd)
         except ValueError:
             if mine:
                 del self._keys[rid]
             raise
         decision = None
-        released = []
         for p in resp["placements"]:
             if p["request_id"] == rid and decision is None:
                 decision = _selected(p)
             else:
-                released.append(_selected(p))
-        return json.dumps({"decision": decision, "released": self._hand_out(released)})
+                self._held[p["request_id"]] = _selected(p)
+        return json.dumps({"decision": decision, "released": []})
 
     def observe(self, events_json, now_ms):
         events = json.loads(events_json)
-        for i, ev in enumerate(events):
-            tier = ev.get("event", {}).get("tier")
-            if not _is_device(tier) or not _is_device(ev.get("storage_tier")):
-                raise ValueError(f"events[{i}]: tier {tier or ev.get('storage_tier')!r}: "
-                                 "offline-router models device KV only")
-        resp = self._send({"op": "observe", "events": events}, now_ms)
+        self._check_events(events)
+        resp = self._hold(self._at(now_ms, {"op": "observe", "events": events}))
         self._physical_kv_events += resp.get("evidence", {}).get("events_applied", 0)
-        return json.dumps(self._hand_out(self._released(resp)))
+        return "[]"
 
     def dispatch_committed(self, request_id, now_ms):
-        self._held += self._released(self._send({"op": "dispatch_committed", "request_id": request_id}, now_ms))
+        self._hold(self._at(now_ms, {"op": "dispatch_committed", "request_id": request_id}))
 
     def dispatch_aborted(self, request_id, now_ms):
-        self._held += self._released(self._send({"op": "dispatch_aborted", "request_id": request_id}, now_ms))
+        self._hold(self._at(now_ms, {"op": "dispatch_aborted", "request_id": request_id}))
         self._keys.pop(request_id, None)  # a waiting request ends with its abort
 
     def prefill_completed(self, request_id, now_ms):
-        return self._listing({"op": "prefill_completed", "request_id": request_id}, now_ms)
+        self._hold(self._at(now_ms, {"op": "prefill_completed", "request_id": request_id}))
+        return "[]"
 
     def request_terminal(self, request_id, now_ms):
-        out = self._listing({"op": "request_terminal", "request_id": request_id}, now_ms)
+        self._hold(self._at(now_ms, {"op": "request_terminal", "request_id": request_id}))
         self._keys.pop(request_id, None)  # a waiting request ends with it
-        return out
+        return "[]"
 
     def advance_clock(self, now_ms):
-        return self._listing({"op": "advance_clock"}, now_ms)
+        self._hold(self._at(now_ms, {"op": "advance_clock"}))
+        out, self._held = list(self._held.values()), {}
+        return json.dumps(out)
 
     def next_wakeup_ms(self):
         if self._held:
@@ -275,10 +300,17 @@ class OfflineRouterPolicy:
         return self._wakeup
 
     def pending_count(self):
-        return self._pending
+        return self._pending + len(self._held)
 
     def cancel_pending(self, request_id):
-        resp = self._send({"op": "cancel_pending", "request_id": request_id}, None)
+        if request_id in self._held:
+            # Still waiting for the host, placed for the router: the abort
+            # gives back its booking and any binding it holds. Dropped only
+            # once the router took it, so that a failure loses nothing.
+            self._hold({"op": "dispatch_aborted", "request_id": request_id})
+            del self._held[request_id]
+            return True
+        resp = self._send({"op": "cancel_pending", "request_id": request_id})
         if resp["cancelled"]:
             self._keys.pop(request_id, None)
         return bool(resp["cancelled"])
@@ -289,7 +321,7 @@ class OfflineRouterPolicy:
                            "decisions_captured": self._capture,
                            "decisions": self._decisions,
                            "rejected": self._rejected,
-                           "pending_count": self._pending})
+                           "pending_count": self.pending_count()})
 
     # -- the process ----------------------------------------------------------
 
@@ -340,7 +372,8 @@ class OfflineRouterPolicy:
         if self._affinity_key is not None:
             session = identity.get("session", payload.get("session_id"))
             if not session:
-                # Dynamo: "conversation affinity requires nonempty session identity"
+                # Dynamo: "conversation affinity requires nonempty session identity";
+                # "" would key every sessionless request into one group.
                 raise ValueError("affinity is on: the request needs a nonempty session identity")
             scope, root, parent = identity.get("scope"), identity.get("root"), identity.get("parent")
             if self._affinity_key == "sibling_group" and (not root or parent == ""):
@@ -353,9 +386,50 @@ class OfflineRouterPolicy:
                 cmd["session_id"] = key
         return cmd, key
 
-    def _send(self, cmd, now_ms):
-        if now_ms is not None:
-            cmd["now_ms"] = now_ms
+    def _check_events(self, events):
+        """Dynamo's checks of an observe, all before any event is sent."""
+        if not isinstance(events, list):
+            raise ValueError(f"events: expected a JSON array, got {type(events).__name__}")
+        for i, ev in enumerate(events):
+            body = ev.get("event") if isinstance(ev, dict) else None
+            if not isinstance(body, dict):
+                raise ValueError(f"events[{i}]: expected an object with an \"event\" object")
+            worker = ev.get("worker_id")
+            if not _is_int(worker) or worker not in self._worker_ids:
+                raise ValueError(f"events[{i}].worker_id {worker!r}: not one of the workers "
+                                 "this policy was built with")
+            rank = body.get("dp_rank", 0)
+            if not _is_int(rank) or not 0 <= rank < self._dp_size:
+                raise ValueError(f"events[{i}].event.dp_rank {rank!r}: expected an integer "
+                                 f"in [0, {self._dp_size}) (dp_size {self._dp_size})")
+            for field, tier in (("event.tier", body.get("tier", "device")),
+                                ("storage_tier", ev.get("storage_tier", "device"))):
+                if not isinstance(tier, str) or tier not in TIERS:
+                    raise ValueError(f"events[{i}].{field} {tier!r}: expected one of {', '.join(TIERS)}")
+
+    def _at(self, now_ms, cmd):
+        """cmd at now_ms, refused before anything is sent as Dynamo's
+        advance refuses it. The router's clock is the last accepted call's
+        time: a call the router refused moved nothing."""
+        # Comparisons, not math.isfinite: a NaN fails each, and an int too
+        # big for a float still compares. The clock starts at 0, so never
+        # before it is nonnegative too.
+        if not (isinstance(now_ms, (int, float)) and not isinstance(now_ms, bool)
+                and self._now <= now_ms < math.inf):
+            raise ValueError(f"now_ms {now_ms!r} (the clock is at {self._now!r}): "
+                             "native replay clock must be finite, nonnegative and monotonic")
+        cmd["now_ms"] = now_ms
+        return cmd
+
+    def _hold(self, cmd):
+        """Sends cmd and holds whatever it places: only advance_clock hands
+        placements out."""
+        resp = self._send(cmd)
+        for p in resp["placements"]:
+            self._held[p["request_id"]] = _selected(p)
+        return resp
+
+    def _send(self, cmd):
         try:
             resp = self._router.send(cmd)
         except RouterError as e:
@@ -370,16 +444,6 @@ class OfflineRouterPolicy:
             self._keys.pop(r["request_id"], None)
             self._rejected.append(r)
         return resp
-
-    def _released(self, resp):
-        return [_selected(p) for p in resp["placements"]]
-
-    def _listing(self, cmd, now_ms):
-        return json.dumps(self._hand_out(self._released(self._send(cmd, now_ms))))
-
-    def _hand_out(self, released):
-        out, self._held = self._held + released, []
-        return out
 
     def _record(self, placement, key):
         self._decision_count += 1

@@ -59,14 +59,19 @@ def req(rid, blocks=(1, 2), scope="play", session=None, parent=None, root=None, 
     return json.dumps(p)
 
 
-def stored(worker, event_id, blocks, tier=None):
-    ev = {"event_id": event_id, "dp_rank": 0,
-          "data": {"stored": {"parent_hash": None, "start_position": 0,
+def stored(worker, event_id, blocks, tier=None, parent=None, storage_tier=None, dp_rank=0):
+    """A store of blocks (block hash 100 + local hash), under the block of
+    hash parent; tier is AISimulate's, inside the event."""
+    ev = {"event_id": event_id, "dp_rank": dp_rank,
+          "data": {"stored": {"parent_hash": parent, "start_position": 0,
                               "blocks": [{"block_hash": 100 + b, "tokens_hash": b, "token_ids": [b] * 4,
                                           "mm_extra_info": None} for b in blocks]}}}
     if tier:
         ev["tier"] = tier
-    return {"worker_id": worker, "event": ev}
+    out = {"worker_id": worker, "event": ev}
+    if storage_tier:
+        out["storage_tier"] = storage_tier
+    return out
 
 
 class PolicyTest(unittest.TestCase):
@@ -91,13 +96,17 @@ class Construction(PolicyTest):
         self.assertIn("PATH", str(e.exception))
 
     def test_refused_workers(self):
-        for over, word in (({"api_version": 2}, "API version"), ({"host_offload": True}, "device KV"),
-                           ({"g3_offload": True}, "device KV")):
-            with self.assertRaises(ValueError) as e:
-                OfflineRouterPolicy("aggregated", config(), workers(**over))
-            self.assertIn(word, str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            OfflineRouterPolicy("aggregated", config(), workers(api_version=2))
+        self.assertIn("API version", str(e.exception))
         with self.assertRaises(ValueError):
             OfflineRouterPolicy("encode", config(), workers())
+
+    def test_offload_tiers_are_accepted(self):
+        # The router indexes host and disk tiers: catches the old refusal
+        # of host_offload or g3_offload coming back.
+        p = self.policy(wk=workers(host_offload=True, g3_offload=True))
+        self.assertIsNotNone(json.loads(p.place(req("a"), 0.0))["decision"])
 
     def test_a_dead_router_carries_its_stderr(self):
         with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as f:
@@ -163,16 +172,7 @@ class Callbacks(PolicyTest):
         with self.assertRaises(ValueError) as e:
             p.place(req("a"), 5.0)
         self.assertIn("duplicate", str(e.exception))
-        with self.assertRaises(ValueError) as e:
-            p.advance_clock(4.0)
-        self.assertIn("monotonic", str(e.exception))
 
-    def test_non_device_events_are_refused_and_not_counted(self):
-        p = self.policy()
-        with self.assertRaises(ValueError) as e:
-            p.observe(json.dumps([stored(1, 1, [1]), stored(1, 2, [2], tier="host")]), 0.0)
-        self.assertIn("device KV", str(e.exception))
-        self.assertEqual(self.evidence(p)["physical_kv_events"], 0)
 
     def test_refusals_record_nothing(self):
         p = self.policy(config("session"))
@@ -190,6 +190,204 @@ class Callbacks(PolicyTest):
         self.assertIn("lineage", str(e.exception))
         self.assertEqual((self.evidence(p)["decision_count"], p.pending_count()), (0, 0))
         self.assertIsNotNone(json.loads(p.place(req("a", session="s"), 0.0))["decision"])
+
+
+class Tiers(PolicyTest):
+    def cached(self, events):
+        p = self.policy()
+        p.observe(json.dumps(events), 0.0)
+        self.assertEqual(self.evidence(p)["physical_kv_events"], len(events))
+        return json.loads(p.place(req("a", blocks=(1, 2, 3, 4, 5)), 1.0))["decision"]["cached_tokens"]
+
+    def test_a_lower_tier_store_extends_the_device_prefix(self):
+        # Device blocks 1, 2 credit 2 x 4 tokens; a host_pinned store of 3
+        # under device block 102 adds 0.75 x 4 (the router's default host
+        # weight): 11; disk 4 and external 5 below it add 0.25 x 4 each
+        # (its disk weight): 13. Catches the old refusal of a lower tier,
+        # a tier dropped (block 3 taken as device: 12), or renamed on the
+        # way (the router ignores a name it does not know: 8).
+        device = [stored(1, 1, [1, 2])]
+        host = [stored(1, 2, [3], tier="host_pinned", parent=102)]
+        lower = [stored(1, 3, [4], tier="disk", parent=103), stored(1, 4, [5], tier="external", parent=104)]
+        self.assertEqual(self.cached(device), 8)
+        self.assertEqual(self.cached(device + host), 11)
+        self.assertEqual(self.cached(device + host + lower), 13)
+        # Dynamo's own key beside the event, and "device" spelt out.
+        spelt = [stored(1, 1, [1, 2], tier="device"), stored(1, 2, [3], storage_tier="host_pinned", parent=102)]
+        self.assertEqual(self.cached(spelt), 11)
+
+    def test_an_unknown_tier_is_refused_by_name(self):
+        # The router ignores an event tier it does not know and applies the
+        # rest: catches the adapter's check gone (no error, block 1 stored).
+        # A null is no tier either, as in Dynamo's String field. A bad
+        # storage_tier the router refuses itself, but without events[1]
+        # leading its words.
+        null = stored(1, 2, [2])
+        null["event"]["tier"] = None
+        p = self.policy()
+        for ev, field, value in ((stored(1, 2, [2], tier="host"), "event.tier", "host"),
+                                 (null, "event.tier", None),
+                                 (stored(1, 2, [2], storage_tier="gpu"), "storage_tier", "gpu")):
+            with self.assertRaises(ValueError) as e:
+                p.observe(json.dumps([stored(2, 1, [1]), ev]), 0.0)
+            self.assertTrue(str(e.exception).startswith(f"events[1].{field} {value!r}:"), str(e.exception))
+        self.assertEqual(self.evidence(p)["physical_kv_events"], 0)
+
+
+class EventChecks(PolicyTest):
+    def test_observe_checks_every_event_before_sending_any(self):
+        # Each bad second event after a good first one. The router would
+        # skip an unknown worker's or rank's event (unknown_worker,
+        # unknown_dp_rank) and apply the first: catches any one check gone,
+        # or events sent before all are checked, by the place after, which
+        # would then find blocks 1, 2 on worker 2. The bad calls' now_ms 5
+        # must not move the clock: the good observe at 1 follows them.
+        bad = []
+        for field, value in (("worker_id", 9), ("worker_id", True), ("worker_id", "1"),
+                             ("dp_rank", 1), ("dp_rank", -1), ("dp_rank", True), ("dp_rank", None)):
+            ev = stored(1, 2, [3])
+            if field == "worker_id":
+                ev["worker_id"] = value
+                bad.append((ev, "events[1].worker_id"))
+            else:
+                ev["event"]["dp_rank"] = value
+                bad.append((ev, "events[1].event.dp_rank"))
+        bad.append((stored(1, 2, [3], tier="hbm"), "events[1].event.tier"))
+        bad.append(({"worker_id": 1}, "events[1]"))
+
+        def run(p):
+            p.observe(json.dumps([stored(1, 1, [7])]), 1.0)
+            return json.loads(p.place(req("a"), 2.0)), self.evidence(p)
+
+        p = self.policy()
+        for ev, name in bad:
+            with self.assertRaises(ValueError) as e:
+                p.observe(json.dumps([stored(2, 1, [1, 2]), ev]), 5.0)
+            self.assertTrue(str(e.exception).startswith(name), (name, str(e.exception)))
+        got = run(p)
+        self.assertEqual(got[0]["decision"]["overlap_blocks"], 0)
+        self.assertEqual(got, run(self.policy()))  # as if the bad calls never happened
+
+    def test_a_rank_below_dp_size_is_taken(self):
+        # Catches a bound of rank 0 alone, or one short of dp_size.
+        p = self.policy(wk=workers(dp_size=2))
+        self.assertEqual(json.loads(p.observe(json.dumps([stored(2, 1, [1, 2], dp_rank=1)]), 0.0)), [])
+        self.assertEqual(self.evidence(p)["physical_kv_events"], 1)
+        with self.assertRaisesRegex(ValueError, r"events\[0\]\.event\.dp_rank 2"):
+            p.observe(json.dumps([stored(2, 2, [3], dp_rank=2)]), 0.0)
+
+
+class Releases(PolicyTest):
+    def test_waiters_are_released_only_by_advance_clock(self):
+        # Linear prefill decay at 2 tokens/ms, one worker of batch 64 (the
+        # golden queue_linear_decay): a's 200 tokens keep b waiting until
+        # 68 ms. c's place at 70 moves the clock past 68, so the router
+        # places b in c's response; c waits until 118. advance_clock(500)
+        # hands out b, held since 70, then c, released in its own response.
+        # Catches b in place's "released" (the old behaviour), the held
+        # ones not counted as pending or not waking the host now, the held
+        # ones lost, or handed out after advance_clock's own.
+        p = self.policy(config(queue_threshold=1, prefill_load_model="linear", prefill_tokens_per_ms=2),
+                        workers(n=1))
+        self.assertIsNotNone(json.loads(p.place(req("a", blocks=(), input_tokens=200), 0.0))["decision"])
+        self.assertIsNone(json.loads(p.place(req("b", blocks=(), input_tokens=100), 10.0))["decision"])
+        self.assertEqual(p.next_wakeup_ms(), 68.0)
+        self.assertEqual(json.loads(p.place(req("c", blocks=(), input_tokens=16), 70.0)),
+                         {"decision": None, "released": []})
+        self.assertEqual((p.next_wakeup_ms(), p.pending_count()), (70.0, 2))
+        self.assertEqual(self.evidence(p)["pending_count"], 2)
+        self.assertEqual([s["request_id"] for s in json.loads(p.advance_clock(500.0))], ["b", "c"])
+        self.assertEqual((p.next_wakeup_ms(), p.pending_count()), (None, 0))
+        self.assertEqual(json.loads(p.advance_clock(500.0)), [])  # handed out once
+
+    def test_list_callbacks_return_nothing(self):
+        # One worker of batch 8 (queue_threshold 0.5) behind x: x's prefill
+        # completing, then its end, each let the router place the next
+        # waiter in that callback's response; under linear decay an
+        # observe's time does. Each returns [] and the placement waits for
+        # advance_clock. Catches any of them handing it out (the old
+        # behaviour) or dropping it.
+        def held(p, t):
+            self.assertEqual((p.next_wakeup_ms(), p.pending_count()), (t, 1))
+            return [s["request_id"] for s in json.loads(p.advance_clock(t))]
+
+        p = self.policy(config(queue_threshold=0.5), workers(n=1, max_num_batched_tokens=8))
+        p.place(req("x"), 0.0)
+        p.place(req("a", blocks=(3, 4)), 1.0)
+        p.dispatch_committed("x", 1.0)
+        self.assertEqual(json.loads(p.prefill_completed("x", 2.0)), [])
+        self.assertEqual(held(p, 2.0), ["a"])
+        p.dispatch_committed("a", 2.0)
+        p.prefill_completed("a", 2.0)
+        p.place(req("b", blocks=(5, 6)), 3.0)  # x and a decode: b's prefill fits
+        p.dispatch_committed("b", 3.0)
+        p.place(req("c", blocks=(7, 8)), 3.0)  # b's prefill is busy: c waits
+        self.assertEqual(json.loads(p.request_terminal("b", 4.0)), [])
+        self.assertEqual(held(p, 4.0), ["c"])
+
+        p = self.policy(config(queue_threshold=1, prefill_load_model="linear", prefill_tokens_per_ms=2), workers(n=1))
+        p.place(req("a", blocks=(), input_tokens=200), 0.0)
+        p.place(req("b", blocks=(), input_tokens=100), 10.0)
+        self.assertEqual(json.loads(p.observe(json.dumps([stored(1, 1, [9])]), 70.0)), [])
+        self.assertEqual(held(p, 70.0), ["b"])
+
+    def test_a_held_placement_is_cancelled_and_its_booking_freed(self):
+        # b waits on a's binding; a's commit makes the router place b, held
+        # for advance_clock: to the host b is still waiting, so
+        # cancel_pending takes it back (Dynamo's waiter leaves its queue).
+        # Catches the router's "cancelled: false" for a placed request
+        # passed on, b handed out after all, or its booking kept.
+        p = self.policy(config("session", 60))
+        p.place(req("a", session="s"), 0.0)
+        p.place(req("b", session="s"), 0.0)
+        p.dispatch_committed("a", 1.0)
+        self.assertEqual(p.pending_count(), 1)
+        self.assertIs(p.cancel_pending("b"), True)
+        self.assertEqual((p.pending_count(), p.next_wakeup_ms()), (0, None))
+        self.assertEqual(json.loads(p.advance_clock(1.0)), [])
+        self.assertEqual([r["request_id"] for r in p._router.inspect()["requests"]], ["a"])
+        self.assertIs(p.cancel_pending("b"), False)
+        self.assertIsNotNone(json.loads(p.place(req("b", session="s"), 1.0))["decision"])  # its id is free
+
+
+class Clock(PolicyTest):
+    def test_the_clock_must_be_finite_nonnegative_and_monotonic(self):
+        # Every callback, every bad time, refused in Dynamo's words before
+        # anything is sent. Catches a callback without the check (the
+        # router's clock_regression, invalid_field or a JSON error instead,
+        # and a send), a check after the send, or one that takes an equal
+        # time as a regression.
+        p = self.policy()
+        p.place(req("a"), 5.0)
+        calls = (lambda t: p.place(req("b"), t), lambda t: p.observe(json.dumps([stored(1, 1, [1])]), t),
+                 lambda t: p.dispatch_committed("a", t), lambda t: p.dispatch_aborted("a", t),
+                 lambda t: p.prefill_completed("a", t), lambda t: p.request_terminal("a", t),
+                 p.advance_clock)
+        with mock.patch.object(p._router, "send", wraps=p._router.send) as send:
+            for call in calls:
+                for t in (4.0, 4, -1.0, float("nan"), float("inf"), -float("inf"), None, "6", True):
+                    with self.assertRaises(ValueError) as e:
+                        call(t)
+                    self.assertIn("native replay clock must be finite, nonnegative and monotonic", str(e.exception))
+                    self.assertIn(repr(t), str(e.exception))
+                    self.assertIn("5.0", str(e.exception))
+            self.assertEqual(send.call_count, 0)
+        with self.assertRaisesRegex(ValueError, "native replay clock"):
+            self.policy().advance_clock(True)  # JSON's true, not a time, though past a clock at 0
+        self.assertEqual(json.loads(p.advance_clock(5)), [])  # the same time is fine, an int too
+        self.assertEqual(json.loads(p.place(req("b"), 5.0))["released"], [])
+        self.assertEqual(self.evidence(p)["decision_count"], 2)
+
+    def test_a_refused_call_moves_no_clock(self):
+        # The router applies nothing of a failed command, its now_ms
+        # included; the adapter's bound is the router's clock, so a time
+        # after the refused one's is still fine. Catches the bound taken
+        # from the last call made rather than the last accepted.
+        p = self.policy()
+        p.place(req("a"), 1.0)
+        with self.assertRaisesRegex(ValueError, "duplicate"):
+            p.place(req("a"), 9.0)
+        self.assertEqual(json.loads(p.advance_clock(2.0)), [])
 
 
 CLASSES = {"default_policy_class": "regular",
@@ -267,8 +465,10 @@ class Classes(PolicyTest):
         p.place(req("x"), 0.0)
         self.assertIsNone(json.loads(p.place(req("a", blocks=(3, 4), priority=-5), 1.0))["decision"])
         self.assertIsNone(json.loads(p.place(req("b", blocks=(5, 6), priority=0), 2.0))["decision"])
-        self.assertEqual([s["request_id"] for s in json.loads(p.request_terminal("x", 3.0))], ["a"])
-        self.assertEqual([s["request_id"] for s in json.loads(p.request_terminal("a", 4.0))], ["b"])
+        self.assertEqual(json.loads(p.request_terminal("x", 3.0)), [])  # released, held for advance_clock
+        self.assertEqual([s["request_id"] for s in json.loads(p.advance_clock(3.0))], ["a"])
+        self.assertEqual(json.loads(p.request_terminal("a", 4.0)), [])
+        self.assertEqual([s["request_id"] for s in json.loads(p.advance_clock(4.0))], ["b"])
 
 
 class Affinity(PolicyTest):
@@ -293,11 +493,14 @@ class Affinity(PolicyTest):
         self.assertEqual(p.pending_count(), 2)
         p.dispatch_aborted("a", 1.0)
         self.assertEqual(p.next_wakeup_ms(), 1.0)
-        out = json.loads(p.place(req("d", session="other"), 1.0))  # any list-returning callback hands it out
-        self.assertEqual([s["request_id"] for s in out["released"]], ["b"])
-        self.assertEqual(p.pending_count(), 1)  # c waits for b's commit
+        out = json.loads(p.place(req("d", session="other"), 1.0))
+        self.assertEqual(out["released"], [])  # only advance_clock hands b out
+        self.assertEqual(p.pending_count(), 2)  # b held, c waiting for b's commit
+        self.assertEqual([s["request_id"] for s in json.loads(p.advance_clock(1.0))], ["b"])
+        self.assertEqual(p.pending_count(), 1)
         p.dispatch_committed("b", 2.0)
-        self.assertEqual([s["request_id"] for s in json.loads(p.request_terminal("d", 2.0))], ["c"])
+        self.assertEqual(json.loads(p.request_terminal("d", 2.0)), [])
+        self.assertEqual([s["request_id"] for s in json.loads(p.advance_clock(2.0))], ["c"])
         self.assertEqual(p.pending_count(), 0)
 
     def test_cancel(self):
@@ -344,12 +547,18 @@ class Affinity(PolicyTest):
                                 '["siblings","play","parent","parent"]'])
 
     def test_affinity_needs_a_session(self):
-        p = self.policy(config("session", 60))
-        with self.assertRaisesRegex(ValueError, "nonempty session"):
-            p.place(req("a", session=""), 0.0)
-        with self.assertRaisesRegex(ValueError, "nonempty session"):
-            p.place(req("b", session=None), 0.0)
-        self.assertEqual(p.pending_count(), 0)
+        # Dynamo refuses an empty session as it refuses a missing one.
+        # Catches a test of None alone ("" passes: every sessionless request
+        # in one group) or of "" alone (a missing one passes, keyed null).
+        missing = json.loads(req("c"))
+        del missing["identity"]["session"], missing["session_id"]
+        for mode in ("session", "sibling_group"):
+            p = self.policy(config(mode, 60))
+            for payload in (req("a", session="", root="r"), req("b", session=None, root="r"), json.dumps(missing)):
+                with self.assertRaisesRegex(ValueError, "nonempty session"):
+                    p.place(payload, 0.0)
+            self.assertEqual((p.pending_count(), self.evidence(p)["decision_count"]), (0, 0))
+            self.assertIsNotNone(json.loads(p.place(req("a", session="s"), 0.0))["decision"])
 
     def test_scopes_never_share_a_binding(self):
         p = self.policy(config("session", 60))
