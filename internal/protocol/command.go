@@ -65,6 +65,11 @@ type Command struct {
 	MaxNumBatchedTokens *uint64
 	MaxNumSeqs          *uint64
 	DeviceType          DeviceType // worker_ready: the worker's device, "" when not said (an accelerator)
+	// LoRAAdapters and MaxGPULoRACount are worker_ready's adapters: those
+	// the worker has loaded, and how many it can hold at once (Dynamo's
+	// runtime config max_gpu_lora_count, vLLM's --max-loras).
+	LoRAAdapters    []string
+	MaxGPULoRACount *uint32
 
 	Events []KVEvent
 
@@ -133,6 +138,8 @@ const (
 	FieldRouterConfigOverride
 	FieldLoRAName
 	FieldCacheNamespace
+	FieldLoRAAdapters
+	FieldMaxGPULoRACount
 	NumFields
 )
 
@@ -148,6 +155,7 @@ var FieldNames = [NumFields]string{
 	FieldStrictPriority: "strict_priority", FieldPolicyClass: "policy_class", FieldAllowedWorkers: "allowed_workers", FieldDPRank: "dp_rank",
 	FieldDeviceType: "device_type", FieldRouterConfigOverride: "router_config_override",
 	FieldLoRAName: "lora_name", FieldCacheNamespace: "cache_namespace",
+	FieldLoRAAdapters: "lora_adapters", FieldMaxGPULoRACount: "max_gpu_lora_count",
 }
 
 // FieldSet is a set of fields.
@@ -199,6 +207,8 @@ func (c *Command) Fields() FieldSet {
 	add(FieldRouterConfigOverride, c.RouterConfigOverride != nil)
 	add(FieldLoRAName, c.LoRAName != nil)
 	add(FieldCacheNamespace, c.CacheNamespace != nil)
+	add(FieldLoRAAdapters, c.LoRAAdapters != nil)
+	add(FieldMaxGPULoRACount, c.MaxGPULoRACount != nil)
 	return s
 }
 
@@ -214,7 +224,7 @@ func specOf(op Op) (opSpec, bool) {
 	case OpWorkerReady:
 		return opSpec{
 			allowed: set(FieldWorkerID, FieldRole, FieldDPSize, FieldDPStart, FieldTotalKVBlocks,
-				FieldMaxNumBatchedTokens, FieldMaxNumSeqs, FieldDeviceType),
+				FieldMaxNumBatchedTokens, FieldMaxNumSeqs, FieldDeviceType, FieldLoRAAdapters, FieldMaxGPULoRACount),
 			required: set(FieldWorkerID),
 		}, true
 	case OpWorkerDraining, OpWorkerRemoved:
@@ -299,7 +309,7 @@ const MaxTokens = 1 << 40
 // badValues reports whether a field of has fails CheckValue.
 func (c *Command) badValues(has FieldSet) bool {
 	for _, f := range [...]Field{FieldNowMS, FieldRole, FieldDPSize, FieldRequestID, FieldInputTokens, FieldOutputTokens, FieldPriority,
-		FieldDeviceType, FieldRouterConfigOverride} {
+		FieldDeviceType, FieldRouterConfigOverride, FieldLoRAName, FieldLoRAAdapters, FieldMaxGPULoRACount} {
 		if has.Has(f) && CheckValue(c, f) != "" {
 			return true
 		}
@@ -353,8 +363,61 @@ func CheckValue(c *Command, f Field) string {
 		if key, msg := c.RouterConfigOverride.Check(); msg != "" {
 			return key + ": " + msg
 		}
+	case FieldLoRAName:
+		if len(*c.LoRAName) > MaxLoRANameBytes {
+			return fmt.Sprintf("expected an adapter name of at most %d bytes, got %d bytes", MaxLoRANameBytes, len(*c.LoRAName))
+		}
+	case FieldLoRAAdapters:
+		return checkAdapters(c.LoRAAdapters)
+	case FieldMaxGPULoRACount:
+		if *c.MaxGPULoRACount > MaxLoRACount {
+			return fmt.Sprintf("expected at most %d adapters, got %d", MaxLoRACount, *c.MaxGPULoRACount)
+		}
 	}
 	return ""
+}
+
+// MaxLoRANameBytes and MaxLoRACount bound what the router keeps of a
+// worker's adapters: vLLM's --max-loras is a few to a few dozen, and names
+// are model paths.
+const (
+	MaxLoRANameBytes = 1024
+	MaxLoRACount     = 1024
+)
+
+// DefaultLoRACapacity is a worker's adapter capacity when it lists adapters
+// but not max_gpu_lora_count: Dynamo's model manager assumes 4.
+const DefaultLoRACapacity = 4
+
+// checkAdapters checks a worker's loaded adapters apart from its capacity.
+func checkAdapters(names []string) string {
+	if len(names) > MaxLoRACount {
+		return fmt.Sprintf("expected at most %d adapters, got %d", MaxLoRACount, len(names))
+	}
+	seen := make(map[string]bool, len(names))
+	for i, n := range names {
+		switch {
+		case n == "" || len(n) > MaxLoRANameBytes:
+			return fmt.Sprintf("entry %d: expected a non-empty adapter name of at most %d bytes, got %d bytes", i, MaxLoRANameBytes, len(n))
+		case seen[n]:
+			return fmt.Sprintf("entry %d: adapter %q is listed twice", i, n)
+		}
+		seen[n] = true
+	}
+	return ""
+}
+
+// LoRACapacity is how many adapters a worker_ready says its worker can
+// hold: max_gpu_lora_count, else DefaultLoRACapacity when it lists any, else
+// 0 (the router knows nothing of its adapters and loads none there).
+func (c *Command) LoRACapacity() uint32 {
+	switch {
+	case c.MaxGPULoRACount != nil:
+		return *c.MaxGPULoRACount
+	case len(c.LoRAAdapters) > 0:
+		return DefaultLoRACapacity
+	}
+	return 0
 }
 
 // Validate checks c against its op and the rules between fields that need
@@ -393,6 +456,9 @@ func (c *Command) Validate() *Error {
 		if path, msg := c.Events[i].check(); msg != "" {
 			return Errorf(CodeInvalidField, "field \"events[%d].%s\": %s", i, path, msg)
 		}
+	}
+	if n := uint32(len(c.LoRAAdapters)); n > c.LoRACapacity() {
+		return Errorf(CodeInvalidField, `field "lora_adapters": %d adapters loaded, but the worker holds at most %d (max_gpu_lora_count, or Dynamo's default of %d)`, n, c.LoRACapacity(), DefaultLoRACapacity)
 	}
 	if c.Op != OpPlace {
 		return nil

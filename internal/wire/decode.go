@@ -317,6 +317,15 @@ func decodeField(s *scanner, c *protocol.Command, f protocol.Field) *fieldError 
 		c.DeviceType = protocol.DeviceType(v)
 	case protocol.FieldRouterConfigOverride:
 		c.RouterConfigOverride, err = decodeOverride(s)
+	case protocol.FieldLoRAAdapters:
+		c.LoRAAdapters = []string{}
+		err = s.array(func(int) *fieldError {
+			v, err := s.str()
+			c.LoRAAdapters = append(c.LoRAAdapters, v)
+			return err
+		})
+	case protocol.FieldMaxGPULoRACount:
+		c.MaxGPULoRACount, err = ptr(s.u32())
 	}
 	return err
 }

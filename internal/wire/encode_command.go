@@ -36,6 +36,17 @@ func AppendCommand(b []byte, c *protocol.Command) []byte {
 	b = appendU64(b, "total_kv_blocks", c.TotalKVBlocks)
 	b = appendU64(b, "max_num_batched_tokens", c.MaxNumBatchedTokens)
 	b = appendU64(b, "max_num_seqs", c.MaxNumSeqs)
+	if c.LoRAAdapters != nil {
+		b = append(b, `,"lora_adapters":[`...)
+		for i, n := range c.LoRAAdapters {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, n)
+		}
+		b = append(b, ']')
+	}
+	b = appendU32(b, "max_gpu_lora_count", c.MaxGPULoRACount)
 	b = appendU64(b, "input_tokens", c.InputTokens)
 	b = appendU64(b, "output_tokens", c.OutputTokens)
 	if c.Tokens != nil {
