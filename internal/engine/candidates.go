@@ -15,15 +15,17 @@ type candidateSet struct {
 	filteredSet []protocol.FilteredRank // only with evidence "full"
 }
 
-// candidates narrows the ready ranks of the role by allowed_workers, the pin
-// and the busy thresholds at time t, recording what it dropped. It changes
+// candidates narrows the ready ranks of the role by hard affinity,
+// allowed_workers, the pin, the request's LoRA adapter and the busy
+// thresholds at time t, in that order, recording what it dropped. It changes
 // nothing, so it can be asked about any time from now on.
 func (e *Engine) candidates(d *demand, t float64) (candidateSet, *protocol.Error) {
 	var cs candidateSet
 	if err := e.checkPin(d); err != nil {
 		return cs, err
 	}
-	if d.unfiltered() && !e.busyThresholds() {
+	fit := e.loraFit(d)
+	if d.unfiltered() && !e.busyThresholds() && fit == fitNone {
 		if rr := e.fleet.ofRole(d.role); len(rr.ranks) > 0 {
 			return candidateSet{ranks: rr.ranks, slots: rr.slots, role: rr, version: rr.version}, nil // no filter drops any
 		}
@@ -40,6 +42,8 @@ func (e *Engine) candidates(d *demand, t float64) (candidateSet, *protocol.Error
 			cs.filtered.NotPinned++
 		case protocol.FilterBusy:
 			cs.filtered.Busy++
+		case protocol.FilterLoRA:
+			cs.filtered.LoRA++
 		}
 		if full {
 			cs.filteredSet = append(cs.filteredSet, protocol.FilteredRank{WorkerID: r.w.id, DPRank: r.dp, Reason: reason})
@@ -52,12 +56,16 @@ func (e *Engine) candidates(d *demand, t float64) (candidateSet, *protocol.Error
 		}
 		ofRole++
 		start := len(cs.ranks)
+		fits := fit == fitNone || w.fit(d.lora) == fit
 		for _, r := range w.ranks {
-			if ok, reason := d.staticallyAllowed(r); !ok {
+			switch ok, reason := d.staticallyAllowed(r); {
+			case !ok:
 				drop(r, reason)
-				continue
+			case !fits:
+				drop(r, protocol.FilterLoRA)
+			default:
+				cs.ranks, cs.slots = append(cs.ranks, r), append(cs.slots, r.slot)
 			}
-			cs.ranks, cs.slots = append(cs.ranks, r), append(cs.slots, r.slot)
 		}
 		// A worker is busy when every one of its remaining ranks is.
 		busy := len(cs.ranks) > start

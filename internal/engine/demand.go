@@ -31,6 +31,9 @@ type demand struct {
 	bound         *binding         // the bound binding it arrived under, if any
 	hardBound     bool             // ... and it must go to that binding's rank
 	params        *selector.Params // its own selection params (router_config_override), nil for its role's
+	lora          string           // its LoRA adapter, "" for the base model
+	fit           int              // its adapter's best fit among the workers (loraFit)
+	fitAt         uint64           // the adapter epoch + 1 fit was found at
 }
 
 // newDemand checks a place command arriving at time t and derives its
@@ -59,6 +62,7 @@ func (e *Engine) newDemand(c *protocol.Command, t float64) (*demand, *protocol.E
 	if c.SessionID != nil {
 		d.session = *c.SessionID
 	}
+	d.lora = deref(c.LoRAName)
 	d.key = e.affinityKey(c, d.role)
 	if err := e.planAffinity(d, t); err != nil {
 		return nil, err

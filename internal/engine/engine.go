@@ -32,6 +32,12 @@ type Engine struct {
 	draws     *selectionDraws    // rng and the round_robin counter, as selection takes them
 	params    [3]selector.Params // each role's: its worker-selection instance (by roleIndex)
 	out       output             // what the current command did
+	// adapterClock counts adapter uses, so that a load evicts the least
+	// recently used idle adapter.
+	adapterClock uint64
+	// adapterEpoch moves whenever a LoRA request's best fit may change
+	// (adaptersChanged).
+	adapterEpoch uint64
 	// tested is the class head the drain's round robin tested last, and
 	// what admitting it found.
 	tested struct {

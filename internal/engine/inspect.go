@@ -26,7 +26,10 @@ func (e *Engine) inspect() *protocol.State {
 		ws := protocol.WorkerState{
 			WorkerID: w.id, Status: w.status.String(), Role: w.role,
 			TotalKVBlocks: w.totalKVBlocks, MaxNumBatchedTokens: w.maxNumBatchedTokens, MaxNumSeqs: w.maxNumSeqs,
-			DeviceType: w.device,
+			DeviceType: w.device, LoRAAdapters: w.lora.state(),
+		}
+		if w.lora != nil {
+			ws.MaxGPULoRACount = w.lora.capacity
 		}
 		for _, r := range w.ranks {
 			rid := kvindex.RankID(r.slot)

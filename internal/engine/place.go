@@ -42,6 +42,7 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 		CachedTokens: cached, PrefillTokens: d.isl - cached, QueuedMS: protocol.Num(e.now - d.arrival),
 		Reason: e.reason(d, chosenRank, len(cs.ranks)), Binding: e.placedUnder(req),
 	}
+	p.LoRALoad, p.LoRAEvicted = e.useAdapter(req, chosenRank.w)
 	if e.cfg.Evidence != protocol.EvidenceNone {
 		p.Evidence = e.evidence(cs, sel)
 	}

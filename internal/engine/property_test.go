@@ -98,6 +98,10 @@ func drawCommand(t *rapid.T, e *Engine) *protocol.Command {
 		c.MaxNumBatchedTokens = rapid.SampledFrom([]*uint64{nil, ptrTo(uint64(32)), ptrTo(uint64(128))}).Draw(t, "mbt")
 		c.TotalKVBlocks = rapid.SampledFrom([]*uint64{nil, ptrTo(uint64(40))}).Draw(t, "kv")
 		c.DeviceType = rapid.SampledFrom([]protocol.DeviceType{"", protocol.DeviceCPU, protocol.DeviceCUDA}).Draw(t, "device")
+		c.MaxGPULoRACount = rapid.SampledFrom([]*uint32{nil, nil, ptrTo(uint32(1)), ptrTo(uint32(2))}).Draw(t, "lora_capacity")
+		if c.LoRACapacity() > 0 {
+			c.LoRAAdapters = rapid.SampledFrom([][]string{nil, {"a"}}).Draw(t, "lora_adapters")
+		}
 	case 1:
 		c.Op, c.WorkerID = protocol.OpWorkerDraining, worker()
 	case 2:
@@ -117,6 +121,7 @@ func drawCommand(t *rapid.T, e *Engine) *protocol.Command {
 		c.ParentSessionID = rapid.SampledFrom([]*string{nil, nil, ptrTo("p")}).Draw(t, "parent")
 		c.StrictPriority = ptrTo(int64(rapid.IntRange(0, 1).Draw(t, "tier")))
 		c.PolicyClass = rapid.SampledFrom([]*string{nil, ptrTo("a"), ptrTo("b"), ptrTo("open")}).Draw(t, "class")
+		c.LoRAName = rapid.SampledFrom([]*string{nil, nil, ptrTo("a"), ptrTo("b"), ptrTo("c")}).Draw(t, "lora")
 		if rapid.IntRange(0, 3).Draw(t, "override") == 0 {
 			c.RouterConfigOverride = &protocol.RouterConfigOverride{
 				OverlapScoreCredit: rapid.SampledFrom([]*float64{nil, ptrTo(0.0), ptrTo(2.0)}).Draw(t, "override_credit"),
@@ -335,6 +340,9 @@ func invariants(e *Engine, c *protocol.Command, resp *protocol.Response) error {
 			return fmt.Errorf("%d/%d: load copy %+v, the rank's %+v", r.w.id, r.dp, e.fleet.loads[r.slot], want)
 		}
 	}
+	if err := adaptersMatchBookings(e); err != nil {
+		return err
+	}
 	// Each role's cached candidates are its ready ranks, in order, and
 	// while current its decode groups are those its ranks' loads make
 	// (checked before ofRole would rebuild them: the groups kept up to date
@@ -542,4 +550,43 @@ func TestHeldRequestsKeepTheirClassDeadline(t *testing.T) {
 			}
 		}
 	})
+}
+
+// adaptersMatchBookings checks each worker's adapters against the requests
+// booked on it: in flight as booked, idle counted, and past capacity only
+// while every adapter is busy.
+func adaptersMatchBookings(e *Engine) error {
+	for _, w := range e.fleet.byID {
+		a := w.lora
+		if a == nil {
+			continue
+		}
+		booked := map[string]uint64{}
+		for _, r := range w.ranks {
+			for _, req := range r.booked {
+				if req.d.lora != "" {
+					booked[req.d.lora]++
+				}
+			}
+		}
+		idle := 0
+		for name, x := range a.loaded {
+			if x.inFlight != booked[name] {
+				return fmt.Errorf("worker %d: adapter %s has %d in flight, %d booked", w.id, name, x.inFlight, booked[name])
+			}
+			if x.inFlight == 0 {
+				idle++
+			}
+			delete(booked, name)
+		}
+		switch {
+		case len(booked) > 0:
+			return fmt.Errorf("worker %d: requests booked with adapters it does not hold: %v", w.id, booked)
+		case idle != a.idle:
+			return fmt.Errorf("worker %d: %d idle adapters, %d counted", w.id, idle, a.idle)
+		case uint32(len(a.loaded)) > a.capacity && idle > 0:
+			return fmt.Errorf("worker %d: %d adapters past capacity %d with %d idle", w.id, len(a.loaded), a.capacity, idle)
+		}
+	}
+	return nil
 }

@@ -61,6 +61,7 @@ func (e *Engine) unbook(req *request) {
 	r.distinctBlocks -= e.active.Release(req.end, r.slot)
 	r.activeRequests--
 	r.privateBlocks -= req.d.privateBlocks
+	e.releaseAdapter(req.d.lora, r.w)
 	e.fleet.noteLoad(r)
 	e.workerChanged(r.w)
 	last := r.booked[len(r.booked)-1]

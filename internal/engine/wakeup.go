@@ -74,6 +74,7 @@ func (cq *classQueue) stale() { cq.wake.known = false }
 
 // staleRole drops the moments of every class of role.
 func (e *Engine) staleRole(role protocol.Role) {
+	e.adapterEpoch++ // a binding of the role changed: a hard-bound head's best fit may have
 	for _, cq := range e.queue.roles[roleIndex(role)].classes {
 		cq.stale()
 	}
@@ -160,7 +161,7 @@ func (e *Engine) workerLost(wk *worker) {
 // mayTake reports whether wk has a rank that passes d's filters, busy
 // thresholds aside.
 func (e *Engine) mayTake(d *demand, wk *worker) bool {
-	if wk.unlisted || wk.role != d.role || e.checkPin(d) != nil {
+	if wk.unlisted || wk.role != d.role || e.checkPin(d) != nil || !e.loraAllows(d, wk) {
 		return false
 	}
 	for _, r := range wk.ranks {
@@ -209,7 +210,7 @@ func (e *Engine) nextWakeup() (float64, bool) {
 // answer with admitsOn itself, so a host that advances the clock to exactly
 // this time gets the release.
 func (e *Engine) workerAdmitsAt(d *demand, c *flowClass, wk *worker) float64 {
-	if wk.unlisted || wk.role != d.role || e.checkPin(d) != nil {
+	if wk.unlisted || wk.role != d.role || e.checkPin(d) != nil || !e.loraAllows(d, wk) {
 		return math.Inf(1)
 	}
 	if e.admitsOn(d, c, wk, e.now) {

@@ -32,6 +32,7 @@ type worker struct {
 	maxNumBatchedTokens *uint64
 	maxNumSeqs          *uint64
 	device              protocol.DeviceType // as worker_ready gave it ("" when not: an accelerator)
+	lora                *adapters           // nil when it advertised no adapter capacity
 	ranks               []*rank             // ascending dp_rank
 	unlisted            bool                // no longer ready: leaves the ready list when it is next read
 }
@@ -82,6 +83,9 @@ type fleet struct {
 	// discovered counts each role's workers that are ready or draining:
 	// what a policy class's per-worker queue limits multiply.
 	discovered [3]uint64
+	// loraWorkers counts the workers, ready or draining, whose adapters the
+	// router knows: with none, no request is filtered by its adapter.
+	loraWorkers int
 }
 
 // rankLoad is a copy of what costing a rank reads of its load, kept in
@@ -198,6 +202,11 @@ func (e *Engine) workerReady(c *protocol.Command) {
 		maxNumBatchedTokens: orDefault(c.MaxNumBatchedTokens, d.MaxNumBatchedTokens),
 		maxNumSeqs:          orDefault(c.MaxNumSeqs, d.MaxNumSeqs),
 		device:              c.DeviceType,
+		lora:                newAdapters(c),
+	}
+	if w.lora != nil {
+		e.fleet.loraWorkers++
+		defer e.adaptersChanged(role)
 	}
 	for i := range dpSize {
 		r := &rank{w: w, dp: dpStart + i, prefill: prefillLoad{prefillLevel: prefillLevel{rate: e.prefillRate(), last: e.now}}}
@@ -237,6 +246,9 @@ func (e *Engine) lookupWorker(id uint64) (*worker, *protocol.Error) {
 }
 
 func (e *Engine) unready(w *worker) {
+	if w.lora != nil {
+		e.adaptersChanged(w.role)
+	}
 	w.unlisted = true
 	e.fleet.unsorted = true
 	e.fleet.version++
@@ -292,6 +304,9 @@ func (e *Engine) workerRemoved(w *worker) {
 	}
 	delete(e.fleet.byID, w.id)
 	e.fleet.discovered[roleIndex(w.role)]--
+	if w.lora != nil {
+		e.fleet.loraWorkers--
+	}
 	e.fleet.removed.add(w.id)
 }
 

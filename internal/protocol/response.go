@@ -67,22 +67,35 @@ func (r *Response) Configured(cfg *Config) {
 
 // Placement is one request placed on a rank.
 type Placement struct {
-	RequestID                  string             `json:"request_id"`
-	WorkerID                   uint64             `json:"worker_id"`
-	DPRank                     uint32             `json:"dp_rank"`
-	Role                       Role               `json:"role"`
-	OverlapBlocks              uint64             `json:"overlap_blocks"`
-	HostOverlapBlocks          uint64             `json:"host_overlap_blocks,omitempty"`
-	DiskOverlapBlocks          uint64             `json:"disk_overlap_blocks,omitempty"`
-	BestAvailableOverlapBlocks uint64             `json:"best_available_overlap_blocks"`
-	ISLBlocks                  uint64             `json:"isl_blocks"`
-	CachedTokens               uint64             `json:"cached_tokens"`
-	PrefillTokens              uint64             `json:"prefill_tokens"`
-	QueuedMS                   Num                `json:"queued_ms"`
-	Reason                     string             `json:"reason"`
-	Binding                    string             `json:"binding"`
-	Evidence                   *PlacementEvidence `json:"evidence,omitempty"`
+	RequestID                  string `json:"request_id"`
+	WorkerID                   uint64 `json:"worker_id"`
+	DPRank                     uint32 `json:"dp_rank"`
+	Role                       Role   `json:"role"`
+	OverlapBlocks              uint64 `json:"overlap_blocks"`
+	HostOverlapBlocks          uint64 `json:"host_overlap_blocks,omitempty"`
+	DiskOverlapBlocks          uint64 `json:"disk_overlap_blocks,omitempty"`
+	BestAvailableOverlapBlocks uint64 `json:"best_available_overlap_blocks"`
+	ISLBlocks                  uint64 `json:"isl_blocks"`
+	CachedTokens               uint64 `json:"cached_tokens"`
+	PrefillTokens              uint64 `json:"prefill_tokens"`
+	QueuedMS                   Num    `json:"queued_ms"`
+	Reason                     string `json:"reason"`
+	Binding                    string `json:"binding"`
+	// LoRALoad is what the placement did to load its adapter on the
+	// worker ("" when it asks for none, the worker held it, or the router
+	// knows nothing of the worker's adapters), and LoRAEvicted the adapter
+	// it unloaded to make room.
+	LoRALoad    string             `json:"lora_load,omitempty"`
+	LoRAEvicted string             `json:"lora_evicted,omitempty"`
+	Evidence    *PlacementEvidence `json:"evidence,omitempty"`
 }
+
+// Adapter loads, as a placement's lora_load names them.
+const (
+	LoRALoaded       = "loaded"        // into a free slot
+	LoRAEvicted      = "evicted"       // in place of an idle adapter, lora_evicted
+	LoRAOverCapacity = "over_capacity" // every slot busy: held past capacity until idle
+)
 
 // Placement reasons.
 const (
@@ -110,6 +123,7 @@ type FilterCounts struct {
 	NotAllowed int `json:"not_allowed,omitempty"`
 	NotPinned  int `json:"not_pinned,omitempty"`
 	Busy       int `json:"busy,omitempty"`
+	LoRA       int `json:"lora,omitempty"`
 }
 
 // Filter reasons, as FilteredRank names them.
@@ -118,6 +132,7 @@ const (
 	FilterNotAllowed = "not_allowed"
 	FilterNotPinned  = "not_pinned"
 	FilterBusy       = "busy"
+	FilterLoRA       = "lora" // a worker that fits the request's adapter less well than another
 )
 
 // CandidateScore is one costed candidate.
@@ -255,14 +270,24 @@ type BindingRef struct {
 
 // WorkerState is one worker in a snapshot.
 type WorkerState struct {
-	WorkerID            uint64      `json:"worker_id"`
-	Status              string      `json:"status"`
-	Role                Role        `json:"role"`
-	TotalKVBlocks       *uint64     `json:"total_kv_blocks"`
-	MaxNumBatchedTokens *uint64     `json:"max_num_batched_tokens"`
-	MaxNumSeqs          *uint64     `json:"max_num_seqs"`
-	DeviceType          DeviceType  `json:"device_type,omitempty"` // when worker_ready gave it
-	Ranks               []RankState `json:"ranks"`
+	WorkerID            uint64     `json:"worker_id"`
+	Status              string     `json:"status"`
+	Role                Role       `json:"role"`
+	TotalKVBlocks       *uint64    `json:"total_kv_blocks"`
+	MaxNumBatchedTokens *uint64    `json:"max_num_batched_tokens"`
+	MaxNumSeqs          *uint64    `json:"max_num_seqs"`
+	DeviceType          DeviceType `json:"device_type,omitempty"` // when worker_ready gave it
+	// MaxGPULoRACount and LoRAAdapters are its adapter capacity and the
+	// adapters it holds, when the router knows them.
+	MaxGPULoRACount uint32         `json:"max_gpu_lora_count,omitempty"`
+	LoRAAdapters    []AdapterState `json:"lora_adapters,omitempty"`
+	Ranks           []RankState    `json:"ranks"`
+}
+
+// AdapterState is one adapter a worker holds, and its requests in flight.
+type AdapterState struct {
+	Name     string `json:"name"`
+	InFlight uint64 `json:"in_flight"`
 }
 
 // RankState is one DP rank in a snapshot.

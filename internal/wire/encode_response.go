@@ -102,6 +102,12 @@ func appendPlacement(b []byte, p *protocol.Placement) []byte {
 	b = protocol.AppendNum(append(b, `,"queued_ms":`...), float64(p.QueuedMS))
 	b = appendGoccyString(append(b, `,"reason":`...), p.Reason)
 	b = appendGoccyString(append(b, `,"binding":`...), p.Binding)
+	if p.LoRALoad != "" {
+		b = appendGoccyString(append(b, `,"lora_load":`...), p.LoRALoad)
+	}
+	if p.LoRAEvicted != "" {
+		b = appendGoccyString(append(b, `,"lora_evicted":`...), p.LoRAEvicted)
+	}
 	if ev := p.Evidence; ev != nil {
 		b = strconv.AppendInt(append(b, `,"evidence":{"candidates":`...), int64(ev.Candidates), 10)
 		b = strconv.AppendInt(append(b, `,"ties":`...), int64(ev.Ties), 10)
@@ -113,7 +119,8 @@ func appendPlacement(b []byte, p *protocol.Placement) []byte {
 			b = appendCount(b, mark, "affinity", f.Affinity)
 			b = appendCount(b, mark, "not_allowed", f.NotAllowed)
 			b = appendCount(b, mark, "not_pinned", f.NotPinned)
-			b = append(appendCount(b, mark, "busy", f.Busy), '}')
+			b = appendCount(b, mark, "busy", f.Busy)
+			b = append(appendCount(b, mark, "lora", f.LoRA), '}')
 		}
 		if len(ev.CandidateSet) > 0 {
 			b = appendArray(append(b, `,"candidate_set":`...), ev.CandidateSet, func(b []byte, c *protocol.CandidateScore) []byte {
