@@ -10,6 +10,7 @@ import (
 // observe applies KV events one by one. An event that cannot apply is
 // skipped and reported; the others still apply.
 func (e *Engine) observe(events []protocol.KVEvent) {
+	e.hashTokenIDs(events)
 	ev := &e.out.ev
 	applied := 0
 	var ignored []string
@@ -40,6 +41,42 @@ func (e *Engine) observe(events []protocol.KVEvent) {
 	}
 	ev.EventsApplied = &applied
 	ev.EventKeysIgnored = countKeys(ignored)
+}
+
+// checkTokenIDs refuses an observe whose stored block brings token_ids to
+// hash that are not one whole block: the router hashes whole blocks only,
+// as Dynamo's publisher publishes only those.
+func (e *Engine) checkTokenIDs(events []protocol.KVEvent) *protocol.Error {
+	for i := range events {
+		st, ok := events[i].Data.(protocol.Stored)
+		if !ok {
+			continue
+		}
+		for _, u := range st.Unhashed {
+			if uint64(len(u.TokenIDs)) != e.cfg.BlockSize {
+				return protocol.Errorf(protocol.CodeInvalidField, "field \"events[%d].event.data.stored.blocks[%d].token_ids\": a block without tokens_hash needs block_size (%d) token ids to hash, got %d",
+					i, u.Index, e.cfg.BlockSize, len(u.TokenIDs))
+			}
+		}
+	}
+	return nil
+}
+
+// hashTokenIDs gives each stored block that came with token_ids and no
+// tokens_hash the hash of its tokens under its store's salt, as Dynamo's
+// publisher computes tokens_hash from an engine's tokens, adapter and
+// namespace.
+func (e *Engine) hashTokenIDs(events []protocol.KVEvent) {
+	for i := range events {
+		st, ok := events[i].Data.(protocol.Stored)
+		if !ok || len(st.Unhashed) == 0 {
+			continue
+		}
+		salt := kvindex.Salt(st.LoRAName, st.CacheNamespace)
+		for _, u := range st.Unhashed {
+			st.Blocks[u.Index].TokensHash = kvindex.SaltedBlockHashes(u.TokenIDs, int(e.cfg.BlockSize), salt)[0]
+		}
+	}
 }
 
 // countKeys counts each key, sorted by key: sorted once, not kept sorted

@@ -193,6 +193,8 @@ func (e *Engine) check(c *protocol.Command) *protocol.Error {
 	case protocol.OpWorkerDraining, protocol.OpWorkerRemoved:
 		_, err := e.lookupWorker(*c.WorkerID)
 		return err
+	case protocol.OpObserve:
+		return e.checkTokenIDs(c.Events)
 	case protocol.OpDispatchAborted, protocol.OpRequestTerminal:
 		if _, ok := e.requests[c.RequestID]; !ok {
 			return protocol.Errorf(protocol.CodeUnknownRequest, "request %q is not in flight", c.RequestID)

@@ -102,6 +102,17 @@ type EventData interface{ eventData() }
 type Stored struct {
 	ParentHash *SequenceHash
 	Blocks     []StoredBlock
+	// Unhashed are the blocks that came with token_ids and no tokens_hash:
+	// the router hashes their tokens as Dynamo's publisher does, salted by
+	// the store's LoRAName and CacheNamespace ("" when none).
+	Unhashed                 []UnhashedBlock
+	LoRAName, CacheNamespace string
+}
+
+// UnhashedBlock is a stored block's tokens, for Blocks[Index].TokensHash.
+type UnhashedBlock struct {
+	Index    int
+	TokenIDs []uint32
 }
 
 // StoredBlock is one block of a Stored event.

@@ -151,10 +151,33 @@ func appendEvent(b []byte, ev *protocol.KVEvent) []byte {
 		} else {
 			b = strconv.AppendUint(b, uint64(*d.ParentHash), 10)
 		}
-		b = appendArray(append(b, `,"blocks":`...), d.Blocks, func(b []byte, blk *protocol.StoredBlock) []byte {
-			b = strconv.AppendUint(append(b, `{"block_hash":`...), uint64(blk.BlockHash), 10)
-			return append(strconv.AppendUint(append(b, `,"tokens_hash":`...), uint64(blk.TokensHash), 10), '}')
-		})
+		unhashed := d.Unhashed // in block order
+		b = append(b, `,"blocks":[`...)
+		for i := range d.Blocks {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(append(b, `{"block_hash":`...), uint64(d.Blocks[i].BlockHash), 10)
+			if len(unhashed) > 0 && unhashed[0].Index == i {
+				b = append(b, `,"token_ids":[`...)
+				for j, t := range unhashed[0].TokenIDs {
+					if j > 0 {
+						b = append(b, ',')
+					}
+					b = strconv.AppendUint(b, uint64(t), 10)
+				}
+				b, unhashed = append(b, "]}"...), unhashed[1:]
+				continue
+			}
+			b = append(strconv.AppendUint(append(b, `,"tokens_hash":`...), uint64(d.Blocks[i].TokensHash), 10), '}')
+		}
+		b = append(b, ']')
+		if d.LoRAName != "" {
+			b = appendString(append(b, `,"lora_name":`...), d.LoRAName)
+		}
+		if d.CacheNamespace != "" {
+			b = appendString(append(b, `,"cache_namespace":`...), d.CacheNamespace)
+		}
 		b = append(b, "}}"...)
 	case protocol.Removed:
 		b = appendU64s(append(b, `{"removed":{`...), "block_hashes", d.BlockHashes)

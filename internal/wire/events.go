@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 
 	"github.com/offline-router/offline-router/internal/protocol"
@@ -13,9 +14,12 @@ import (
 // {"worker_id", "storage_tier" (or an engine's "medium"), "residency_domain",
 // "state_source", "session_id", "event": {"event_id", "dp_rank", "tier", "data"}}, where
 // data is {"stored": {"parent_hash", "start_position", "blocks":
-// [{"block_hash", "tokens_hash", "mm_extra_info", "token_ids"}]}},
-// {"removed": {"block_hashes"}} or "cleared". ("tier" on the event and
-// "token_ids" on a block are AISimulate's.) What only informs is checked
+// [{"block_hash", "tokens_hash", "mm_extra_info", "token_ids"}],
+// "lora_name", "cache_namespace"}}, {"removed": {"block_hashes"}} or
+// "cleared". ("tier" on the event and "token_ids" on a block are
+// AISimulate's; a block with token_ids may leave tokens_hash out, for the
+// router to hash them salted by the store's lora_name and cache_namespace,
+// as Dynamo's publisher hashes an engine's event.) What only informs is checked
 // for its type and dropped: docs/PROTOCOL.md says which, and why. A key
 // none of these structs has is skipped and listed in the event's
 // IgnoredKeys, as Dynamo's deserializer (no deny_unknown_fields on any
@@ -27,7 +31,7 @@ import (
 var eventKeys = []string{"worker_id", "storage_tier", "medium", "residency_domain", "state_source", "session_id",
 	"event", "event_id", "dp_rank", "tier", "data", "stored", "removed", "block_hashes", "parent_hash",
 	"start_position", "blocks", "block_hash", "tokens_hash", "mm_extra_info", "mm_objects", "mm_hash",
-	"offsets", "token_ids"}
+	"offsets", "token_ids", "lora_name", "cache_namespace"}
 
 func decodeEvent(s *scanner, ev *protocol.KVEvent) *fieldError {
 	var hasWorker, hasEvent, hasMedium bool
@@ -220,6 +224,10 @@ func decodeStored(s *scanner, ev *protocol.KVEvent, st *protocol.Stored) *fieldE
 			}
 			_, err := s.u32()
 			return err.orNil(key)
+		case "lora_name":
+			return s.optString(&st.LoRAName).orNil(key)
+		case "cache_namespace":
+			return s.optString(&st.CacheNamespace).orNil(key)
 		case "blocks":
 			hasBlocks = true
 			st.Blocks = []protocol.StoredBlock{}
@@ -230,6 +238,7 @@ func decodeStored(s *scanner, ev *protocol.KVEvent, st *protocol.Stored) *fieldE
 					return nil
 				}
 				var hasBH, hasTH bool
+				var tokens []uint64
 				err := s.object(func(k string) *fieldError {
 					var err *fieldError
 					var v uint64
@@ -246,15 +255,18 @@ func decodeStored(s *scanner, ev *protocol.KVEvent, st *protocol.Stored) *fieldE
 						err = decodeMMExtraInfo(s, ev)
 					case "token_ids":
 						if !s.null() {
-							_, err = u64s[uint64](s)
+							tokens, err = u64s[uint64](s)
 						}
 					default:
 						return ignore(s, ev, "event.data.stored.blocks[]."+k)
 					}
 					return err.orNil(k)
 				})
-				if err == nil && !(hasBH && hasTH) {
-					err = &fieldError{code: protocol.CodeInvalidField, msg: "a stored block needs block_hash and tokens_hash"}
+				if err == nil && !(hasBH && (hasTH || tokens != nil)) {
+					err = &fieldError{code: protocol.CodeInvalidField, msg: "a stored block needs block_hash, and tokens_hash or token_ids"}
+				}
+				if err == nil && !hasTH {
+					err = unhashed(st, len(st.Blocks), tokens)
 				}
 				st.Blocks = append(st.Blocks, b)
 				return err
@@ -266,6 +278,21 @@ func decodeStored(s *scanner, ev *protocol.KVEvent, st *protocol.Stored) *fieldE
 		err = &fieldError{code: protocol.CodeInvalidField, path: "blocks", msg: "required"}
 	}
 	return err
+}
+
+// unhashed keeps the tokens of the store's block i, which came without
+// tokens_hash, for the router to hash: Dynamo's tokens are u32.
+func unhashed(st *protocol.Stored, i int, tokens []uint64) *fieldError {
+	ids := make([]uint32, len(tokens))
+	for j, t := range tokens {
+		if t > math.MaxUint32 {
+			return &fieldError{code: protocol.CodeInvalidField, path: "token_ids",
+				msg: fmt.Sprintf("entry %d: expected a token id of at most %d, got %d", j, uint32(math.MaxUint32), t)}
+		}
+		ids[j] = uint32(t)
+	}
+	st.Unhashed = append(st.Unhashed, protocol.UnhashedBlock{Index: i, TokenIDs: ids})
+	return nil
 }
 
 // plainBlock reads a stored block written as hosts write nearly all of
