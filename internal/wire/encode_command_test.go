@@ -51,6 +51,10 @@ func TestAppendCommandRoundTrips(t *testing.T) {
 		{Op: protocol.OpConfig, Config: ConfigCommand(protocol.DefaultConfig())},
 		{Op: protocol.OpRequestTerminal, RequestID: "r"},
 		{Op: protocol.OpWorkerReady, WorkerID: u64(4), DeviceType: protocol.DeviceCPU},
+		{Op: protocol.OpWorkerReady, WorkerID: u64(5), LoRAAdapters: []string{"a", "b \"q\""}, MaxGPULoRACount: u32(8)},
+		{Op: protocol.OpObserve, Events: []protocol.KVEvent{{WorkerID: 1, StorageTier: "device", Data: protocol.Stored{
+			Blocks:   []protocol.StoredBlock{{BlockHash: 1, TokensHash: 2}, {BlockHash: 3}},
+			Unhashed: []protocol.UnhashedBlock{{Index: 1, TokenIDs: []uint32{5, 1<<32 - 1}}}, LoRAName: "a", CacheNamespace: "n"}}}},
 		{Op: protocol.OpPlace, RequestID: "o", InputTokens: u64(4), RouterConfigOverride: &protocol.RouterConfigOverride{
 			OverlapScoreCredit: f(1.5), PrefillLoadScale: f(0.1 + 0.2), RouterTemperature: f(1e-6), AssumeKVReuse: b(true),
 			TrackPrefillTokens: b(true), SharedCacheMultiplier: f(5e-324)}},
