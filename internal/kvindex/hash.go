@@ -31,6 +31,14 @@ func Salt(loraName, cacheNamespace string) uint64 {
 	return seed
 }
 
+// SaltedBlockID is an opaque id's block hash under seed (Salt's): XXH3-64
+// of its 8 little-endian bytes, as a trace's id stands for tokens it lacks.
+func SaltedBlockID(id protocol.LocalBlockHash, seed uint64) protocol.LocalBlockHash {
+	var buf [8]byte
+	binary.LittleEndian.PutUint64(buf[:], uint64(id))
+	return protocol.LocalBlockHash(xxh3.HashSeed(buf[:], seed))
+}
+
 // BlockHashes returns the local hash of every full block of tokens: XXH3-64
 // of the block's tokens as little-endian u32. A partial last block is not
 // hashed, exactly as Dynamo does, because its KV is not reusable.

@@ -1,8 +1,11 @@
 package kvindex
 
 import (
+	"math"
 	"slices"
 	"testing"
+
+	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // Vectors of Dynamo's salted hashing, tokens 1..12 at block size 4, worked
@@ -48,5 +51,31 @@ func TestSaltedHashesMatchDynamo(t *testing.T) {
 	}
 	if got := BlockHashes(tokens, 4); !slices.Equal(got, SaltedBlockHashes(tokens, 4, Salt("", ""))) {
 		t.Errorf("no names must hash as BlockHashes: %v", got)
+	}
+}
+
+// Vectors of an opaque id's salted hash, worked as the ones above (Python
+// on libxxhash: XXH3_64bits_withSeed of the id's 8 little-endian bytes at
+// seed 1337 + xxh3("adapter-a", 0), that seed checked above), and the
+// chain over them at 1337. Catches the id hashed as anything but its 8
+// little-endian bytes (4 bytes, big-endian), the seed not applied, or a
+// salt on the chain.
+func TestSaltedBlockIDs(t *testing.T) {
+	seed := Salt("adapter-a", "")
+	var local []protocol.LocalBlockHash
+	for id, want := range map[protocol.LocalBlockHash]uint64{
+		0: 13520462270883517306, 1: 7793658154075201090, 2: 11328844629582152976,
+		3: 10972370049064777663, math.MaxUint64: 13617156303910923362,
+	} {
+		if got := SaltedBlockID(id, seed); uint64(got) != want {
+			t.Errorf("id %d: %d, want %d", id, got, want)
+		}
+	}
+	for _, id := range []protocol.LocalBlockHash{1, 2, 3} {
+		local = append(local, SaltedBlockID(id, seed))
+	}
+	seq := SequenceHashes(local)
+	if want := []protocol.SequenceHash{7793658154075201090, 4430378543177475219, 8795138659690951996}; !slices.Equal(seq, want) {
+		t.Errorf("the chain over ids 1, 2, 3: %v, want %v", seq, want)
 	}
 }
