@@ -132,6 +132,7 @@ type mooncakeOut struct {
 	StrictPriority  *int64                    `json:"strict_priority,omitempty"`
 	PolicyClass     string                    `json:"policy_class,omitempty"`
 	Role            protocol.Role             `json:"role,omitempty"`
+	LoRAName        string                    `json:"lora_name,omitempty"`
 }
 
 // WriteMooncake writes trace as ReadMooncake reads it, one request a line.
@@ -145,7 +146,7 @@ func WriteMooncake(w io.Writer, trace []Request) error {
 		}
 		if err := enc.Encode(mooncakeOut{Timestamp: r.Arrival, InputLength: r.InputTokens, OutputLength: r.OutputTokens,
 			HashIDs: ids, SessionID: r.Session, ParentSessionID: r.ParentSession, DelayMS: r.DelayMS,
-			Priority: r.Priority, StrictPriority: r.StrictPriority, PolicyClass: r.PolicyClass, Role: r.Role}); err != nil {
+			Priority: r.Priority, StrictPriority: r.StrictPriority, PolicyClass: r.PolicyClass, Role: r.Role, LoRAName: r.LoRAName}); err != nil {
 			return err
 		}
 	}

@@ -35,6 +35,9 @@ type Request struct {
 	// the default class, as Dynamo takes an empty name).
 	PolicyClass string
 	Role        protocol.Role // "" when none
+	// LoRAName is the LoRA adapter it runs under ("" when none: the base
+	// model). Experiment.Load salts its HashIDs by it (saltAdapters).
+	LoRAName string
 }
 
 // ReadMooncake reads a Mooncake JSONL trace, one request a line; blank
@@ -57,6 +60,10 @@ type Request struct {
 //     ("" is none: the default class). Which names a config takes is the
 //     config's, so none is refused here (Experiment.Load checks them
 //     against each contender's classes).
+//   - lora_name: a string of at most protocol.MaxLoRANameBytes bytes, the
+//     LoRA adapter the request runs under ("" is none: the base model), as
+//     place takes it. Its hash_ids are then salted by the adapter when the
+//     replay loads them (saltAdapters), as Dynamo salts its blocks.
 //
 // null is the same as an absent field, as in a command. Each field may be
 // given once, with its exact key: other keys, which traces in the wild
@@ -156,7 +163,7 @@ type mooncakeLine struct {
 
 // traceKeys are the fields of a trace line.
 var traceKeys = []string{"timestamp", "input_length", "output_length", "hash_ids", "session_id",
-	"parent_session_id", "delay", "delay_ms", "priority", "strict_priority", "policy_class", "role"}
+	"parent_session_id", "delay", "delay_ms", "priority", "strict_priority", "policy_class", "role", "lora_name"}
 
 // traceHints suggest the field a mistyped key meant.
 var traceHints = wire.NewKeyHints(traceKeys...)
@@ -216,6 +223,12 @@ func (m *mooncakeLine) field(key string, v *wire.Value) error {
 	case "policy_class":
 		if !v.Null() {
 			r.PolicyClass, err = v.Str()
+		}
+	case "lora_name":
+		if !v.Null() {
+			if r.LoRAName, err = v.Str(); err == nil {
+				err = checkValue(&protocol.Command{LoRAName: &r.LoRAName}, protocol.FieldLoRAName)
+			}
 		}
 	case "role":
 		if !v.Null() {

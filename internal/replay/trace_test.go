@@ -56,18 +56,18 @@ func wantErr(t *testing.T, trace string, want ...string) {
 
 func TestMooncakeReadsEveryField(t *testing.T) {
 	got := readOne(t, `{"timestamp": 12.5, "input_length": 1025, "output_length": 7, "hash_ids": [18446744073709551615, 9007199254740993, 0],`+
-		`"session_id": "s\u00e9", "parent_session_id": 9007199254740993, "priority": -2.5, "strict_priority": -9223372036854775808, "policy_class": "premium", "role": "prefill"}`)
+		`"session_id": "s\u00e9", "parent_session_id": 9007199254740993, "priority": -2.5, "strict_priority": -9223372036854775808, "policy_class": "premium", "role": "prefill", "lora_name": "sql-\u00e9"}`)
 	prio, strict := -2.5, int64(math.MinInt64)
 	want := Request{ID: "r0", Arrival: 12.5, InputTokens: 1025, OutputTokens: 7,
 		HashIDs: []protocol.LocalBlockHash{math.MaxUint64, 1<<53 + 1, 0}, Session: "sé", ParentSession: "9007199254740993",
-		Priority: &prio, StrictPriority: &strict, PolicyClass: "premium", Role: protocol.RolePrefill}
+		Priority: &prio, StrictPriority: &strict, PolicyClass: "premium", Role: protocol.RolePrefill, LoRAName: "sql-é"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}
 	// Absent and null are the same: none.
-	for _, extra := range []string{"", `, "session_id": null, "parent_session_id": null, "priority": null, "strict_priority": null, "policy_class": null, "role": null, "delay": null, "delay_ms": null`} {
+	for _, extra := range []string{"", `, "session_id": null, "parent_session_id": null, "priority": null, "strict_priority": null, "policy_class": null, "role": null, "delay": null, "delay_ms": null, "lora_name": null`, `, "lora_name": ""`} {
 		got := readOne(t, line(extra))
-		if got.Session != "" || got.ParentSession != "" || got.Priority != nil || got.StrictPriority != nil || got.PolicyClass != "" || got.Role != "" || got.DelayMS != nil {
+		if got.Session != "" || got.ParentSession != "" || got.Priority != nil || got.StrictPriority != nil || got.PolicyClass != "" || got.Role != "" || got.DelayMS != nil || got.LoRAName != "" {
 			t.Errorf("%s: want no optional field, got %+v", extra, got)
 		}
 	}
@@ -75,6 +75,9 @@ func TestMooncakeReadsEveryField(t *testing.T) {
 		if got := readOne(t, line(`, "role": "`+string(role)+`"`)); got.Role != role {
 			t.Errorf("role %s read as %q", role, got.Role)
 		}
+	}
+	if long := strings.Repeat("x", protocol.MaxLoRANameBytes); readOne(t, line(`, "lora_name": "`+long+`"`)).LoRAName != long {
+		t.Error("a lora_name of the longest length place takes is not read whole")
 	}
 }
 
@@ -127,10 +130,15 @@ func TestMooncakeRefusesBadLines(t *testing.T) {
 		line(`, "ROLE": "decode"`):     {`did you mean "role"`},
 		line(`, "policyClass": "a"`):   {`trace line 1: field "policyClass": is not a trace field (did you mean "policy_class"?)`},
 		// A class is a string (which names the config checks, not the reader).
-		line(`, "policy_class": 1`):        {`trace line 1: field "policy_class": expected a string, got number 1`},
-		line(`, "policy_class": ["a"]`):    {`field "policy_class": expected a string`},
-		line(`, "policy_class": "\ud800"`): {`field "policy_class"`},
+		line(`, "policy_class": 1`):                  {`trace line 1: field "policy_class": expected a string, got number 1`},
+		line(`, "policy_class": ["a"]`):              {`field "policy_class": expected a string`},
+		line(`, "policy_class": "\ud800"`):           {`field "policy_class"`},
+		line(`, "loraName": "a"`):                    {`trace line 1: field "loraName": is not a trace field (did you mean "lora_name"?)`},
+		line(`, "lora_name": 1`):                     {`trace line 1: field "lora_name": expected a string, got number 1`},
+		line(`, "lora_name": "a", "lora_name": "b"`): {`field "lora_name": appears more than once`},
 		// Values place would refuse.
+		line(`, "lora_name": "` + strings.Repeat("x", protocol.MaxLoRANameBytes+1) + `"`): {
+			`trace line 1: field "lora_name": expected an adapter name of at most 1024 bytes, got 1025 bytes`},
 		line(`, "role": "bogus"`):                                             {`field "role": expected one of aggregated, prefill, decode, got "bogus"`},
 		line(`, "role": ""`):                                                  {`field "role": expected one of`},
 		line(`, "role": 1`):                                                   {`field "role": expected a string, got number 1`},
