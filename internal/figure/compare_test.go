@@ -206,7 +206,7 @@ func TestSavePD(t *testing.T) {
 	cfg.Policy = protocol.PolicyKV
 	cluster := replay.DefaultCluster(3)
 	cluster.PrefillWorkers, cluster.DecodeWorkers, cluster.Workers, cluster.KVTransferGBps = 2, 3, 3, 50 // replay's default bandwidth
-	res, err := replay.Run(replay.Builtin(1, 20, 512), replay.Options{Cluster: cluster, Router: cfg})
+	res, err := replay.Run(replay.Builtin(1, 20, 0, 512), replay.Options{Cluster: cluster, Router: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}

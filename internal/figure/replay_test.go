@@ -26,7 +26,7 @@ func plotResults(t testing.TB, sessions, workers int, stretch float64, policies 
 		cfg := protocol.DefaultConfig()
 		cfg.BlockSize = 512
 		cfg.Policy = p
-		trace := replay.Builtin(1, sessions, 512)
+		trace := replay.Builtin(1, sessions, 0, 512)
 		for i := range trace {
 			trace[i].Arrival *= stretch // later turns keep their think time
 		}

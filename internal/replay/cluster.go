@@ -41,8 +41,12 @@ type ClusterConfig struct {
 	// Engine is the worker model: iteration (vLLM's scheduler, step by
 	// step, timed by Profile) or simple (one FIFO prefill server at
 	// PrefillTokensPerMS, DecodeMSPerToken a token).
-	Engine  string   `json:"engine"`
-	Profile *Profile `json:"profile,omitempty"` // the iteration engine's
+	Engine string `json:"engine"`
+	// MaxGPULoRACount is how many LoRA adapters a worker holds at once
+	// (vLLM's --max-loras), which its worker_ready says when a request
+	// runs under an adapter; nil for Dynamo's default (LoRACapacity).
+	MaxGPULoRACount *int     `json:"max_gpu_lora_count,omitempty"`
+	Profile         *Profile `json:"profile,omitempty"` // the iteration engine's
 	// Pools are the pools the cluster runs, as a report states them (from
 	// the fields above): the aggregated one, or prefill then decode.
 	Pools []PoolSize `json:"pools,omitempty"`
@@ -99,6 +103,15 @@ func (c *ClusterConfig) transferMS(n uint64) float64 {
 	return bytes / float64(c.KVTransferGBps*1e6) // GB/s is 1e6 bytes a ms
 }
 
+// LoRACapacity is the adapters a worker holds at once: MaxGPULoRACount,
+// else Dynamo's default.
+func (c *ClusterConfig) LoRACapacity() uint32 {
+	if c.MaxGPULoRACount == nil {
+		return protocol.DefaultLoRACapacity
+	}
+	return uint32(*c.MaxGPULoRACount)
+}
+
 // Worker models.
 const (
 	EngineIteration = "iteration"
@@ -122,6 +135,8 @@ func (c *ClusterConfig) Check() error {
 		return fmt.Errorf("--worker-prefill-tokens-per-ms %v: expected 1e-6 to 2^53", c.PrefillTokensPerMS)
 	case !(c.DecodeMSPerToken >= 0 && c.DecodeMSPerToken <= 1e6):
 		return fmt.Errorf("--worker-decode-ms-per-token %v: expected a finite number from 0 to 1e6", c.DecodeMSPerToken)
+	case c.MaxGPULoRACount != nil && (*c.MaxGPULoRACount < 0 || *c.MaxGPULoRACount > protocol.MaxLoRACount):
+		return fmt.Errorf("--max-gpu-lora-count %d: expected 0 to %d adapters a worker holds at once", *c.MaxGPULoRACount, protocol.MaxLoRACount)
 	}
 	return nil
 }

@@ -82,7 +82,8 @@ func (e *Experiment) Load() ([]Request, TraceInfo, error) {
 }
 
 // LoadUnshaped is Load before the speed-up: the requests as stamped, which
-// Shaped makes into those of any speed-up.
+// Shaped makes into those of any speed-up, their LoRA requests' ids salted
+// (saltAdapters).
 func (e *Experiment) LoadUnshaped() ([]Request, TraceInfo, error) {
 	var trace []Request
 	var info TraceInfo
@@ -91,7 +92,7 @@ func (e *Experiment) LoadUnshaped() ([]Request, TraceInfo, error) {
 	case e.Workload.Synthetic != nil:
 		trace, info.Source = e.Workload.Synthetic.Requests(e.Router.Seed, bs), "synthetic"
 	case e.TracePath == "":
-		trace, info.Source = Builtin(e.Router.Seed, e.Workload.BuiltinSessions, bs), "builtin"
+		trace, info.Source = Builtin(e.Router.Seed, e.Workload.BuiltinSessions, e.Workload.BuiltinLoRAAdapters, bs), "builtin"
 	default:
 		in := io.Reader(os.Stdin)
 		if e.TracePath != "-" {
@@ -109,7 +110,9 @@ func (e *Experiment) LoadUnshaped() ([]Request, TraceInfo, error) {
 		}
 		info.Source, info.SHA256 = "file", sum
 	}
+	saltAdapters(trace)
 	info.Requests = len(trace)
+	info.LoRARequests, info.LoRAAdapters = adapterUse(trace)
 	return trace, info, nil
 }
 

@@ -135,7 +135,7 @@ func TestNoRouterBeatsTheInfiniteCache(t *testing.T) {
 		cluster ClusterConfig
 		busy    bool // a threshold that turns requests away
 	}
-	builtin := Builtin(5, 150, 512)
+	builtin := Builtin(5, 150, 0, 512)
 	SpeedUp(builtin, 4)
 	settings := []setting{
 		{"builtin, default", builtin, DefaultCluster(8), false},
@@ -145,7 +145,7 @@ func TestNoRouterBeatsTheInfiniteCache(t *testing.T) {
 		{"builtin, busy", builtin, DefaultCluster(2), true},
 		// replay's own built-in workload: sglang_cache_aware comes within
 		// 0.0003 of the bound
-		{"builtin as replay runs it, simple", Builtin(0, 300, 512), SimpleCluster(8), false},
+		{"builtin as replay runs it, simple", Builtin(0, 300, 0, 512), SimpleCluster(8), false},
 	}
 	if f, err := os.Open(sharedTrace); err == nil {
 		shared, err := ReadMooncake(f, 512)

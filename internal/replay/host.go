@@ -172,6 +172,10 @@ type host struct {
 	err      error         // the first failure to talk to a router
 	syncs    []syncMessage // the sync channel's messages: an evSync's idx
 	syncRNG  *rand.Rand    // which messages the channel drops
+	// loraCapacity is what each worker_ready says of the worker's
+	// adapters: nil when no request runs under one, so that a run without
+	// adapters sends what it always did.
+	loraCapacity *uint32
 }
 
 // pool is workers behind their router: the whole cluster, or, when prefill
@@ -209,6 +213,9 @@ func Run(trace []Request, opt Options) (*Result, error) {
 	start := time.Now()
 	h := &host{opt: opt, byID: map[string]*simRequest{}}
 	h.syncRNG = rand.New(rand.NewPCG(opt.Router.Seed, 0x5ec))
+	if slices.ContainsFunc(trace, func(r Request) bool { return r.LoRAName != "" }) {
+		h.loraCapacity = ptr(opt.Cluster.LoRACapacity())
+	}
 	for _, spec := range opt.Cluster.pools(opt) {
 		p := &pool{role: spec.role, workers: map[rankKey]*simWorker{}}
 		h.pools = append(h.pools, p)
@@ -302,7 +309,7 @@ func (h *host) announce(p *pool, workers int) {
 		}
 		// The worker's sizes are each rank's.
 		cmd := &protocol.Command{Op: protocol.OpWorkerReady, NowMS: ptr(0.0), WorkerID: &id, Role: p.role,
-			TotalKVBlocks: &kv, MaxNumBatchedTokens: &mbt, MaxNumSeqs: &seqs}
+			TotalKVBlocks: &kv, MaxNumBatchedTokens: &mbt, MaxNumSeqs: &seqs, MaxGPULoRACount: h.loraCapacity}
 		if dp > 1 {
 			cmd.DPSize = &dp
 		}
@@ -461,7 +468,7 @@ func (h *host) place(p *pool, t float64, r *simRequest) {
 	if r.ParentSession != "" {
 		c.ParentSessionID = &r.ParentSession
 	}
-	c.Priority, c.StrictPriority, c.Role, c.PolicyClass = r.Priority, r.StrictPriority, r.Role, r.policyClass()
+	c.Priority, c.StrictPriority, c.Role, c.PolicyClass, c.LoRAName = r.Priority, r.StrictPriority, r.Role, r.policyClass(), r.loraName()
 	if p.role != "" {
 		c.Role = p.role
 	}
@@ -528,7 +535,7 @@ func (h *host) answered(rp *replica, c *protocol.Command, resp *protocol.Respons
 			// book it at once.
 			h.sync(rp, &protocol.Command{Op: protocol.OpPlace, RequestID: r.ID, InputTokens: &r.InputTokens,
 				OutputTokens: &r.OutputTokens, BlockHashes: r.hashes(), WorkerID: &pl.WorkerID, DPRank: &pl.DPRank, Role: p.role,
-				PolicyClass: r.policyClass()}, t)
+				PolicyClass: r.policyClass(), LoRAName: r.loraName()}, t)
 		}
 	}
 	for _, rj := range resp.Rejected {
@@ -738,6 +745,15 @@ func (r *simRequest) policyClass() *string {
 		return nil
 	}
 	return &r.PolicyClass
+}
+
+// loraName is r's lora_name for a place command: none when it runs on the
+// base model, so that a trace without adapters sends what it always did.
+func (r *simRequest) loraName() *string {
+	if r.LoRAName == "" {
+		return nil
+	}
+	return &r.LoRAName
 }
 
 // phase is r's placement in pool p.

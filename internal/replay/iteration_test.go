@@ -320,11 +320,11 @@ func TestDecodeRunsMatchSteps(t *testing.T) {
 	p := *cluster.Profile
 	p.Step.PerKVTokenReadMS = 1e-300
 	stepwise.Profile = &p
-	runs, err := Run(Builtin(9, 150, 512), Options{Cluster: cluster, Router: routerConfig(protocol.PolicyKV)})
+	runs, err := Run(Builtin(9, 150, 0, 512), Options{Cluster: cluster, Router: routerConfig(protocol.PolicyKV)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps, err := Run(Builtin(9, 150, 512), Options{Cluster: stepwise, Router: routerConfig(protocol.PolicyKV)})
+	steps, err := Run(Builtin(9, 150, 0, 512), Options{Cluster: stepwise, Router: routerConfig(protocol.PolicyKV)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ func TestApproximateModeSendsNoEvents(t *testing.T) {
 	cfg := routerConfig(protocol.PolicyKV)
 	cfg.KVEvents = false
 	var cmds bytes.Buffer
-	res, err := Run(Builtin(1, 60, 512), Options{Cluster: DefaultCluster(4), Router: cfg, Commands: &cmds})
+	res, err := Run(Builtin(1, 60, 0, 512), Options{Cluster: DefaultCluster(4), Router: cfg, Commands: &cmds})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestApproximateModeSendsNoEvents(t *testing.T) {
 	if m.Completed != m.Requests || m.RouterOverlapRate == 0 {
 		t.Fatalf("completed %d of %d, router overlap rate %v", m.Completed, m.Requests, m.RouterOverlapRate)
 	}
-	events, err := Run(Builtin(1, 60, 512), Options{Cluster: DefaultCluster(4), Router: routerConfig(protocol.PolicyKV)})
+	events, err := Run(Builtin(1, 60, 0, 512), Options{Cluster: DefaultCluster(4), Router: routerConfig(protocol.PolicyKV)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestApproximateModeSendsNoEvents(t *testing.T) {
 func TestBusyRequestsAreRejectedNotFatal(t *testing.T) {
 	cfg := routerConfig(protocol.PolicyKV)
 	cfg.ActivePrefillTokensThreshold = ptr(100.0)
-	res, err := Run(Builtin(2, 60, 512), Options{Cluster: DefaultCluster(2), Router: cfg})
+	res, err := Run(Builtin(2, 60, 0, 512), Options{Cluster: DefaultCluster(2), Router: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestBusyRequestsAreRejectedNotFatal(t *testing.T) {
 	}
 	cfg.QueueThreshold, cfg.QueueTimeoutMS = ptr(0.0), ptr(50.0)
 	cfg.ActivePrefillTokensThreshold = nil
-	res, err = Run(Builtin(2, 60, 512), Options{Cluster: DefaultCluster(2), Router: cfg})
+	res, err = Run(Builtin(2, 60, 0, 512), Options{Cluster: DefaultCluster(2), Router: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestBusyRequestsAreRejectedNotFatal(t *testing.T) {
 // lives overlap, sessions run in trace order, and each TTFT counts from
 // when the request was sent (here: nothing queues, so TTFT is prefill).
 func TestClosedLoop(t *testing.T) {
-	trace := Builtin(4, 12, 512)
+	trace := Builtin(4, 12, 0, 512)
 	res, err := Run(trace, Options{Cluster: DefaultCluster(4), Router: routerConfig(protocol.PolicyKV), Concurrency: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +80,7 @@ func TestClosedLoop(t *testing.T) {
 			t.Fatalf("request %d arrived at %v, before request %d ended at %v", i, res.ends[i].arrival, i-1, res.ends[i-1].done)
 		}
 	}
-	two, err := Run(Builtin(4, 12, 512), Options{Cluster: DefaultCluster(4), Router: routerConfig(protocol.PolicyKV), Concurrency: 2})
+	two, err := Run(Builtin(4, 12, 0, 512), Options{Cluster: DefaultCluster(4), Router: routerConfig(protocol.PolicyKV), Concurrency: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestTraceFieldsReachTheRouter(t *testing.T) {
 func TestRejectedTurnsKeepTheirTime(t *testing.T) {
 	cfg := routerConfig(protocol.PolicyKV)
 	cfg.ActiveDecodeBlocksThreshold = ptr(0.001)
-	trace := Builtin(5, 80, 512)
+	trace := Builtin(5, 80, 0, 512)
 	res, err := Run(trace, Options{Cluster: DefaultCluster(2), Router: cfg})
 	if err != nil {
 		t.Fatal(err)

@@ -35,7 +35,7 @@ func recordCases() map[string]recordCase {
 }
 
 func (c recordCase) trace() []Request {
-	trace := Builtin(3, 40, 512)
+	trace := Builtin(3, 40, 0, 512)
 	SpeedUp(trace, c.speedUp)
 	return trace
 }

@@ -20,7 +20,7 @@ func routerConfig(policy protocol.Policy) protocol.Config {
 
 // TestKVBeatsRoundRobinOnTheBuiltinWorkload: the point of KV-aware routing.
 func TestKVBeatsRoundRobinOnTheBuiltinWorkload(t *testing.T) {
-	trace := Builtin(7, 200, 512)
+	trace := Builtin(7, 200, 0, 512)
 	run := func(policy protocol.Policy) *Metrics {
 		res, err := Run(append([]Request(nil), trace...), Options{Cluster: DefaultCluster(8), Router: routerConfig(policy)})
 		if err != nil {
@@ -58,7 +58,7 @@ func TestEmittedCommandsReplayByteForByte(t *testing.T) {
 	cluster := DefaultCluster(4)
 	cluster.TotalKVBlocks = 200        // small caches: evictions, removed events
 	cluster.MaxNumBatchedTokens = 2048 // busy from 2048 prefill tokens: the queue fills
-	if _, err := Run(Builtin(3, 80, 512), Options{Cluster: cluster, Router: cfg, Commands: &cmds, Responses: &resps}); err != nil {
+	if _, err := Run(Builtin(3, 80, 0, 512), Options{Cluster: cluster, Router: cfg, Commands: &cmds, Responses: &resps}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{`"removed"`, `"op":"advance_clock"`, `"session_id"`} {
@@ -72,6 +72,13 @@ func TestEmittedCommandsReplayByteForByte(t *testing.T) {
 	if !bytes.HasPrefix(cmds.Bytes(), []byte(`{"op":"config","policy":"kv","block_size":512,`)) {
 		t.Fatalf("the stream does not open with its config: %.80s", cmds.String())
 	}
+	servesAlike(t, &cmds, &resps)
+}
+
+// servesAlike: the command stream a replay emitted, piped into serve with
+// no config of its own, gives its responses byte for byte.
+func servesAlike(t *testing.T, cmds, resps *bytes.Buffer) {
+	t.Helper()
 	eng, err := engine.New(protocol.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)

@@ -50,7 +50,7 @@ func TestReplicasShareBookingsThroughTheSyncChannel(t *testing.T) {
 // that of replicas that learn of nothing.
 func TestLossySyncLeavesNoBooking(t *testing.T) {
 	hit := func(rate float64) float64 {
-		res, err := Run(Builtin(3, 120, 512), Options{Cluster: DefaultCluster(4), Router: routerConfig(protocol.PolicyKV),
+		res, err := Run(Builtin(3, 120, 0, 512), Options{Cluster: DefaultCluster(4), Router: routerConfig(protocol.PolicyKV),
 			Replicas: Replicas{Count: 3, Assign: AssignRoundRobin, DelayMS: 5, Rate: rate}})
 		if err != nil {
 			t.Fatal(err)

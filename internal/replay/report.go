@@ -74,6 +74,10 @@ type TraceInfo struct {
 	// generated workload, which Workload's parameters identify.
 	SHA256   string `json:"sha256"`
 	Requests int    `json:"requests"`
+	// LoRARequests are the requests under a LoRA adapter (lora_name), and
+	// LoRAAdapters the distinct adapters they name; absent when none is.
+	LoRARequests int `json:"lora_requests,omitempty"`
+	LoRAAdapters int `json:"lora_adapters,omitempty"`
 }
 
 // RunInfo is what a report owes to the machine and the invocation.

@@ -26,9 +26,10 @@ func commonPrefix(a, b []protocol.LocalBlockHash) int {
 
 // TestSplitBlocksKeepsSharing: every prompt gets a block per 16 tokens, and
 // any two prompts share exactly the tokens they shared at 512 (32 small
-// blocks per shared large one, cut at the shorter prompt's end).
+// blocks per shared large one, cut at the shorter prompt's end), under
+// its adapter still, written and read back.
 func TestSplitBlocksKeepsSharing(t *testing.T) {
-	trace := Builtin(7, 40, 512)
+	trace := Builtin(7, 40, 3, 512)
 	split, err := SplitBlocks(trace, 512, 32)
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +37,9 @@ func TestSplitBlocksKeepsSharing(t *testing.T) {
 	for i := range trace {
 		if want := (trace[i].InputTokens + 15) / 16; uint64(len(split[i].HashIDs)) != want {
 			t.Fatalf("request %d: %d ids for %d tokens, want %d", i, len(split[i].HashIDs), trace[i].InputTokens, want)
+		}
+		if split[i].LoRAName != trace[i].LoRAName {
+			t.Fatalf("request %d: adapter %q, want %q", i, split[i].LoRAName, trace[i].LoRAName)
 		}
 	}
 	shared := 0
@@ -73,9 +77,9 @@ func readsBack(t *testing.T, trace []Request, blockSize uint64) {
 }
 
 // TestRepeatTrace: copies follow one another and share no block or
-// session, and each is the original otherwise.
+// session, and each is the original otherwise (its adapter too).
 func TestRepeatTrace(t *testing.T) {
-	trace := Builtin(3, 30, 512)
+	trace := Builtin(3, 30, 3, 512)
 	// A session named as another's copy would be, were the suffix "#k".
 	extra := trace[0]
 	extra.Session, extra.DelayMS = trace[0].Session+"#1", nil
@@ -93,8 +97,8 @@ func TestRepeatTrace(t *testing.T) {
 	for k := range 3 {
 		for i, r := range out[k*len(trace) : (k+1)*len(trace)] {
 			o := trace[i]
-			if r.InputTokens != o.InputTokens || r.OutputTokens != o.OutputTokens || len(r.HashIDs) != len(o.HashIDs) {
-				t.Fatalf("copy %d, request %d: lengths changed", k, i)
+			if r.InputTokens != o.InputTokens || r.OutputTokens != o.OutputTokens || len(r.HashIDs) != len(o.HashIDs) || r.LoRAName != o.LoRAName {
+				t.Fatalf("copy %d, request %d: lengths or adapter changed", k, i)
 			}
 			if k > 0 && (r.Arrival <= last || r.Session != o.Session+"##"+string(rune('0'+k))) {
 				t.Fatalf("copy %d, request %d: arrival %v (the copy before ends at %v), session %q", k, i, r.Arrival, last, r.Session)

@@ -23,8 +23,11 @@ type Workload struct {
 	ReplayConcurrency int `json:"replay_concurrency"`
 	// BuiltinSessions is the size of the built-in workload (0 when a trace
 	// or a synthetic workload ran).
-	BuiltinSessions int        `json:"builtin_sessions,omitempty"`
-	Synthetic       *Synthetic `json:"synthetic,omitempty"`
+	BuiltinSessions int `json:"builtin_sessions,omitempty"`
+	// BuiltinLoRAAdapters gives the built-in workload's sessions LoRA
+	// adapters, lora-0 to lora-{N-1} (Builtin says how many use each).
+	BuiltinLoRAAdapters int        `json:"builtin_lora_adapters,omitempty"`
+	Synthetic           *Synthetic `json:"synthetic,omitempty"`
 }
 
 // Synthetic is a workload of equal requests, as Dynamo's replay makes one
@@ -109,8 +112,15 @@ func (s *Synthetic) Requests(seed, blockSize uint64) []Request {
 // few system prompts, arriving as a Poisson process; each later turn extends
 // its conversation's prompt and arrives after a think time. It is what
 // `offline-router replay` runs when given no trace.
-func Builtin(seed uint64, sessions int, blockSize uint64) []Request {
+//
+// With adapters above 0, each session runs under one LoRA adapter or none:
+// half of them, drawn uniformly, use the base model, and the others
+// lora-k (k from 0 to adapters-1) with weight e^(-k/2), lora-0 the most
+// popular. The adapters are drawn from a stream of their own, so that
+// every other draw is the one adapters 0 makes.
+func Builtin(seed uint64, sessions, adapters int, blockSize uint64) []Request {
 	rng := rand.New(rand.NewPCG(seed, 0xb17))
+	adapterRNG := rand.New(rand.NewPCG(seed, 0x10a))
 	nextID := uint64(1)
 	block := func() protocol.LocalBlockHash { nextID++; return protocol.LocalBlockHash(nextID) }
 	prompts := make([][]protocol.LocalBlockHash, 6)
@@ -127,6 +137,7 @@ func Builtin(seed uint64, sessions int, blockSize uint64) []Request {
 		p := min(int(rng.ExpFloat64()*2), len(prompts)-1)
 		ids := append([]protocol.LocalBlockHash(nil), prompts[p]...)
 		session := "s" + strconv.Itoa(s)
+		lora := sessionAdapter(adapterRNG, adapters)
 		for turn := range 2 + rng.IntN(5) {
 			for range 1 + rng.IntN(3) {
 				ids = append(ids, block())
@@ -136,6 +147,7 @@ func Builtin(seed uint64, sessions int, blockSize uint64) []Request {
 				InputTokens:  uint64(len(ids))*blockSize - uint64(rng.IntN(int(blockSize))),
 				OutputTokens: 50 + uint64(rng.IntN(250)),
 				HashIDs:      append([]protocol.LocalBlockHash(nil), ids...),
+				LoRAName:     lora,
 			}
 			if turn == 0 {
 				req.Arrival = t
@@ -147,6 +159,21 @@ func Builtin(seed uint64, sessions int, blockSize uint64) []Request {
 		}
 	}
 	return out
+}
+
+// sessionAdapter draws a built-in session's adapter, as Builtin says: ""
+// (the base model) half the time, else lora-k with weight e^(-k/2), an
+// exponential draw redrawn past the last adapter (ExpFloat64, not a
+// logarithm, so that every platform draws the same).
+func sessionAdapter(rng *rand.Rand, adapters int) string {
+	if adapters == 0 || rng.IntN(2) == 0 {
+		return ""
+	}
+	for {
+		if k := int(rng.ExpFloat64() * 2); k < adapters {
+			return "lora-" + strconv.Itoa(k)
+		}
+	}
 }
 
 // SpeedUp makes arrivals ratio times faster, in place: first turns'
