@@ -32,6 +32,7 @@ var replayBadValues = []badValue{
 	{"capacity-tolerance", "0", []string{"--capacity", "--goodput", "ttft:1000"}},
 	{"baseline", "bogus", []string{"--policies", "kv"}},
 	{"block-size", "0", nil},
+	{"builtin-lora-adapters", "1025", nil},
 	{"contender", "kv:prefill_load_scale=-1", nil},
 	{"config", "/nonexistent/config.json", nil},
 	{"decode-active-request-weight", "-1", nil},
@@ -97,6 +98,8 @@ var replayBadValues = []badValue{
 	{"emit-commands", "@dir", nil},
 	{"emit-responses", "@dir", nil},
 	{"max-line-bytes", "0", nil},
+	{"max-gpu-lora-count", "-1", nil},
+	{"max-gpu-lora-count", "1025", nil},
 }
 
 // noRange are the replay flags that take any value of their type.

@@ -52,6 +52,7 @@ type replayOptions struct {
 	requestsOut   string
 	profileFile   string
 	maxLineBytes  int
+	maxLoRAs      int // --max-gpu-lora-count, the cluster's when given
 	quiet         bool
 	capacity      bool
 	search        replay.CapacitySearch
@@ -167,6 +168,8 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 	f.Float64Var(&o.cluster.PrefillTokensPerMS, "worker-prefill-tokens-per-ms", o.cluster.PrefillTokensPerMS, "simple engine: prefill speed for uncached tokens")
 	f.Float64Var(&o.cluster.DecodeMSPerToken, "worker-decode-ms-per-token", o.cluster.DecodeMSPerToken, "simple engine: decode time per output token after the first (prefill makes the first, as in vLLM)")
 	f.IntVar(&o.workload.BuiltinSessions, "sessions", o.workload.BuiltinSessions, "sessions of the built-in workload (only when no trace and no synthetic workload is given)")
+	f.IntVar(&o.workload.BuiltinLoRAAdapters, "builtin-lora-adapters", 0, "built-in workload: LoRA adapters lora-0 to lora-{N-1} its sessions run under, half of them none (the base model), the first adapters the most used; each adapter salts its prompts' blocks, so its sessions share no cache with another's (0 = none)")
+	f.IntVar(&o.maxLoRAs, "max-gpu-lora-count", protocol.DefaultLoRACapacity, "LoRA adapters each simulated worker holds at once, as vLLM's --max-loras (Dynamo's max_gpu_lora_count, its default 4): the router sends a request under an adapter to a worker that has it loaded or room to load it; 0 = a worker loads none. Sent in worker_ready only when a request names an adapter (lora_name)")
 	f.Float64Var(&o.workload.ArrivalSpeedupRatio, "arrival-speedup-ratio", 1, "arrivals (from the first) and think times divided by this: 2 = twice the load (open loop only)")
 	f.IntVar(&o.workload.ReplayConcurrency, "replay-concurrency", 0, "closed loop: this many sessions in flight, the next starting when one ends, timestamps ignored (0 = open loop)")
 	f.Uint64Var(&o.synthetic.InputTokens, "input-tokens", 0, "synthetic workload: input tokens per request")
@@ -304,7 +307,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) 
 		table = cmd.ErrOrStderr()
 	}
 	title := describe(exp.TracePath, &o.workload)
-	if _, err := fmt.Fprintf(table, "replay of %s: %d requests on %s%s\n\n", title, len(trace), o.describeCluster(), describeRepeats(exp)); err != nil {
+	if _, err := fmt.Fprintf(table, "replay of %s: %d requests%s on %s%s\n\n", title, len(trace), describeAdapters(info), o.describeCluster(), describeRepeats(exp)); err != nil {
 		return &exitError{1, fmt.Errorf("writing the table: %w", err)}
 	}
 	streams, open, err := o.openStreams()
@@ -514,6 +517,8 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 		return fmt.Errorf("a trace is given: the synthetic workload's flags (--input-tokens, ...) do not apply")
 	case (len(args) == 1 || synthetic) && flags.Changed("sessions"):
 		return fmt.Errorf("--sessions sizes the built-in workload, which does not run when a trace or a synthetic workload is given")
+	case (len(args) == 1 || synthetic) && flags.Changed("builtin-lora-adapters"):
+		return fmt.Errorf("--builtin-lora-adapters shapes the built-in workload, which does not run when a trace or a synthetic workload is given (a trace names its adapters in lora_name)")
 	case synthetic:
 		if err := o.synthetic.Check(); err != nil {
 			return err
@@ -529,6 +534,12 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	}
 	if o.workload.BuiltinSessions > maxSessions {
 		return fmt.Errorf("--sessions %d: at most %d (a few requests each, held in memory)", o.workload.BuiltinSessions, maxSessions)
+	}
+	if n := o.workload.BuiltinLoRAAdapters; n < 0 || n > protocol.MaxLoRACount {
+		return fmt.Errorf("--builtin-lora-adapters %d: expected 0 to %d", n, protocol.MaxLoRACount)
+	}
+	if flags.Changed("max-gpu-lora-count") {
+		o.cluster.MaxGPULoRACount = &o.maxLoRAs
 	}
 	w := &o.workload
 	if !(w.ArrivalSpeedupRatio >= 1e-9 && w.ArrivalSpeedupRatio <= 1e9) {
@@ -1011,6 +1022,15 @@ func describeRepeats(e *replay.Experiment) string {
 		s += " (the workload is made anew at each; this count is seed " + fmt.Sprint(e.Router.Seed) + "'s)"
 	}
 	return s
+}
+
+// describeAdapters says, for the table's first line, how many requests ran
+// under LoRA adapters, if any did.
+func describeAdapters(info replay.TraceInfo) string {
+	if info.LoRARequests == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d under %d LoRA adapters)", info.LoRARequests, info.LoRAAdapters)
 }
 
 // describe names the workload for the table's first line.

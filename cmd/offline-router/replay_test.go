@@ -52,6 +52,33 @@ func TestReplayCompareAndReport(t *testing.T) {
 	}
 }
 
+// TestReplayReportsAdapters: with adapters, the table's first line and the
+// report say how many requests ran under how many, and the report the
+// capacity given; without, neither says a word of them (reports made
+// before adapters stay as they were).
+func TestReplayReportsAdapters(t *testing.T) {
+	report := filepath.Join(t.TempDir(), "r.json")
+	stdout, stderr, code := run(t, "", "replay", "--sessions", "60", "--builtin-lora-adapters", "3", "--max-gpu-lora-count", "2", "-q", "--report", report)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	rep := readReport(t, report)
+	tr := rep.Deterministic.Trace
+	if tr.LoRARequests == 0 || tr.LoRARequests >= tr.Requests || tr.LoRAAdapters != 3 ||
+		rep.Deterministic.Workload.BuiltinLoRAAdapters != 3 || rep.Deterministic.Cluster.MaxGPULoRACount == nil || *rep.Deterministic.Cluster.MaxGPULoRACount != 2 {
+		t.Fatalf("trace %+v, workload %+v, cluster capacity %v", tr, rep.Deterministic.Workload, rep.Deterministic.Cluster.MaxGPULoRACount)
+	}
+	if want := fmt.Sprintf("%d requests (%d under 3 LoRA adapters)", tr.Requests, tr.LoRARequests); !strings.Contains(stdout, want) {
+		t.Errorf("the table does not say %q:\n%s", want, stdout)
+	}
+	if _, stderr, code := run(t, "", "replay", "--sessions", "60", "-q", "--report", report); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if data, _ := os.ReadFile(report); bytes.Contains(data, []byte("lora")) {
+		t.Errorf("a report without adapters speaks of them:\n%s", data)
+	}
+}
+
 func readReport(t *testing.T, path string) *replay.Report {
 	t.Helper()
 	return readStrict[replay.Report](t, path)
@@ -231,7 +258,7 @@ func TestReplayBadTrace(t *testing.T) {
 	}
 	// A flag the chosen workload would ignore is refused.
 	os.WriteFile(path, []byte(`{"timestamp":0,"input_length":10,"output_length":1}`+"\n"), 0o644)
-	for _, args := range [][]string{{"--sessions", "5"}, {"--input-tokens", "5"}} {
+	for _, args := range [][]string{{"--sessions", "5"}, {"--input-tokens", "5"}, {"--builtin-lora-adapters", "2"}} {
 		if _, stderr, code := run(t, "", append([]string{"replay", path}, args...)...); code != 2 || !strings.Contains(stderr, "trace") {
 			t.Errorf("%v with a trace: exit %d: %s", args, code, stderr)
 		}
