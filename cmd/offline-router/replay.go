@@ -73,14 +73,16 @@ func replayCommand() (*cobra.Command, *replayOptions) {
 		Long: `Replays a Mooncake-style JSONL trace (timestamp ms, input_length, output_length,
 hash_ids at --block-size tokens per block, 512 by default here as in Mooncake
 traces; optional session_id, delay_ms for a session's later turns,
-parent_session_id, priority, strict_priority, policy_class and role, passed
-to the router as a host would) through the router and a simulated cluster, and reports what
+parent_session_id, priority, strict_priority, policy_class, role and
+lora_name, passed to the router as a host would; a LoRA request's hash_ids
+are salted by its adapter, docs/replay.md) through the router and a simulated cluster, and reports what
 routing did: vLLM benchmark_serving's metrics (TTFT, TPOT, ITL, E2EL,
 throughput, goodput), the prefix hit rate, the router's predicted overlap
 and its regret, queue wait and how evenly requests spread.
 
 With no TRACE it runs the built-in workload: multi-turn chat sessions
-sharing a few system prompts (--sessions, seeded by --seed); or, given
+sharing a few system prompts (--sessions, seeded by --seed; with
+--builtin-lora-adapters, half of them under LoRA adapters); or, given
 --input-tokens, --output-tokens and --request-count, a synthetic one, as
 Dynamo's replay makes it. --arrival-speedup-ratio and --replay-concurrency
 shape arrivals with the meaning Dynamo's replay gives them (README).
