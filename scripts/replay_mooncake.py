@@ -65,6 +65,12 @@ def read_trace(path, block_size):
                 # "" is no class, as the Go replay reads it
                 "place": {k: m[k] for k in PLACE_FIELDS if m.get(k) not in (None, "")},
             }
+            if m.get("lora_name") not in (None, ""):
+                # The Go replay salts an adapter's hash_ids with XXH3, which
+                # the standard library lacks: refused rather than replayed
+                # unsalted, which would share blocks across adapters.
+                sys.exit(f"{path}:{n}: field \"lora_name\": this script does not salt hash_ids by "
+                         "adapter; replay LoRA traces with `offline-router replay` (docs/replay.md)")
             if len(r["ids"]) > -(-r["input"] // block_size):
                 sys.exit(f"{path}:{n}: more hash_ids than blocks of {block_size} tokens")
             reqs.append(r)

@@ -185,6 +185,21 @@ func TestPythonReplayMatchesGo(t *testing.T) {
 	}
 }
 
+// TestPythonReplayRefusesLoRA: the Python host does not salt an
+// adapter's hash_ids (no XXH3 in Python's standard library), so it refuses
+// a LoRA trace, naming the line and field, rather than report numbers that
+// share blocks across adapters.
+func TestPythonReplayRefusesLoRA(t *testing.T) {
+	py := python(t)
+	trace := filepath.Join(t.TempDir(), "lora.jsonl")
+	line := `{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]}` + "\n"
+	os.WriteFile(trace, []byte(line+`{"timestamp": 1, "input_length": 600, "output_length": 4, "hash_ids": [1, 2], "lora_name": "a"}`+"\n"), 0o644)
+	out, err := exec.Command(py, "../../scripts/replay_mooncake.py", trace, "--binary", binary).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `lora.jsonl:2: field "lora_name"`) {
+		t.Fatalf("want a refusal naming line 2's lora_name, got %v:\n%s", err, out)
+	}
+}
+
 func jsonInts(v []int) string {
 	s := make([]string, len(v))
 	for i, x := range v {
