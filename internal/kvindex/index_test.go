@@ -197,6 +197,21 @@ func (m *rankModel) store(h protocol.SequenceHash, path []protocol.LocalBlockHas
 	}
 }
 
+// prefixes counts the distinct prefixes some rank holds, by a hash or as
+// a phantom: what index_nodes counts (PROTOCOL.md §6).
+func (m model) prefixes() int {
+	held := map[string]bool{}
+	for _, rm := range m {
+		for _, p := range rm.blocks {
+			held[fmt.Sprint(p)] = true
+		}
+		for k := range rm.phantom {
+			held[k] = true
+		}
+	}
+	return len(held)
+}
+
 func (m *rankModel) overlap(local []protocol.LocalBlockHash) uint32 {
 	n := uint32(0)
 	for n < uint32(len(local)) && m.held(local[:n+1]) {
@@ -301,15 +316,24 @@ func TestIndexMatchesModel(t *testing.T) {
 					}
 				}
 			case 6, 7:
+				// A removed event of a run of a chain's hashes (one, or
+				// several, from its middle or its tail), tail first as an
+				// engine frees a request's blocks, or head first.
 				seq := blockHashes(t, gen.Draw(t, "local"))
-				h := seq[len(seq)-1]
-				want := 0
-				if path, ok := m[r].blocks[h]; ok {
-					delete(m[r].blocks, h)
-					want = 1 + m[r].dropBelow(path)
+				from := rapid.IntRange(0, len(seq)-1).Draw(t, "run from")
+				run := slices.Clone(seq[from:rapid.IntRange(from+1, len(seq)).Draw(t, "run to")])
+				if rapid.Bool().Draw(t, "tail first") {
+					slices.Reverse(run)
 				}
-				if got := x.Remove(r, []protocol.SequenceHash{h}); got != want {
-					t.Fatalf("remove returned %d, want %d", got, want)
+				want := 0
+				for _, h := range run {
+					if path, ok := m[r].blocks[h]; ok {
+						delete(m[r].blocks, h)
+						want += 1 + m[r].dropBelow(path)
+					}
+				}
+				if got := x.Remove(r, run); got != want {
+					t.Fatalf("remove of %v returned %d, want %d", run, got, want)
 				}
 			case 8:
 				if got := x.Clear(r); got != len(m[r].blocks) {
@@ -335,6 +359,9 @@ func TestIndexMatchesModel(t *testing.T) {
 				t.Fatalf("probe %v: matched %v, ranks given an overlap %v", probe, got, given)
 			}
 			checkHolders(t, x, ids)
+			if want := m.prefixes(); x.Nodes() != want {
+				t.Fatalf("%d nodes, but the ranks hold %d distinct prefixes", x.Nodes(), want)
+			}
 			for _, rr := range ids {
 				if want := m[rr].overlap(probe); overlap[rr] != want {
 					t.Fatalf("rank %d probe %v: overlap %d, want %d", rr, probe, overlap[rr], want)
