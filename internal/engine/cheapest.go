@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"cmp"
 	"maps"
 	"math"
 	"slices"
@@ -26,23 +25,41 @@ import (
 // list) sorted by load: those with prefill booked, and the others by
 // active decode blocks, each group in candidate order.
 type decodeBuckets struct {
-	byDecode   map[uint64][]int32 // decode blocks -> positions, ascending
-	decodes    []uint64           // the keys of byDecode, ascending
-	prefilling []int32            // positions with prefill booked, in no order
-	at         []int32            // by position: its index in prefilling, or -1
+	byDecode   map[uint64]*decodeGroup // decode blocks -> its group
+	decodes    []uint64                // the keys of byDecode, ascending
+	prefilling []int32                 // positions with prefill booked, in no order
+	at         []int32                 // by position: its index in prefilling, or -1
+	groupOf    []*decodeGroup          // by position: its decode group, or nil when prefilling
+}
+
+// decodeGroup is the ranks with as many active decode blocks and no
+// prefill booked.
+type decodeGroup struct {
+	members []int32 // positions, ascending
+	// reached counts, during one selectBucketed and zero outside it, the
+	// members the walks reached: those are costed one by one, so the
+	// group's walk must not count them. Held here, not in a map by decode
+	// blocks, so that counting a reached rank costs no hash.
+	reached int32
 }
 
 // newDecodeBuckets files the ranks at positions 0, 1, ... by their loads:
 // each group fills in candidate order, and the keys are sorted once.
 func newDecodeBuckets(slots []uint32, loads []rankLoad) decodeBuckets {
-	b := decodeBuckets{byDecode: map[uint64][]int32{}, at: make([]int32, len(slots))}
+	b := decodeBuckets{byDecode: map[uint64]*decodeGroup{}, at: make([]int32, len(slots)), groupOf: make([]*decodeGroup, len(slots))}
 	for pos, s := range slots {
 		b.at[pos] = -1
 		if pf, d := bucketOf(&loads[s]); pf {
 			b.at[pos] = int32(len(b.prefilling))
 			b.prefilling = append(b.prefilling, int32(pos))
 		} else {
-			b.byDecode[d] = append(b.byDecode[d], int32(pos))
+			g := b.byDecode[d]
+			if g == nil {
+				g = &decodeGroup{}
+				b.byDecode[d] = g
+			}
+			g.members = append(g.members, int32(pos))
+			b.groupOf[pos] = g
 		}
 	}
 	b.decodes = slices.Sorted(maps.Keys(b.byDecode))
@@ -60,13 +77,16 @@ func (b *decodeBuckets) add(pos int32, l *rankLoad) {
 		b.at[pos] = int32(len(b.prefilling))
 		b.prefilling = append(b.prefilling, pos)
 	} else {
-		ps, ok := b.byDecode[d]
-		if !ok {
+		g := b.byDecode[d]
+		if g == nil {
+			g = &decodeGroup{}
+			b.byDecode[d] = g
 			i, _ := slices.BinarySearch(b.decodes, d)
 			b.decodes = slices.Insert(b.decodes, i, d)
 		}
-		i, _ := slices.BinarySearch(ps, pos)
-		b.byDecode[d] = slices.Insert(ps, i, pos)
+		i, _ := slices.BinarySearch(g.members, pos)
+		g.members = slices.Insert(g.members, i, pos)
+		b.groupOf[pos] = g
 	}
 }
 
@@ -77,10 +97,10 @@ func (b *decodeBuckets) remove(pos int32, l *rankLoad) {
 		b.prefilling = b.prefilling[:len(b.prefilling)-1]
 		b.at[pos] = -1
 	} else {
-		ps := b.byDecode[d]
-		i, _ := slices.BinarySearch(ps, pos)
-		if ps = slices.Delete(ps, i, i+1); len(ps) > 0 {
-			b.byDecode[d] = ps
+		g := b.groupOf[pos]
+		b.groupOf[pos] = nil
+		i, _ := slices.BinarySearch(g.members, pos)
+		if g.members = slices.Delete(g.members, i, i+1); len(g.members) > 0 {
 			return
 		}
 		delete(b.byDecode, d)
@@ -99,104 +119,113 @@ func (b *decodeBuckets) move(pos int32, from, to *rankLoad) {
 	b.add(pos, to)
 }
 
+// bucketScratch is selectBucketed's scratch, kept between placements.
+type bucketScratch struct {
+	// seen marks, by position, the ranks in reached: the walks' ranks
+	// deduplicated without sorting them (sorting every reached rank, and
+	// again by decode group, was a quarter of a placement at 1,024 ranks).
+	// All clear between placements.
+	seen []uint64
+	// reached are the positions the walks reached, in no order;
+	// tiedSingle those costed one by one that tie for the cheapest; skip
+	// the reached members of tied groups (nthTied's).
+	reached, tiedSingle, skip []int32
+	tied                      []uint64 // the tied decode groups, ascending
+}
+
+// reach adds pos to reached unless it is there already, and counts it in
+// its decode group.
+func (x *bucketScratch) reach(b *decodeBuckets, pos int32) {
+	if w, bit := pos/64, uint64(1)<<(pos%64); x.seen[w]&bit == 0 {
+		x.seen[w] |= bit
+		x.reached = append(x.reached, pos)
+		if g := b.groupOf[pos]; g != nil {
+			g.reached++
+		}
+	}
+}
+
+// forget clears what reach marked, for the next placement.
+func (x *bucketScratch) forget(b *decodeBuckets) {
+	for _, pos := range x.reached {
+		x.seen[pos/64] = 0
+		if g := b.groupOf[pos]; g != nil {
+			g.reached = 0
+		}
+	}
+}
+
 // selectBucketed is selectCheapest for candidates that are a role's whole
 // ready list (rr), from its buckets.
 func (e *Engine) selectBucketed(d *demand, rr *roleRanks) selector.Result {
-	b := &rr.buckets
+	b, x := &rr.buckets, &e.bucketed
 	loads, overlap, hits, p := e.fleet.loads, e.overlap, e.hits, e.paramsFor(d)
 	blocks := uint64(len(d.local)) + d.privateBlocks
-	cost := func(pos int32) float64 {
+	best, ties := math.Inf(1), 0
+	x.tiedSingle = x.tiedSingle[:0]
+	single := func(pos int32) {
 		c := e.cheapCandidate(d, rr.slots[pos])
-		return selector.CostOf(p, d.isl, c.Overlap, c.PrefillTokens, c.DecodeBlocks)
+		switch cost := selector.CostOf(p, d.isl, c.Overlap, c.PrefillTokens, c.DecodeBlocks); {
+		case cost < best:
+			best, ties = cost, 1
+			x.tiedSingle = append(x.tiedSingle[:0], pos)
+		case cost == best:
+			ties++
+			x.tiedSingle = append(x.tiedSingle, pos)
+		}
 	}
 	// The ranks costed one by one: those the walks reached (as the index
 	// and the active tree list them: not a pass over every rank), and those
 	// with prefill booked. A reached rank is left out of its decode group.
-	e.reached = e.reached[:0]
+	if words := (len(rr.slots) + 63) / 64; len(x.seen) < words {
+		x.seen = make([]uint64, words)
+	}
+	x.reached = x.reached[:0]
 	for _, r := range e.matched {
 		if pos, ok := e.fleet.positionIn(rr, uint32(r)); ok {
-			e.reached = append(e.reached, pos)
+			x.reach(b, pos)
 		}
 	}
 	for _, s := range e.active.Touched() {
 		if pos, ok := e.fleet.positionIn(rr, s); ok {
-			e.reached = append(e.reached, pos)
+			x.reach(b, pos)
 		}
 	}
-	slices.Sort(e.reached)
-	e.reached = slices.Compact(e.reached)
-	// Reached ranks with no prefill booked, by decode blocks then position:
-	// the members each decode group must not count.
-	e.grouped = e.grouped[:0]
-	for _, pos := range e.reached {
-		if pf, dec := bucketOf(&loads[rr.slots[pos]]); !pf {
-			e.grouped = append(e.grouped, member{dec, pos})
-		}
+	for _, pos := range x.reached {
+		single(pos)
 	}
-	slices.SortFunc(e.grouped, compareMembers)
-	e.single = append(e.single[:0], e.reached...)
 	for _, pos := range b.prefilling {
 		if s := rr.slots[pos]; overlap[s] == 0 && hits[s] == 0 {
-			e.single = append(e.single, pos)
-		}
-	}
-	best, ties := math.Inf(1), 0
-	e.singleCost = e.singleCost[:0]
-	for _, pos := range e.single {
-		c := cost(pos)
-		e.singleCost = append(e.singleCost, c)
-		switch {
-		case c < best:
-			best, ties = c, 1
-		case c == best:
-			ties++
+			single(pos)
 		}
 	}
 	// The groups, fewest decode blocks first, while they can tie or beat.
-	e.tied = e.tied[:0]
+	x.tied = x.tied[:0]
 	for _, dec := range b.decodes {
 		c := selector.CostOf(p, d.isl, 0, 0, dec+blocks)
 		if c > best {
 			break
 		}
-		n := len(b.byDecode[dec]) - len(e.groupedIn(dec))
+		g := b.byDecode[dec]
+		n := len(g.members) - int(g.reached)
 		switch {
 		case n == 0:
 			continue
 		case c < best:
 			best, ties = c, 0
-			e.tied = e.tied[:0]
+			x.tiedSingle, x.tied = x.tiedSingle[:0], x.tied[:0]
 		}
 		ties += n
-		e.tied = append(e.tied, dec)
+		x.tied = append(x.tied, dec)
 	}
 	nth := 0
 	if ties > 1 {
 		nth = e.draws.Index(ties) // as selector.PickCheapest draws among the ties
 	}
-	pos := e.nthTied(rr, best, nth)
+	pos := x.nthTied(rr, loads, nth)
+	x.forget(b)
 	chosen := e.cheapCandidate(d, rr.slots[pos])
 	return selector.Result{Index: int(pos), Chosen: selector.Cost(p, d.isl, &chosen), Ties: ties, BestCost: best}
-}
-
-// member is a rank in a decode group: the group's blocks, its position.
-type member struct {
-	decode uint64
-	pos    int32
-}
-
-func compareMembers(a, b member) int {
-	if a.decode != b.decode {
-		return cmp.Compare(a.decode, b.decode)
-	}
-	return cmp.Compare(a.pos, b.pos)
-}
-
-// groupedIn is the reached ranks in decode group dec (from e.grouped).
-func (e *Engine) groupedIn(dec uint64) []member {
-	lo, _ := slices.BinarySearchFunc(e.grouped, member{dec, 0}, compareMembers)
-	hi, _ := slices.BinarySearchFunc(e.grouped, member{dec, math.MaxInt32}, compareMembers)
-	return e.grouped[lo:hi]
 }
 
 // manyTiedGroups is how many tied decode groups nthTied searches by
@@ -205,52 +234,59 @@ func (e *Engine) groupedIn(dec uint64) []member {
 const manyTiedGroups = 8
 
 // nthTied is the position of the nth (from 0) candidate, in candidate
-// order, of those at cost best: the ranks costed one by one (e.single, at
-// e.singleCost) and the unreached members of the tied decode groups
-// (e.tied). It counts the tied candidates before a position and searches
+// order, of those tied for the cheapest: the ranks costed one by one
+// (tiedSingle) and the unreached members of the tied decode groups
+// (tied). It counts the tied candidates before a position and searches
 // for the one where the count passes nth.
-func (e *Engine) nthTied(rr *roleRanks, best float64, nth int) int32 {
+func (x *bucketScratch) nthTied(rr *roleRanks, loads []rankLoad, nth int) int32 {
 	b := &rr.buckets
-	e.tiedSingle = e.tiedSingle[:0]
-	for i, pos := range e.single {
-		if e.singleCost[i] == best {
-			e.tiedSingle = append(e.tiedSingle, pos)
-		}
+	if len(x.tied) == 0 && len(x.tiedSingle) == 1 {
+		return x.tiedSingle[0]
 	}
 	// The reached members of the tied groups: costed one by one, so not
 	// counted as group members.
-	e.skip = e.skip[:0]
-	for _, dec := range e.tied {
-		for _, m := range e.groupedIn(dec) {
-			e.skip = append(e.skip, m.pos)
+	x.skip = x.skip[:0]
+	if len(x.tied) > 0 {
+		for _, pos := range x.reached {
+			if b.groupOf[pos] != nil {
+				if _, in := slices.BinarySearch(x.tied, loads[rr.slots[pos]].decode); in {
+					x.skip = append(x.skip, pos)
+				}
+			}
 		}
 	}
-	if len(e.tied) > manyTiedGroups {
+	if len(x.tied) > manyTiedGroups {
 		// Costs so large that decode blocks round away: list every tie.
-		for _, dec := range e.tied {
-			e.tiedSingle = append(e.tiedSingle, b.byDecode[dec]...)
+		// The skipped are left out of their groups' members only: one that
+		// ties on its own cost is in tiedSingle, once.
+		slices.Sort(x.skip)
+		for _, dec := range x.tied {
+			for _, pos := range b.byDecode[dec].members {
+				if _, found := slices.BinarySearch(x.skip, pos); !found {
+					x.tiedSingle = append(x.tiedSingle, pos)
+				}
+			}
 		}
-		slices.Sort(e.tiedSingle)
-		slices.Sort(e.skip)
-		e.tiedSingle = slices.DeleteFunc(e.tiedSingle, func(pos int32) bool {
-			_, found := slices.BinarySearch(e.skip, pos)
-			return found
-		})
-		return e.tiedSingle[nth]
+		slices.Sort(x.tiedSingle)
+		return x.tiedSingle[nth]
 	}
-	slices.Sort(e.tiedSingle)
-	slices.Sort(e.skip)
-	// before counts the tied candidates at positions below x.
-	before := func(x int32) int {
-		n, _ := slices.BinarySearch(e.tiedSingle, x)
-		for _, dec := range e.tied {
-			i, _ := slices.BinarySearch(b.byDecode[dec], x)
+	slices.Sort(x.tiedSingle)
+	if len(x.tied) == 0 {
+		return x.tiedSingle[nth]
+	}
+	slices.Sort(x.skip)
+	// before counts the tied candidates at positions below at.
+	before := func(at int32) int {
+		n, _ := slices.BinarySearch(x.tiedSingle, at)
+		for _, dec := range x.tied {
+			i, _ := slices.BinarySearch(b.byDecode[dec].members, at)
 			n += i
 		}
-		skipped, _ := slices.BinarySearch(e.skip, x)
+		skipped, _ := slices.BinarySearch(x.skip, at)
 		return n - skipped
 	}
-	// The smallest x with more than nth tied candidates at or below it.
+	// The smallest position with more than nth tied candidates at or below
+	// it.
 	lo, hi := int32(0), int32(len(rr.slots)-1)
 	for lo < hi {
 		if mid := lo + (hi-lo)/2; before(mid+1) > nth {

@@ -3,6 +3,8 @@ package engine
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/offline-router/offline-router/internal/kvindex"
@@ -184,6 +186,84 @@ func TestBucketsManyTiedGroups(t *testing.T) {
 			}
 			for i := range 20 {
 				apply(&protocol.Command{Op: protocol.OpPlace, RequestID: fmt.Sprint("x", i), InputTokens: ptrTo(uint64(1 << 20)), BlockHashes: []protocol.LocalBlockHash{7}})
+			}
+		})
+	}
+}
+
+// TestBucketsRandomAsEveryScore: on random fleets (up to a few hundred
+// ranks, so that the reached ranks span many words of the bitset) whose
+// ranks cache random prefixes and carry random loads, every placement,
+// its ties and draw land where scoring every candidate puts them: a rank
+// reached by both walks counted once, the reached members of a decode
+// group left out of its count, the ties found in candidate order. Some
+// seeds make prefill so heavy that every decode group ties.
+func TestBucketsRandomAsEveryScore(t *testing.T) {
+	for seed := range uint64(60) {
+		rng := rand.New(rand.NewPCG(seed, 35))
+		cfg := protocol.DefaultConfig()
+		cfg.Seed = seed
+		cfg.OverlapScoreCredit = float64(rng.IntN(2))
+		if seed%5 == 4 {
+			cfg.PrefillLoadScale, cfg.BlockSize = 1<<53, 1
+		}
+		workers := 1 + rng.IntN(200)
+		prefixes := make([][]protocol.LocalBlockHash, 1+rng.IntN(6))
+		for i := range prefixes {
+			for range 1 + rng.IntN(8) {
+				prefixes[i] = append(prefixes[i], protocol.LocalBlockHash(1+rng.Uint64N(1<<40)))
+			}
+		}
+		prompt := func() []protocol.LocalBlockHash {
+			local := slices.Clone(prefixes[rng.IntN(len(prefixes))])
+			local = local[:rng.IntN(len(local)+1)]
+			for range rng.IntN(4) {
+				local = append(local, protocol.LocalBlockHash(1+rng.Uint64N(1<<40)))
+			}
+			return local
+		}
+		sameAsEveryScore(t, cfg, func(apply func(*protocol.Command)) {
+			worker := func() *uint64 { return ptrTo(uint64(1 + rng.IntN(workers))) }
+			for w := range uint64(workers) {
+				apply(&protocol.Command{Op: protocol.OpWorkerReady, WorkerID: ptrTo(w + 1), DPSize: ptrTo(uint32(1 + rng.IntN(3)))})
+			}
+			var inFlight []string
+			eventID := uint64(0)
+			for i := range 400 {
+				switch k := rng.IntN(20); {
+				case k < 4: // a worker caches a prefix
+					local := prompt()
+					if len(local) == 0 {
+						continue
+					}
+					seq := kvindex.SequenceHashes(local)
+					var st protocol.Stored
+					for j := range local {
+						st.Blocks = append(st.Blocks, protocol.StoredBlock{BlockHash: seq[j], TokensHash: local[j]})
+					}
+					eventID++
+					ev := protocol.KVEvent{WorkerID: *worker(), StorageTier: "device", EventID: eventID, Data: st}
+					apply(&protocol.Command{Op: protocol.OpObserve, Events: []protocol.KVEvent{ev}})
+				case k < 14: // a placement, now and then pinned
+					id := fmt.Sprint("r", i)
+					local := prompt()
+					c := &protocol.Command{Op: protocol.OpPlace, RequestID: id, InputTokens: ptrTo(uint64(16*len(local) + rng.IntN(16))), BlockHashes: local}
+					if rng.IntN(8) == 0 {
+						c.WorkerID = worker()
+					}
+					apply(c)
+					inFlight = append(inFlight, id)
+				case k < 17 && len(inFlight) > 0:
+					apply(&protocol.Command{Op: protocol.OpPrefillCompleted, RequestID: inFlight[rng.IntN(len(inFlight))]})
+				case k < 19 && len(inFlight) > 0:
+					j := rng.IntN(len(inFlight))
+					apply(&protocol.Command{Op: protocol.OpRequestTerminal, RequestID: inFlight[j]})
+					inFlight = slices.Delete(inFlight, j, j+1)
+				case k == 19: // the ready list is rebuilt
+					w := worker()
+					apply(&protocol.Command{Op: protocol.OpWorkerDraining, WorkerID: w})
+					apply(&protocol.Command{Op: protocol.OpWorkerReady, WorkerID: w, DPSize: ptrTo(uint32(1 + rng.IntN(3)))})
+				}
 			}
 		})
 	}

@@ -48,23 +48,16 @@ type Engine struct {
 
 	// Scratch reused from command to command; overlap and hits are
 	// indexed by rank slot.
-	overlap []uint32
-	matched []kvindex.RankID // the ranks the last overlap walk gave an overlap (findOverlap)
-	tiers   lowerTiers       // the lower tiers' indexes, and what the last walk found there
-	hits    []uint32
-	walk    active.Walk          // where the active-block count stopped, for booking
-	cands   []selector.Candidate // the candidates of one placement
-	scores  []selector.Score     // and their scores
-	costs   []float64            // or their costs alone (selectCheapest)
-	// selectBucketed's: positions reached by the walks, those costed one by
-	// one and their costs, the tied among those, and the reached members
-	// of tied groups; the reached ranks in decode groups; the tied decode
-	// groups.
-	reached, single, tiedSingle, skip []int32
-	singleCost                        []float64
-	grouped                           []member
-	tied                              []uint64
-	blocks                            []kvindex.Block // blocks to store (an event's, or an approximate placement's), as the index takes them
+	overlap  []uint32
+	matched  []kvindex.RankID // the ranks the last overlap walk gave an overlap (findOverlap)
+	tiers    lowerTiers       // the lower tiers' indexes, and what the last walk found there
+	hits     []uint32
+	walk     active.Walk          // where the active-block count stopped, for booking
+	cands    []selector.Candidate // the candidates of one placement
+	scores   []selector.Score     // and their scores
+	costs    []float64            // or their costs alone (selectCheapest)
+	bucketed bucketScratch        // selectBucketed's
+	blocks   []kvindex.Block      // blocks to store (an event's, or an approximate placement's), as the index takes them
 }
 
 // output collects what one command did, in the order it happened.

@@ -386,9 +386,26 @@ func bucketsMatchLoads(e *Engine, rr *roleRanks) error {
 		}
 	}
 	got := &rr.buckets
-	if !cmp.Equal(groups, got.byDecode, cmpopts.EquateEmpty()) || !slices.Equal(slices.Sorted(maps.Keys(groups)), got.decodes) ||
+	members := map[uint64][]int32{}
+	for dec, g := range got.byDecode {
+		members[dec] = g.members
+		if g.reached != 0 {
+			return fmt.Errorf("decode group %d counts %d reached ranks outside a placement", dec, g.reached)
+		}
+		for _, pos := range g.members {
+			if got.groupOf[pos] != g {
+				return fmt.Errorf("position %d is in decode group %d, but its group is %v", pos, dec, got.groupOf[pos])
+			}
+		}
+	}
+	for _, pos := range prefilling {
+		if got.groupOf[pos] != nil {
+			return fmt.Errorf("position %d is prefilling, but has decode group %v", pos, got.groupOf[pos])
+		}
+	}
+	if !cmp.Equal(groups, members, cmpopts.EquateEmpty()) || !slices.Equal(slices.Sorted(maps.Keys(groups)), got.decodes) ||
 		!slices.Equal(prefilling, slices.Sorted(slices.Values(got.prefilling))) {
-		return fmt.Errorf("groups %v %v, prefilling %v; the loads make %v, prefilling %v", got.byDecode, got.decodes, got.prefilling, groups, prefilling)
+		return fmt.Errorf("groups %v %v, prefilling %v; the loads make %v, prefilling %v", members, got.decodes, got.prefilling, groups, prefilling)
 	}
 	for i, pos := range got.prefilling {
 		if got.at[pos] != int32(i) {
