@@ -170,8 +170,8 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 	f.Float64Var(&o.cluster.PrefillTokensPerMS, "worker-prefill-tokens-per-ms", o.cluster.PrefillTokensPerMS, "simple engine: prefill speed for uncached tokens")
 	f.Float64Var(&o.cluster.DecodeMSPerToken, "worker-decode-ms-per-token", o.cluster.DecodeMSPerToken, "simple engine: decode time per output token after the first (prefill makes the first, as in vLLM)")
 	f.IntVar(&o.workload.BuiltinSessions, "sessions", o.workload.BuiltinSessions, "sessions of the built-in workload (only when no trace and no synthetic workload is given)")
-	f.IntVar(&o.workload.BuiltinLoRAAdapters, "builtin-lora-adapters", 0, "built-in workload: LoRA adapters lora-0 to lora-{N-1} its sessions run under, half of them none (the base model), the first adapters the most used; each adapter salts its prompts' blocks, so its sessions share no cache with another's (0 = none)")
-	f.IntVar(&o.maxLoRAs, "max-gpu-lora-count", protocol.DefaultLoRACapacity, "LoRA adapters each simulated worker holds at once, as vLLM's --max-loras (Dynamo's max_gpu_lora_count, its default 4): the router sends a request under an adapter to a worker that has it loaded or room to load it; 0 = a worker loads none. Sent in worker_ready only when a request names an adapter (lora_name)")
+	f.IntVar(&o.workload.BuiltinLoRAAdapters, "builtin-lora-adapters", 0, "built-in workload: LoRA adapters lora-0 to lora-{N-1} its sessions run under, half of the sessions under none (the base model), the first adapters the most used; each adapter salts its prompts' blocks, so its sessions share no cache with another's (0 = none)")
+	f.IntVar(&o.maxLoRAs, "max-gpu-lora-count", protocol.DefaultLoRACapacity, "LoRA adapters each simulated worker holds at once, as vLLM's --max-loras (Dynamo's max_gpu_lora_count, whose default this is): the router sends a request under an adapter to a worker that has it loaded or room to load it; 0 = a worker loads none. Sent in worker_ready only when a request names an adapter (lora_name)")
 	f.Float64Var(&o.workload.ArrivalSpeedupRatio, "arrival-speedup-ratio", 1, "arrivals (from the first) and think times divided by this: 2 = twice the load (open loop only)")
 	f.IntVar(&o.workload.ReplayConcurrency, "replay-concurrency", 0, "closed loop: this many sessions in flight, the next starting when one ends, timestamps ignored (0 = open loop)")
 	f.Uint64Var(&o.synthetic.InputTokens, "input-tokens", 0, "synthetic workload: input tokens per request")
@@ -1032,7 +1032,11 @@ func describeAdapters(info replay.TraceInfo) string {
 	if info.LoRARequests == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" (%d under %d LoRA adapters)", info.LoRARequests, info.LoRAAdapters)
+	noun := "adapters"
+	if info.LoRAAdapters == 1 {
+		noun = "adapter"
+	}
+	return fmt.Sprintf(" (%d under %d LoRA %s)", info.LoRARequests, info.LoRAAdapters, noun)
 }
 
 // describe names the workload for the table's first line.

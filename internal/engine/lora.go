@@ -192,8 +192,9 @@ func (a *adapters) leastRecentlyUsed() string {
 	return victim
 }
 
-// state is the worker's adapters as inspect shows them, by name.
-func (a *adapters) state() []protocol.AdapterState {
+// state is the worker's adapters as inspect shows them, by name; nil when
+// the router knows nothing of them.
+func (a *adapters) state() *[]protocol.AdapterState {
 	if a == nil {
 		return nil
 	}
@@ -202,5 +203,5 @@ func (a *adapters) state() []protocol.AdapterState {
 		out = append(out, protocol.AdapterState{Name: name, InFlight: x.inFlight})
 	}
 	slices.SortFunc(out, func(p, q protocol.AdapterState) int { return cmp.Compare(p.Name, q.Name) })
-	return out
+	return &out
 }

@@ -309,7 +309,7 @@ const MaxTokens = 1 << 40
 // badValues reports whether a field of has fails CheckValue.
 func (c *Command) badValues(has FieldSet) bool {
 	for _, f := range [...]Field{FieldNowMS, FieldRole, FieldDPSize, FieldRequestID, FieldInputTokens, FieldOutputTokens, FieldPriority,
-		FieldDeviceType, FieldRouterConfigOverride, FieldLoRAName, FieldLoRAAdapters, FieldMaxGPULoRACount} {
+		FieldDeviceType, FieldRouterConfigOverride, FieldLoRAName, FieldCacheNamespace, FieldLoRAAdapters, FieldMaxGPULoRACount} {
 		if has.Has(f) && CheckValue(c, f) != "" {
 			return true
 		}
@@ -363,10 +363,8 @@ func CheckValue(c *Command, f Field) string {
 		if key, msg := c.RouterConfigOverride.Check(); msg != "" {
 			return key + ": " + msg
 		}
-	case FieldLoRAName:
-		if len(*c.LoRAName) > MaxLoRANameBytes {
-			return fmt.Sprintf("expected an adapter name of at most %d bytes, got %d bytes", MaxLoRANameBytes, len(*c.LoRAName))
-		}
+	case FieldLoRAName, FieldCacheNamespace:
+		return CheckSaltName(*c.saltName(f))
 	case FieldLoRAAdapters:
 		return checkAdapters(c.LoRAAdapters)
 	case FieldMaxGPULoRACount:
@@ -384,6 +382,22 @@ const (
 	MaxLoRANameBytes = 1024
 	MaxLoRACount     = 1024
 )
+
+// CheckSaltName checks an adapter name or a cache namespace: what salts a
+// block hash, kept by the router for an adapter.
+func CheckSaltName(s string) string {
+	if len(s) > MaxLoRANameBytes {
+		return fmt.Sprintf("expected a name of at most %d bytes, got %d bytes", MaxLoRANameBytes, len(s))
+	}
+	return ""
+}
+
+func (c *Command) saltName(f Field) *string {
+	if f == FieldLoRAName {
+		return c.LoRAName
+	}
+	return c.CacheNamespace
+}
 
 // DefaultLoRACapacity is a worker's adapter capacity when it lists adapters
 // but not max_gpu_lora_count: Dynamo's model manager assumes 4.
@@ -458,7 +472,11 @@ func (c *Command) Validate() *Error {
 		}
 	}
 	if n := uint32(len(c.LoRAAdapters)); n > c.LoRACapacity() {
-		return Errorf(CodeInvalidField, `field "lora_adapters": %d adapters loaded, but the worker holds at most %d (max_gpu_lora_count, or Dynamo's default of %d)`, n, c.LoRACapacity(), DefaultLoRACapacity)
+		why := "its max_gpu_lora_count"
+		if c.MaxGPULoRACount == nil {
+			why = "Dynamo's default, with no max_gpu_lora_count given"
+		}
+		return Errorf(CodeInvalidField, `field "lora_adapters": %d listed, but the worker holds at most %d (%s)`, n, c.LoRACapacity(), why)
 	}
 	if c.Op != OpPlace {
 		return nil

@@ -142,6 +142,12 @@ func (ev *KVEvent) check() (path, msg string) {
 		if d.Blocks == nil {
 			return "event.data.stored.blocks", "required"
 		}
+		if msg := CheckSaltName(d.LoRAName); msg != "" {
+			return "event.data.stored.lora_name", msg
+		}
+		if msg := CheckSaltName(d.CacheNamespace); msg != "" {
+			return "event.data.stored.cache_namespace", msg
+		}
 	case Removed:
 		if d.BlockHashes == nil {
 			return "event.data.removed.block_hashes", "required"

@@ -279,9 +279,9 @@ type WorkerState struct {
 	DeviceType          DeviceType `json:"device_type,omitempty"` // when worker_ready gave it
 	// MaxGPULoRACount and LoRAAdapters are its adapter capacity and the
 	// adapters it holds, when the router knows them.
-	MaxGPULoRACount uint32         `json:"max_gpu_lora_count,omitempty"`
-	LoRAAdapters    []AdapterState `json:"lora_adapters,omitempty"`
-	Ranks           []RankState    `json:"ranks"`
+	MaxGPULoRACount uint32          `json:"max_gpu_lora_count,omitempty"`
+	LoRAAdapters    *[]AdapterState `json:"lora_adapters,omitempty"` // [] when it holds none
+	Ranks           []RankState     `json:"ranks"`
 }
 
 // AdapterState is one adapter a worker holds, and its requests in flight.

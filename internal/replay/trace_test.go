@@ -138,7 +138,7 @@ func TestMooncakeRefusesBadLines(t *testing.T) {
 		line(`, "lora_name": "a", "lora_name": "b"`): {`field "lora_name": appears more than once`},
 		// Values place would refuse.
 		line(`, "lora_name": "` + strings.Repeat("x", protocol.MaxLoRANameBytes+1) + `"`): {
-			`trace line 1: field "lora_name": expected an adapter name of at most 1024 bytes, got 1025 bytes`},
+			`trace line 1: field "lora_name": expected a name of at most 1024 bytes, got 1025 bytes`},
 		line(`, "role": "bogus"`):                                             {`field "role": expected one of aggregated, prefill, decode, got "bogus"`},
 		line(`, "role": ""`):                                                  {`field "role": expected one of`},
 		line(`, "role": 1`):                                                   {`field "role": expected a string, got number 1`},
