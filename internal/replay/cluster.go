@@ -160,7 +160,7 @@ func SimpleCluster(workers int) ClusterConfig {
 // simWorker is one worker of the simulated cluster.
 type simWorker struct {
 	id            uint64
-	cache         *blockCache // the simple model's; nil under the iteration engine
+	cache         *runCache // the simple model's; nil under the iteration engine
 	running       int
 	backlog       uint64 // uncached tokens admitted and not yet prefilled
 	prefillFreeAt float64
@@ -170,7 +170,7 @@ type simWorker struct {
 	idx           int32       // in (pool, id, rank) order
 	dpRank        uint32
 	pool          *pool
-	spare         [][]int32 // block lists of requests that ended, to reuse
+	spare         [][]heldRun // run lists of requests that ended, to reuse
 	// evicted and stored hold the last removed and stored events' blocks,
 	// reused: at 16-token blocks a fresh slice per event was a sixth of the
 	// heap. The router is done with an event when it answers (observe
@@ -189,69 +189,28 @@ type simWorker struct {
 // (evicting unreferenced blocks, least recently used first). It returns the
 // evicted hashes, and false if r must wait. A request alone on its worker is
 // always admitted; blocks that do not fit are then simply not cached.
-//
-// r.blocks records the block each of r's positions holds (noBlock where
-// its block did not fit), so that storing and releasing r need no lookup
-// and touch only what r holds.
 func (w *simWorker) admit(r *simRequest, cfg *ClusterConfig) ([]protocol.SequenceHash, bool) {
 	if w.running >= cfg.MaxNumSeqs {
 		return nil, false
 	}
 	c := w.cache
-	if r.blocks == nil {
-		if n := len(w.spare); n > 0 {
-			r.blocks, w.spare = w.spare[n-1][:0], w.spare[:n-1]
-		}
-	}
-	// Look up only as far as each check needs: a request that waits is
-	// tried again whenever its worker frees something.
-	r.blocks = r.blocks[:0]
-	hit := 0
-	for ; hit < len(r.seq); hit++ {
-		b := c.find(r.seq[hit])
-		r.blocks = append(r.blocks, b)
-		if b == noBlock || !c.blocks[b].stored {
-			break // the cached prefix ends here
-		}
-	}
+	hit, found := c.match(r.seq)
 	uncached := r.InputTokens - min(uint64(hit)*cfg.BlockSize, r.InputTokens)
 	if w.backlog > 0 && w.backlog+uncached > cfg.MaxNumBatchedTokens {
 		return nil, false
 	}
-	lookUpRest(c, r)
-	free := cfg.TotalKVBlocks - c.used + c.idle
-	if w.running > 0 && len(r.seq)-hit > free {
-		missing := 0
-		for _, b := range r.blocks[hit:] {
-			if b == noBlock {
-				missing++
-			}
-		}
-		if missing > free {
-			return nil, false
-		}
+	if free := cfg.TotalKVBlocks - c.used + c.idle; w.running > 0 && len(r.seq)-found > free {
+		return nil, false
 	}
 	r.hitBlocks, r.uncached = hit, uncached
 	w.backlog += uncached
-	for _, b := range r.blocks {
-		if b != noBlock {
-			c.ref(b)
+	if r.runs == nil {
+		if n := len(w.spare); n > 0 {
+			r.runs, w.spare = w.spare[n-1], w.spare[:n-1]
 		}
 	}
-	w.evicted = w.evicted[:0]
-	for i, b := range r.blocks {
-		if b != noBlock {
-			continue
-		}
-		for c.used >= cfg.TotalKVBlocks && c.idle > 0 {
-			w.evicted = append(w.evicted, c.evictOldest())
-			w.evictedBlocks++
-		}
-		if c.used >= cfg.TotalKVBlocks {
-			break // the rest of the prompt is not cached
-		}
-		r.blocks[i] = c.add(r.seq[i], r.local[i])
-	}
+	w.evicted, r.cachedBlocks = c.take(r, found, cfg.TotalKVBlocks, w.evicted[:0])
+	w.evictedBlocks += len(w.evicted)
 	w.running++
 	return w.evicted, true
 }
@@ -270,49 +229,34 @@ func (w *simWorker) counts() (preemptions, evicted int) {
 // evict, as in vLLM's free queue).
 func (w *simWorker) blocksInUse() int { return w.cache.used - w.cache.idle }
 
-// lookUpRest finds the blocks of r's positions not looked up yet.
-func lookUpRest(c *blockCache, r *simRequest) {
-	for i := len(r.blocks); i < len(r.seq); i++ {
-		r.blocks = append(r.blocks, c.find(r.seq[i]))
-	}
-}
-
 // store marks the blocks r computed as cached and returns the stored event
 // for the router: the chain after r's cached prefix, up to the first block
 // that did not fit.
 func (w *simWorker) store(r *simRequest) *protocol.KVEvent {
+	if r.cachedBlocks <= r.hitBlocks {
+		return nil
+	}
+	w.cache.store(r, r.hitBlocks)
 	var st protocol.Stored
 	if r.hitBlocks > 0 {
 		p := r.seq[r.hitBlocks-1]
 		st.ParentHash = &p
 	}
 	w.stored = w.stored[:0]
-	for _, b := range r.blocks[r.hitBlocks:] {
-		if b == noBlock {
-			break
-		}
-		x := &w.cache.blocks[b]
-		x.stored = true
-		w.stored = append(w.stored, protocol.StoredBlock{BlockHash: x.hash, TokensHash: x.local})
-	}
-	if len(w.stored) == 0 {
-		return nil
+	for i := r.hitBlocks; i < r.cachedBlocks; i++ {
+		w.stored = append(w.stored, protocol.StoredBlock{BlockHash: r.seq[i], TokensHash: r.local[i]})
 	}
 	st.Blocks = w.stored
 	w.eventID++
 	return &protocol.KVEvent{WorkerID: w.id, DPRank: w.dpRank, StorageTier: "device", EventID: w.eventID, Data: st}
 }
 
-// release drops r's references, deepest block first, so that among blocks
-// freed together a child is evicted before its parent.
+// release drops r's references, so that its blocks no other request holds
+// become idle, deepest first.
 func (w *simWorker) release(r *simRequest) {
-	for i := len(r.blocks) - 1; i >= 0; i-- {
-		if b := r.blocks[i]; b != noBlock {
-			w.cache.unref(b)
-		}
-	}
-	w.spare = append(w.spare, r.blocks)
-	r.blocks = nil
+	w.cache.release(r)
+	w.spare = append(w.spare, r.runs)
+	r.runs = nil
 	w.running--
 }
 

@@ -14,7 +14,7 @@ import (
 // before they were computed.)
 func TestReleaseDropsOnlyWhatTheRequestHolds(t *testing.T) {
 	cfg := &ClusterConfig{BlockSize: 16, TotalKVBlocks: 6, MaxNumSeqs: 8, MaxNumBatchedTokens: 1 << 20}
-	w := &simWorker{id: 1, cache: newBlockCache()}
+	w := &simWorker{id: 1, cache: newRunCache()}
 	request := func(local ...protocol.LocalBlockHash) *simRequest {
 		return &simRequest{Request: &Request{InputTokens: 16 * uint64(len(local))}, local: local, seq: kvindex.SequenceHashes(local)}
 	}
@@ -44,8 +44,9 @@ func TestReleaseDropsOnlyWhatTheRequestHolds(t *testing.T) {
 		t.Fatalf("the second request holds %d blocks, want 6", n)
 	}
 	w.release(a)
+	blocks, _ := w.cache.snapshot()
 	for i, h := range b.seq {
-		if blk := w.cache.find(h); blk == noBlock || w.cache.blocks[blk].refs != 1 {
+		if blk, ok := blocks[h]; !ok || blk.refs != 1 {
 			t.Fatalf("after the first request ended, block %d of the second is gone or not held once", i)
 		}
 	}
@@ -56,12 +57,4 @@ func TestReleaseDropsOnlyWhatTheRequestHolds(t *testing.T) {
 }
 
 // cachedBlocks is how many of r's positions hold a block.
-func cachedBlocks(r *simRequest) int {
-	n := 0
-	for _, b := range r.blocks {
-		if b != noBlock {
-			n++
-		}
-	}
-	return n
-}
+func cachedBlocks(r *simRequest) int { return r.cachedBlocks }

@@ -65,10 +65,13 @@ type simRequest struct {
 	dec       placement // on its decode worker, when disaggregated
 	local     []protocol.LocalBlockHash
 	seq       []protocol.SequenceHash
-	blocks    []int32 // under the simple model, the cache block each prompt block holds on its worker
-	hitBlocks int
-	uncached  uint64 // input tokens its worker had to prefill
-	class     int    // its policy class's index in the config (0 without classes)
+	// runs are the cache runs it holds on its worker under the simple
+	// model, its first cachedBlocks blocks.
+	runs         []heldRun
+	cachedBlocks int
+	hitBlocks    int
+	uncached     uint64 // input tokens its worker had to prefill
+	class        int    // its policy class's index in the config (0 without classes)
 
 	prefillStart, firstToken, doneAt float64
 	islBlocks                        uint64
@@ -302,7 +305,7 @@ func (h *host) announce(p *pool, workers int) {
 			if c.Engine == EngineIteration {
 				w.iter = newIterEngine(c, &c.Profile.Step)
 			} else {
-				w.cache = newBlockCache()
+				w.cache = newRunCache()
 			}
 			p.workers[rankKey{id, rank}] = w
 			p.order, h.order = append(p.order, w), append(h.order, w)

@@ -1,0 +1,276 @@
+package replay
+
+import "github.com/offline-router/offline-router/internal/protocol"
+
+// blockCache is the simple model's cache one block at a time, as the
+// replay ran it before runCache: the model runCache must agree with
+// (blockModel drives it as the simple model's worker did). Its blocks by
+// sequence hash, each with a reference count, and the unreferenced ones in
+// least-recently-used order, the eviction order: blocks in one slice, found
+// through an open-addressed table of slice indices, linked into the LRU
+// order by index.
+type blockCache struct {
+	blocks []cachedBlock
+	table  []blockSlot // length a power of two, or nil
+	spare  []int32     // indices in blocks of dropped blocks, to reuse
+	used   int         // blocks held: len(blocks) - len(spare)
+	idle   int         // of those, unreferenced (in the LRU order)
+	// head and tail of the LRU order (least recently used first); noBlock
+	// when it is empty.
+	head, tail int32
+}
+
+// noBlock is "none" for a block index.
+const noBlock int32 = -1
+
+type cachedBlock struct {
+	hash       protocol.SequenceHash
+	local      protocol.LocalBlockHash
+	refs       int32
+	stored     bool  // computed: visible to later requests and to the router
+	prev, next int32 // neighbours in the LRU order while unreferenced
+}
+
+type blockSlot struct {
+	hash  protocol.SequenceHash
+	block int32 // index in blocks, plus one: 0 is an empty slot
+}
+
+func newBlockCache() *blockCache { return &blockCache{head: noBlock, tail: noBlock} }
+
+// home is where a probe for h starts. Sequence hashes are well mixed
+// already; the multiply spreads hosts' small regular ones too.
+func (c *blockCache) home(h protocol.SequenceHash) int {
+	return int((uint64(h) * 0x9e3779b97f4a7c15) >> 32 & uint64(len(c.table)-1))
+}
+
+// find returns h's block, or noBlock.
+func (c *blockCache) find(h protocol.SequenceHash) int32 {
+	if c.table == nil {
+		return noBlock
+	}
+	mask := len(c.table) - 1
+	for i := c.home(h); ; i = (i + 1) & mask {
+		s := c.table[i]
+		if s.block == 0 {
+			return noBlock
+		}
+		if s.hash == h {
+			return s.block - 1
+		}
+	}
+}
+
+// add caches h, referenced once and not computed yet, and returns its
+// block. h must not be cached.
+func (c *blockCache) add(h protocol.SequenceHash, local protocol.LocalBlockHash) int32 {
+	if (c.used+1)*2 > len(c.table) {
+		c.grow()
+	}
+	var b int32
+	if n := len(c.spare); n > 0 {
+		b, c.spare = c.spare[n-1], c.spare[:n-1]
+	} else {
+		b = int32(len(c.blocks))
+		c.blocks = append(c.blocks, cachedBlock{})
+	}
+	c.blocks[b] = cachedBlock{hash: h, local: local, refs: 1, prev: noBlock, next: noBlock}
+	c.used++
+	mask := len(c.table) - 1
+	i := c.home(h)
+	for c.table[i].block != 0 {
+		i = (i + 1) & mask
+	}
+	c.table[i] = blockSlot{hash: h, block: b + 1}
+	return b
+}
+
+// grow doubles the table (at least 64 slots) and places every block anew.
+func (c *blockCache) grow() {
+	old := c.table
+	c.table = make([]blockSlot, max(64, 2*len(old)))
+	mask := len(c.table) - 1
+	for _, s := range old {
+		if s.block == 0 {
+			continue
+		}
+		i := c.home(s.hash)
+		for c.table[i].block != 0 {
+			i = (i + 1) & mask
+		}
+		c.table[i] = s
+	}
+}
+
+// drop forgets block b, which no request references.
+func (c *blockCache) drop(b int32) {
+	mask := len(c.table) - 1
+	i := c.home(c.blocks[b].hash)
+	for c.table[i].block != b+1 {
+		i = (i + 1) & mask
+	}
+	// Shift back every later slot of the probe run that may move into the
+	// hole: one whose home does not lie cyclically in (hole, slot].
+	for j := (i + 1) & mask; c.table[j].block != 0; j = (j + 1) & mask {
+		if k := c.home(c.table[j].hash); (j-k)&mask >= (j-i)&mask {
+			c.table[i] = c.table[j]
+			i = j
+		}
+	}
+	c.table[i] = blockSlot{}
+	c.spare = append(c.spare, b)
+	c.used--
+}
+
+// ref adds a reference to b, taking it out of the LRU order if it was idle.
+func (c *blockCache) ref(b int32) {
+	if c.blocks[b].refs == 0 { // only a computed block stays unreferenced
+		c.unlink(b)
+	}
+	c.blocks[b].refs++
+}
+
+// unref drops a reference to b. A block no request references any more is
+// forgotten if it was never computed, else it becomes the most recently
+// used idle block.
+func (c *blockCache) unref(b int32) {
+	x := &c.blocks[b]
+	if x.refs--; x.refs > 0 {
+		return
+	}
+	if !x.stored {
+		c.drop(b)
+		return
+	}
+	x.prev, x.next = c.tail, noBlock
+	if c.tail != noBlock {
+		c.blocks[c.tail].next = b
+	} else {
+		c.head = b
+	}
+	c.tail = b
+	c.idle++
+}
+
+func (c *blockCache) unlink(b int32) {
+	x := &c.blocks[b]
+	if x.prev != noBlock {
+		c.blocks[x.prev].next = x.next
+	} else {
+		c.head = x.next
+	}
+	if x.next != noBlock {
+		c.blocks[x.next].prev = x.prev
+	} else {
+		c.tail = x.prev
+	}
+	x.prev, x.next = noBlock, noBlock
+	c.idle--
+}
+
+// evictOldest drops the least recently used idle block and returns its
+// hash. There must be one.
+func (c *blockCache) evictOldest() protocol.SequenceHash {
+	b := c.head
+	h := c.blocks[b].hash
+	c.unlink(b)
+	c.drop(b)
+	return h
+}
+
+// blockModel is the simple model's worker cache, block by block, as the
+// replay's worker drove blockCache: each request's block per position
+// (noBlock where none), looked up one position at a time.
+type blockModel struct {
+	c      *blockCache
+	blocks map[*simRequest][]int32
+}
+
+func newBlockModel() *blockModel {
+	return &blockModel{c: newBlockCache(), blocks: map[*simRequest][]int32{}}
+}
+
+// match is how many of seq's first blocks are cached and computed, and
+// every position's block.
+func (m *blockModel) match(seq []protocol.SequenceHash) (hit int, blocks []int32) {
+	hit = -1
+	for i, h := range seq {
+		b := m.c.find(h)
+		blocks = append(blocks, b)
+		if hit < 0 && (b == noBlock || !m.c.blocks[b].stored) {
+			hit = i
+		}
+	}
+	if hit < 0 {
+		hit = len(seq)
+	}
+	return hit, blocks
+}
+
+// admits reports whether the worker's room check lets r in (running:
+// others run on the worker).
+func (m *blockModel) admits(seq []protocol.SequenceHash, total int, running bool) bool {
+	hit, blocks := m.match(seq)
+	free := total - m.c.used + m.c.idle
+	if running && len(seq)-hit > free {
+		missing := 0
+		for _, b := range blocks[hit:] {
+			if b == noBlock {
+				missing++
+			}
+		}
+		return missing <= free
+	}
+	return true
+}
+
+// take references r's cached blocks and caches the rest that fit,
+// returning the evicted hashes.
+func (m *blockModel) take(r *simRequest, total int) []protocol.SequenceHash {
+	c := m.c
+	_, blocks := m.match(r.seq)
+	for _, b := range blocks {
+		if b != noBlock {
+			c.ref(b)
+		}
+	}
+	var evicted []protocol.SequenceHash
+	for i, b := range blocks {
+		if b != noBlock {
+			continue
+		}
+		for c.used >= total && c.idle > 0 {
+			evicted = append(evicted, c.evictOldest())
+		}
+		if c.used >= total {
+			break
+		}
+		blocks[i] = c.add(r.seq[i], r.local[i])
+	}
+	m.blocks[r] = blocks
+	return evicted
+}
+
+// store marks r's blocks from position from on computed, up to the first
+// that did not fit, and returns where it stopped.
+func (m *blockModel) store(r *simRequest, from int) int {
+	blocks := m.blocks[r]
+	for i := from; i < len(blocks); i++ {
+		if blocks[i] == noBlock {
+			return i
+		}
+		m.c.blocks[blocks[i]].stored = true
+	}
+	return len(blocks)
+}
+
+// release drops r's references, deepest first.
+func (m *blockModel) release(r *simRequest) {
+	blocks := m.blocks[r]
+	for i := len(blocks) - 1; i >= 0; i-- {
+		if b := blocks[i]; b != noBlock {
+			m.c.unref(b)
+		}
+	}
+	delete(m.blocks, r)
+}
