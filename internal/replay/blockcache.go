@@ -30,17 +30,14 @@ import "github.com/offline-router/offline-router/internal/protocol"
 //     made a child split it there), so a match that leaves a run before its
 //     end has found all there is.
 //
-// Runs live in one slice, reused as they go, found through an
-// open-addressed table of their heads (linear probing, removal by shifting
-// the probe run back, so churn never leaves tombstones), and linked into
-// the LRU order by index. A run's hashes are a window on the request's own
+// Runs live in one slice, reused as they go, found through a table of
+// their heads, and linked into the LRU order by index. A run's hashes are a window on the request's own
 // hash slices that made it, never copied.
 type runCache struct {
 	runs  []cacheRun
-	table []cacheSlot // length a power of two, or nil
-	spare []int32     // indices in runs of dropped runs, to reuse
-	live  int         // runs held: len(runs) - len(spare)
-	used  int         // blocks held
+	heads hashTable // each run's first block
+	spare []int32   // indices in runs of dropped runs, to reuse
+	used  int       // blocks held
 	idle  int         // of those, unreferenced (in the LRU order)
 	// head and tail of the LRU order of idle runs (least recently used
 	// first); noRun when it is empty.
@@ -77,11 +74,6 @@ type cacheRun struct {
 	cont int32
 }
 
-type cacheSlot struct {
-	hash protocol.SequenceHash
-	run  int32 // index in runs, plus one: 0 is an empty slot
-}
-
 // heldRun is n blocks of a chain from run on, following cont links past
 // its end where it was split since.
 type heldRun struct {
@@ -90,28 +82,10 @@ type heldRun struct {
 
 func newRunCache() *runCache { return &runCache{head: noRun, tail: noRun} }
 
-// home is where a probe for h starts. Sequence hashes are well mixed
-// already; the multiply spreads hosts' small regular ones too.
-func (c *runCache) home(h protocol.SequenceHash) int {
-	return int((uint64(h) * 0x9e3779b97f4a7c15) >> 32 & uint64(len(c.table)-1))
-}
-
 // find returns the run whose head is h, or noRun.
 func (c *runCache) find(h protocol.SequenceHash) int32 {
 	c.ops.runs++
-	if c.table == nil {
-		return noRun
-	}
-	mask := len(c.table) - 1
-	for i := c.home(h); ; i = (i + 1) & mask {
-		s := c.table[i]
-		if s.run == 0 {
-			return noRun
-		}
-		if s.hash == h {
-			return s.run - 1
-		}
-	}
+	return c.heads.find(h)
 }
 
 // match looks seq up: hit is how many of its first blocks are cached and
@@ -249,57 +223,16 @@ func (c *runCache) split(ri int32, n int) {
 // insert enters run ri's head in the table.
 func (c *runCache) insert(ri int32) {
 	c.ops.runs++
-	if (c.live+1)*2 > len(c.table) {
-		c.grow()
-	}
-	c.live++
-	h := c.runs[ri].seq[0]
-	mask := len(c.table) - 1
-	i := c.home(h)
-	for c.table[i].run != 0 {
-		i = (i + 1) & mask
-	}
-	c.table[i] = cacheSlot{hash: h, run: ri + 1}
-}
-
-// grow doubles the table (at least 64 slots) and places every run anew.
-func (c *runCache) grow() {
-	old := c.table
-	c.table = make([]cacheSlot, max(64, 2*len(old)))
-	mask := len(c.table) - 1
-	for _, s := range old {
-		if s.run == 0 {
-			continue
-		}
-		i := c.home(s.hash)
-		for c.table[i].run != 0 {
-			i = (i + 1) & mask
-		}
-		c.table[i] = s
-	}
+	c.heads.insert(c.runs[ri].seq[0], ri)
 }
 
 // drop forgets run ri, which no request references and which holds no
 // blocks any more.
 func (c *runCache) drop(ri int32, head protocol.SequenceHash) {
 	c.ops.runs++
-	mask := len(c.table) - 1
-	i := c.home(head)
-	for c.table[i].run != ri+1 {
-		i = (i + 1) & mask
-	}
-	// Shift back every later slot of the probe run that may move into the
-	// hole: one whose home does not lie cyclically in (hole, slot].
-	for j := (i + 1) & mask; c.table[j].run != 0; j = (j + 1) & mask {
-		if k := c.home(c.table[j].hash); (j-k)&mask >= (j-i)&mask {
-			c.table[i] = c.table[j]
-			i = j
-		}
-	}
-	c.table[i] = cacheSlot{}
+	c.heads.remove(head)
 	c.runs[ri] = cacheRun{}
 	c.spare = append(c.spare, ri)
-	c.live--
 }
 
 // ref adds a reference to run ri, taking it out of the LRU order if it was

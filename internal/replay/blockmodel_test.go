@@ -20,9 +20,6 @@ type blockCache struct {
 	head, tail int32
 }
 
-// noBlock is "none" for a block index.
-const noBlock int32 = -1
-
 type cachedBlock struct {
 	hash       protocol.SequenceHash
 	local      protocol.LocalBlockHash

@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"container/list"
 	"math"
 
 	"github.com/offline-router/offline-router/internal/protocol"
@@ -35,12 +34,20 @@ type iterEngine struct {
 	model   *StepModel
 	waiting []*iterSeq // FIFO; a preempted request goes back to the front
 	running []*iterSeq
-	cached  map[protocol.SequenceHash]*kvBlock // hashed blocks, held or free
-	fresh   int                                // never-used blocks, at the free queue's head
-	free    *list.List                         // blocks given back, in the order they were: the rest of the free queue
-	live    int                                // blocks held by at least one request
-	batch   []scheduled                        // the step under way
-	busy    bool                               // a step is under way
+	// blocks are the worker's blocks used so far, by index; cached finds
+	// the hashed ones, held or free. Written out rather than a Go map of
+	// pointers and a container/list, which allocated per block: the same
+	// slice-and-table shape as the simple model's cache.
+	blocks []kvBlock
+	cached hashTable
+	fresh  int // never-used blocks, at the free queue's head
+	// freeHead and freeTail are the blocks given back, in the order they
+	// were: the rest of the free queue (noBlock when empty), freeLen long.
+	freeHead, freeTail int32
+	freeLen            int
+	live               int         // blocks held by at least one request
+	batch              []scheduled // the step under way
+	busy               bool        // a step is under way
 	// A run of steps under way: steps equal decode-only steps from start,
 	// each step ms long (see startRun).
 	steps       int
@@ -55,12 +62,16 @@ type iterEngine struct {
 
 // kvBlock is one block of a worker's KV cache.
 type kvBlock struct {
-	cached bool // hashed, findable by hash
-	hash   protocol.SequenceHash
-	local  protocol.LocalBlockHash
-	refs   int
-	onFree *list.Element // its place in the free queue; nil while held
+	cached     bool // hashed, findable by hash
+	onFree     bool // in the free queue (so unreferenced)
+	hash       protocol.SequenceHash
+	local      protocol.LocalBlockHash
+	refs       int32
+	prev, next int32 // neighbours in the free queue while on it
 }
+
+// noBlock is "none" for a block index.
+const noBlock int32 = -1
 
 // iterSeq is a request on an iteration-level worker.
 type iterSeq struct {
@@ -71,7 +82,7 @@ type iterSeq struct {
 	computed uint64 // of target, in the KV cache
 	kv       uint64 // tokens in the KV cache (computed, then one more per decode step)
 	out      uint64 // output tokens made
-	blocks   []*kvBlock
+	blocks   []int32 // its blocks' indices in the engine's
 	admitted bool // scheduled at least once (its queue wait has ended)
 	done     bool // made its last token
 }
@@ -93,8 +104,7 @@ type stepResult struct {
 }
 
 func newIterEngine(cfg *ClusterConfig, model *StepModel) *iterEngine {
-	return &iterEngine{cfg: cfg, model: model, cached: map[protocol.SequenceHash]*kvBlock{}, free: list.New(),
-		fresh: cfg.TotalKVBlocks}
+	return &iterEngine{cfg: cfg, model: model, fresh: cfg.TotalKVBlocks, freeHead: noBlock, freeTail: noBlock}
 }
 
 // enqueue adds a dispatched request to the waiting queue, to make outputs
@@ -227,10 +237,16 @@ func (e *iterEngine) admit(s *iterSeq, t float64, budget uint64) bool {
 	}
 	r := s.r
 	full := min(int(r.InputTokens/e.cfg.BlockSize), len(r.seq)) // only full prompt blocks are ever cached
-	hit := 0
-	for hit < full && e.cached[r.seq[hit]] != nil {
-		hit++
+	// hits holds the hit blocks' indices, in the space s.blocks will take.
+	hits := s.blocks[:0]
+	for len(hits) < full {
+		b := e.cached.find(r.seq[len(hits)])
+		if b == noBlock {
+			break
+		}
+		hits = append(hits, b)
 	}
+	hit := len(hits)
 	hitTokens := min(uint64(hit)*e.cfg.BlockSize, s.target)
 	if hitTokens == s.target { // at least one token is computed
 		hit--
@@ -238,8 +254,8 @@ func (e *iterEngine) admit(s *iterSeq, t float64, budget uint64) bool {
 	}
 	chunk := min(s.target-hitTokens, budget)
 	fromFree := 0 // hit blocks in the free queue: taking them leaves fewer to allocate from
-	for _, h := range r.seq[:hit] {
-		if e.cached[h].refs == 0 {
+	for _, b := range hits[:hit] {
+		if e.blocks[b].refs == 0 {
 			fromFree++
 		}
 	}
@@ -247,9 +263,10 @@ func (e *iterEngine) admit(s *iterSeq, t float64, budget uint64) bool {
 	if need > e.available()-fromFree {
 		return false
 	}
-	for _, h := range r.seq[:hit] {
-		s.blocks = append(s.blocks, e.hold(e.cached[h]))
+	for _, b := range hits[:hit] {
+		e.hold(b)
 	}
+	s.blocks = hits[:hit]
 	s.computed, s.kv = hitTokens, hitTokens
 	if !s.admitted {
 		s.admitted = true
@@ -272,7 +289,7 @@ func (e *iterEngine) receive(s *iterSeq, t float64) bool {
 }
 
 // available is how many blocks can be had: the free queue's.
-func (e *iterEngine) available() int { return e.fresh + e.free.Len() }
+func (e *iterEngine) available() int { return e.fresh + e.freeLen }
 
 // grow gives s the blocks its next tokens need; false, taking nothing,
 // when there are not enough.
@@ -289,32 +306,50 @@ func (e *iterEngine) grow(s *iterSeq, tokens uint64) bool {
 
 // take pops the free queue's head: a never-used block, else the one given
 // back longest ago, evicted from the cache if it was cached.
-func (e *iterEngine) take() *kvBlock {
+func (e *iterEngine) take() int32 {
 	e.live++
 	if e.fresh > 0 {
 		e.fresh--
-		return &kvBlock{refs: 1}
+		e.blocks = append(e.blocks, kvBlock{refs: 1, prev: noBlock, next: noBlock})
+		return int32(len(e.blocks) - 1)
 	}
-	b := e.free.Remove(e.free.Front()).(*kvBlock)
-	b.onFree = nil
-	if b.cached {
-		delete(e.cached, b.hash)
-		e.removed = append(e.removed, b.hash)
+	b := e.freeHead
+	e.unlinkFree(b)
+	x := &e.blocks[b]
+	if x.cached {
+		e.cached.remove(x.hash)
+		e.removed = append(e.removed, x.hash)
 		e.evicted++
 	}
-	*b = kvBlock{refs: 1}
+	*x = kvBlock{refs: 1, prev: noBlock, next: noBlock}
 	return b
 }
 
 // hold takes a reference to a cached block.
-func (e *iterEngine) hold(b *kvBlock) *kvBlock {
-	if b.refs == 0 {
-		e.free.Remove(b.onFree)
-		b.onFree = nil
+func (e *iterEngine) hold(b int32) {
+	x := &e.blocks[b]
+	if x.refs == 0 {
+		e.unlinkFree(b)
 		e.live++
 	}
-	b.refs++
-	return b
+	x.refs++
+}
+
+// unlinkFree takes block b out of the free queue.
+func (e *iterEngine) unlinkFree(b int32) {
+	x := &e.blocks[b]
+	if x.prev != noBlock {
+		e.blocks[x.prev].next = x.next
+	} else {
+		e.freeHead = x.next
+	}
+	if x.next != noBlock {
+		e.blocks[x.next].prev = x.prev
+	} else {
+		e.freeTail = x.prev
+	}
+	x.prev, x.next, x.onFree = noBlock, noBlock, false
+	e.freeLen--
 }
 
 // release gives back s's blocks, last first, so that of a request's blocks
@@ -322,10 +357,19 @@ func (e *iterEngine) hold(b *kvBlock) *kvBlock {
 func (e *iterEngine) release(s *iterSeq) {
 	for i := len(s.blocks) - 1; i >= 0; i-- {
 		b := s.blocks[i]
-		if b.refs--; b.refs == 0 {
-			b.onFree = e.free.PushBack(b)
-			e.live--
+		x := &e.blocks[b]
+		if x.refs--; x.refs > 0 {
+			continue
 		}
+		x.prev, x.next, x.onFree = e.freeTail, noBlock, true
+		if e.freeTail != noBlock {
+			e.blocks[e.freeTail].next = b
+		} else {
+			e.freeHead = b
+		}
+		e.freeTail = b
+		e.freeLen++
+		e.live--
 	}
 	s.blocks = s.blocks[:0]
 }
@@ -426,13 +470,13 @@ func (e *iterEngine) cacheFull(s *iterSeq, upto uint64) {
 		}
 	}
 	for i := int(s.computed / bs); i < last; i++ {
-		b := s.blocks[i]
-		if b.cached || e.cached[r.seq[i]] != nil {
+		b := &e.blocks[s.blocks[i]]
+		if b.cached || e.cached.find(r.seq[i]) != noBlock {
 			flush()
 			continue
 		}
 		b.cached, b.hash, b.local = true, r.seq[i], r.local[i]
-		e.cached[b.hash] = b
+		e.cached.insert(b.hash, s.blocks[i])
 		if len(run.Blocks) == 0 && i > 0 {
 			p := r.seq[i-1]
 			run.ParentHash = &p

@@ -27,7 +27,7 @@ func iterCluster(kvBlocks, maxSeqs int, budget uint64, step StepModel) ClusterCo
 // in live, no free cached block is held, every cached block is where the
 // map says, and no more blocks are in use than the worker has.
 func (e *iterEngine) invariants() error {
-	held := map[*kvBlock]int{}
+	held := map[int32]int{}
 	for _, s := range e.running {
 		for _, b := range s.blocks {
 			held[b]++
@@ -47,23 +47,36 @@ func (e *iterEngine) invariants() error {
 		return fmt.Errorf("%d blocks held, live says %d", len(held), e.live)
 	}
 	for b, n := range held {
-		if b.refs != n || b.onFree != nil {
-			return fmt.Errorf("a block held %d times has refs %d (on the free list: %v)", n, b.refs, b.onFree != nil)
+		if x := e.blocks[b]; int(x.refs) != n || x.onFree {
+			return fmt.Errorf("a block held %d times has refs %d (on the free list: %v)", n, x.refs, x.onFree)
 		}
 	}
-	for el := e.free.Front(); el != nil; el = el.Next() {
-		b := el.Value.(*kvBlock)
-		if b.refs != 0 || held[b] > 0 || b.onFree != el || (b.cached && e.cached[b.hash] != b) {
-			return fmt.Errorf("a free block: refs %d, hash %d, cached %v", b.refs, b.hash, b.cached)
+	free, prev := 0, noBlock
+	for b := e.freeHead; b != noBlock; prev, b = b, e.blocks[b].next {
+		x := e.blocks[b]
+		if x.refs != 0 || held[b] > 0 || !x.onFree || x.prev != prev || (x.cached && e.cached.find(x.hash) != b) {
+			return fmt.Errorf("a free block: refs %d, hash %d, cached %v", x.refs, x.hash, x.cached)
+		}
+		free++
+	}
+	if prev != e.freeTail || free != e.freeLen {
+		return fmt.Errorf("the free queue has %d blocks, ending at %d; its books say %d, ending at %d", free, prev, e.freeLen, e.freeTail)
+	}
+	cached := 0
+	for b, x := range e.blocks {
+		if !x.cached {
+			continue
+		}
+		cached++
+		if e.cached.find(x.hash) != int32(b) || (x.refs == 0) != x.onFree {
+			return fmt.Errorf("cached block %d: found at %d, refs %d, free %v", x.hash, e.cached.find(x.hash), x.refs, x.onFree)
 		}
 	}
-	for h, b := range e.cached {
-		if !b.cached || b.hash != h || (b.refs == 0) != (b.onFree != nil) {
-			return fmt.Errorf("cached block %d: hash %d, refs %d, free %v", h, b.hash, b.refs, b.onFree != nil)
-		}
+	if cached != e.cached.n {
+		return fmt.Errorf("%d blocks cached, the table holds %d", cached, e.cached.n)
 	}
-	if e.live+e.free.Len()+e.fresh != e.cfg.TotalKVBlocks {
-		return fmt.Errorf("%d live, %d free and %d fresh blocks on a worker of %d", e.live, e.free.Len(), e.fresh, e.cfg.TotalKVBlocks)
+	if e.live+e.freeLen+e.fresh != e.cfg.TotalKVBlocks {
+		return fmt.Errorf("%d live, %d free and %d fresh blocks on a worker of %d", e.live, e.freeLen, e.fresh, e.cfg.TotalKVBlocks)
 	}
 	return nil
 }
