@@ -38,7 +38,7 @@ type runCache struct {
 	heads hashTable // each run's first block
 	spare []int32   // indices in runs of dropped runs, to reuse
 	used  int       // blocks held
-	idle  int         // of those, unreferenced (in the LRU order)
+	idle  int       // of those, unreferenced (in the LRU order)
 	// head and tail of the LRU order of idle runs (least recently used
 	// first); noRun when it is empty.
 	head, tail int32

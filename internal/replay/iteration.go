@@ -76,15 +76,15 @@ const noBlock int32 = -1
 // iterSeq is a request on an iteration-level worker.
 type iterSeq struct {
 	r        *simRequest
-	outputs  uint64 // tokens it makes here: all, or 1 on a prefill worker
-	received bool   // its prompt's KV came from a prefill worker: nothing to prefill
-	target   uint64 // tokens to prefill: the prompt, or prompt and outputs after a preemption
-	computed uint64 // of target, in the KV cache
-	kv       uint64 // tokens in the KV cache (computed, then one more per decode step)
-	out      uint64 // output tokens made
+	outputs  uint64  // tokens it makes here: all, or 1 on a prefill worker
+	received bool    // its prompt's KV came from a prefill worker: nothing to prefill
+	target   uint64  // tokens to prefill: the prompt, or prompt and outputs after a preemption
+	computed uint64  // of target, in the KV cache
+	kv       uint64  // tokens in the KV cache (computed, then one more per decode step)
+	out      uint64  // output tokens made
 	blocks   []int32 // its blocks' indices in the engine's
-	admitted bool // scheduled at least once (its queue wait has ended)
-	done     bool // made its last token
+	admitted bool    // scheduled at least once (its queue wait has ended)
+	done     bool    // made its last token
 }
 
 // scheduled is one request's share of a step.
