@@ -37,6 +37,16 @@ type Options struct {
 	// Stop, when closed, ends the run between two commands with
 	// ErrStopped: the streams then hold every command sent so far, whole.
 	Stop <-chan struct{}
+	// ops, when set, gets the run's operation counts (tests).
+	ops *replayOps
+}
+
+// replayOps are a replay's counts of work, which TestReplayOperationCounts
+// bounds: its simulated caches' (the simple model's) and its KV events'
+// (events sent to the router, and the blocks they name).
+type replayOps struct {
+	cache               cacheOps
+	events, eventBlocks int
 }
 
 // ErrStopped is Run's error when Options.Stop ended it.
@@ -175,6 +185,9 @@ type host struct {
 	err      error         // the first failure to talk to a router
 	syncs    []syncMessage // the sync channel's messages: an evSync's idx
 	syncRNG  *rand.Rand    // which messages the channel drops
+	// events and eventBlocks count the KV events sent to the router and
+	// the blocks they name (a replica's copy once).
+	kvEvents, kvEventBlocks int
 	// loraCapacity is what each worker_ready says of the worker's
 	// adapters: nil when no request runs under one, so that a run without
 	// adapters sends what it always did.
@@ -288,6 +301,15 @@ func Run(trace []Request, opt Options) (*Result, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if opt.ops != nil {
+		for _, w := range h.order {
+			if w.cache != nil {
+				opt.ops.cache.runs += w.cache.ops.runs
+				opt.ops.cache.blocks += w.cache.ops.blocks
+			}
+		}
+		opt.ops.events, opt.ops.eventBlocks = h.kvEvents, h.kvEventBlocks
 	}
 	return h.result(trace, time.Since(start)), nil
 }
@@ -677,6 +699,13 @@ var turnedAway = map[protocol.Code]bool{
 func (h *host) observe(t float64, w *simWorker, ev *protocol.KVEvent) {
 	if ev == nil || !h.opt.Router.KVEvents {
 		return
+	}
+	h.kvEvents++
+	switch d := ev.Data.(type) {
+	case protocol.Stored:
+		h.kvEventBlocks += len(d.Blocks)
+	case protocol.Removed:
+		h.kvEventBlocks += len(d.BlockHashes)
 	}
 	if len(w.pool.replicas) > 1 {
 		// The simple model reuses an event's block slices: one replica's

@@ -1,0 +1,48 @@
+package replay
+
+import (
+	"testing"
+)
+
+// TestReplayOperationCounts replays one small trace of shared prefixes
+// (the built-in sessions) at 512-token blocks and split to 16-token ones,
+// each worker's cache 32 times the blocks, and counts the work: the simple
+// model's cache runs operations a run, so its run operations stay about
+// what they are at 512 tokens while its block operations (and the blocks
+// the KV events name) grow with the blocks. A change that does per-block
+// work where a run's would do (a table probe, a reference or release, an
+// eviction a block) fails here, not only in a benchmark.
+func TestReplayOperationCounts(t *testing.T) {
+	trace := Builtin(3, 60, 0, 512)
+	split, err := SplitBlocks(trace, 512, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(trace []Request, blockSize uint64) replayOps {
+		cluster := SimpleCluster(4)
+		cluster.BlockSize = blockSize
+		cluster.TotalKVBlocks = 40 * 512 / int(blockSize) // small: requests evict
+		router := routerConfig("kv")
+		router.BlockSize = blockSize
+		var ops replayOps
+		if _, err := Run(append([]Request(nil), trace...), Options{Cluster: cluster, Router: router, ops: &ops}); err != nil {
+			t.Fatal(err)
+		}
+		return ops
+	}
+	at512, at16 := count(trace, 512), count(split, 16)
+	t.Logf("%d requests; 512-token blocks: %+v; 16-token blocks: %+v", len(trace), at512, at16)
+	if at16.cache.blocks < 16*at512.cache.blocks || at16.eventBlocks < 16*at512.eventBlocks {
+		t.Fatalf("the split trace's block operations (cache %d, events %d) are not about 32 times the 512-token trace's (%d, %d): the counts miss blocks",
+			at16.cache.blocks, at16.eventBlocks, at512.cache.blocks, at512.eventBlocks)
+	}
+	if at16.cache.runs > at512.cache.runs*3/2 {
+		t.Errorf("the cache's run operations grow with the blocks: %d at 16-token blocks, %d at 512", at16.cache.runs, at512.cache.runs)
+	}
+	if at16.events > at512.events*3/2 {
+		t.Errorf("the KV events grow with the blocks: %d at 16-token blocks, %d at 512", at16.events, at512.events)
+	}
+	if perRequest := at16.cache.runs / len(trace); perRequest > 40 {
+		t.Errorf("%d run operations a request: more than a few a run", perRequest)
+	}
+}
