@@ -509,6 +509,7 @@ func (h *host) send(rp *replica, c *protocol.Command) {
 		return
 	}
 	resp, err := rp.router.send(c)
+	defer rp.router.release(resp)
 	if err == nil && resp.Error != nil {
 		if c.Op == protocol.OpPlace && turnedAway[resp.Error.Code] {
 			// A refused command leaves the router's clock where it was:

@@ -78,12 +78,12 @@ func (h *host) deliver(t float64, i int32) {
 	if c.Op != protocol.OpPlace && !rp.synced[id] {
 		return
 	}
-	resp, ok := h.offer(rp, &c, id)
+	queued, ok := h.offer(rp, &c, id)
 	switch {
 	case !ok: // a booking it refused, or a clock it has passed
 	case c.Op == protocol.OpPlace && rp.synced[id]:
 		h.offer(rp, &protocol.Command{Op: protocol.OpDispatchCommitted, NowMS: &t, RequestID: id}, id)
-	case c.Op == protocol.OpPlace && slices.Contains(resp.Queued, id):
+	case c.Op == protocol.OpPlace && queued:
 		// Queued behind its own load: not a booking to keep.
 		h.offer(rp, &protocol.Command{Op: protocol.OpCancelPending, NowMS: &t, RequestID: id}, id)
 	case c.Op == protocol.OpRequestTerminal:
@@ -93,16 +93,17 @@ func (h *host) deliver(t float64, i int32) {
 
 // offer sends a sync command to a replica, which may refuse it without
 // harm (it is about another replica's request), and acts on its answer;
-// it reports whether the replica took it.
-func (h *host) offer(rp *replica, c *protocol.Command, id string) (*protocol.Response, bool) {
+// it reports whether the replica took it, and whether it queued id.
+func (h *host) offer(rp *replica, c *protocol.Command, id string) (queued, ok bool) {
 	resp, err := rp.router.send(c)
 	if err != nil {
 		h.err = err
-		return nil, false
+		return false, false
 	}
+	defer rp.router.release(resp)
 	if resp.Error != nil {
-		return resp, false
+		return false, false
 	}
 	h.answered(rp, c, resp, id)
-	return resp, true
+	return slices.Contains(resp.Queued, id), true
 }

@@ -34,7 +34,7 @@ func (h *host) result(trace []Request, wall time.Duration) *Result {
 	commands := 0
 	for _, p := range h.pools {
 		for _, rp := range p.replicas {
-			busy, commands = busy+rp.router.busy, commands+rp.router.commands
+			busy, commands = busy+rp.router.busy(), commands+rp.router.commands
 		}
 	}
 	res := &Result{Workers: len(h.order),
