@@ -25,7 +25,7 @@ type router struct {
 	// (timedEvery), and how many they were.
 	timed  time.Duration
 	timedN int
-	ops        map[protocol.Op]*string // each op's name, as a response echoes it
+	ops    map[protocol.Op]*string // each op's name, as a response echoes it
 	// spare are responses given back (release), for the next commands: a
 	// replay sends millions, and a response each was garbage to collect.
 	spare []*protocol.Response
