@@ -135,43 +135,6 @@ var (
 // must have been added (and not dropped since): a match counts on only
 // live ranks holding nodes.
 func (x *Index) Store(id RankID, parent *protocol.SequenceHash, blocks []Block) error {
-	return x.store(id, parent, run{blocks: blocks})
-}
-
-// StoreRun is Store for a host that keeps a chain as its sequence and
-// local hashes (the replay's requests do): block i is seq[i], with local
-// hash local[i], and no []Block is built. seq and local have one length.
-func (x *Index) StoreRun(id RankID, parent *protocol.SequenceHash, seq []protocol.SequenceHash, local []protocol.LocalBlockHash) error {
-	if len(seq) != len(local) {
-		panic("kvindex: a run's sequence and local hashes differ in length")
-	}
-	return x.store(id, parent, run{seq: seq, local: local})
-}
-
-// run is the blocks of a store: a []Block, or, without one, the two
-// slices of StoreRun.
-type run struct {
-	blocks []Block
-	seq    []protocol.SequenceHash
-	local  []protocol.LocalBlockHash
-}
-
-func (c run) len() int {
-	if c.blocks != nil {
-		return len(c.blocks)
-	}
-	return len(c.seq)
-}
-
-// at returns block i's block hash and local hash.
-func (c run) at(i int) (protocol.SequenceHash, protocol.LocalBlockHash) {
-	if c.blocks != nil {
-		return c.blocks[i].BlockHash, c.blocks[i].TokensHash
-	}
-	return c.seq[i], c.local[i]
-}
-
-func (x *Index) store(id RankID, parent *protocol.SequenceHash, blocks run) error {
 	r := &x.ranks[id]
 	if !r.live {
 		panic(fmt.Sprintf("kvindex: a store for rank %d, which is not added", id))
@@ -182,34 +145,32 @@ func (x *Index) store(id RankID, parent *protocol.SequenceHash, blocks run) erro
 		if cur, ok = r.blocks.find(0, uint64(*parent)); !ok {
 			return ErrUnknownParent
 		}
-		for i := range blocks.len() {
-			if h, _ := blocks.at(i); h == *parent {
+		for _, b := range blocks {
+			if b.BlockHash == *parent {
 				return ErrSelfReference
 			}
 		}
 	}
 	warm := uint64(0)
-	for i := range blocks.len() {
-		h, _ := blocks.at(i)
-		warm ^= r.blocks.home(0, uint64(h))
+	for _, b := range blocks {
+		warm ^= r.blocks.home(0, uint64(b.BlockHash))
 	}
 	x.warm = warm
-	for i := range blocks.len() {
-		h, local := blocks.at(i)
-		child, made := x.tree.child(cur, uint64(local))
+	for _, b := range blocks {
+		child, made := x.tree.child(cur, uint64(b.TokensHash))
 		if made {
-			x.tree.node(child).hash = uint64(h)
+			x.tree.node(child).hash = uint64(b.BlockHash)
 		}
-		old, added := r.blocks.findOrAdd(0, uint64(h), func() uint32 { return child })
+		old, added := r.blocks.findOrAdd(0, uint64(b.BlockHash), func() uint32 { return child })
 		switch {
 		case added:
-			x.attach(child, id, h)
+			x.attach(child, id, b.BlockHash)
 		case old != child:
 			// The hash moves to another prefix. Attach first: detaching
 			// could otherwise prune child if it is an ancestor of old.
-			x.attach(child, id, h)
-			r.blocks.set(0, uint64(h), child)
-			x.unalias(old, id, h)
+			x.attach(child, id, b.BlockHash)
+			r.blocks.set(0, uint64(b.BlockHash), child)
+			x.unalias(old, id, b.BlockHash)
 			x.vacate(old, id)
 		}
 		cur = child
@@ -238,50 +199,23 @@ func (x *Index) vacate(nd uint32, id RankID) {
 // Dynamo's tree: a removed block's descendants are unreachable, and must not
 // come back when it is stored again. It returns how many blocks it dropped.
 func (x *Index) Remove(id RankID, hashes []protocol.SequenceHash) int {
-	x.warmHashes(id, hashes)
-	n := 0
-	for _, h := range hashes {
-		n += x.remove(id, h)
-	}
-	return n
-}
-
-// RemoveRun is Remove of the blocks of a stored run, seq given as it was
-// stored (head first) and removed tail first, as an engine frees a
-// request's blocks: a host that keeps the run need not reverse a copy.
-func (x *Index) RemoveRun(id RankID, seq []protocol.SequenceHash) int {
-	x.warmHashes(id, seq)
-	n := 0
-	for i := len(seq) - 1; i >= 0; i-- {
-		n += x.remove(id, seq[i])
-	}
-	return n
-}
-
-// warmHashes reads the home slot of each of id's hashes: as in Store, the
-// misses overlap.
-func (x *Index) warmHashes(id RankID, hashes []protocol.SequenceHash) {
 	r := &x.ranks[id]
 	warm := uint64(0)
-	for _, h := range hashes {
+	for _, h := range hashes { // as in Store: let the misses overlap
 		warm ^= r.blocks.home(0, uint64(h))
 	}
 	x.warm = warm
-}
-
-// remove drops id's block h, if it holds it, with what hangs below it, and
-// returns how many blocks that was.
-func (x *Index) remove(id RankID, h protocol.SequenceHash) int {
-	nd, ok := x.ranks[id].blocks.take(0, uint64(h))
-	if !ok {
-		return 0
+	n := 0
+	for _, h := range hashes {
+		if nd, ok := r.blocks.take(0, uint64(h)); ok {
+			x.unalias(nd, id, h)
+			if len(x.extra) == 0 || x.extra[rankNode{id, nd}] == 0 { // its last hash there: it leaves nd
+				n += x.dropBelow(nd, id)
+			}
+			x.detach(nd, id)
+			n++
+		}
 	}
-	x.unalias(nd, id, h)
-	n := 1
-	if len(x.extra) == 0 || x.extra[rankNode{id, nd}] == 0 { // its last hash there: it leaves nd
-		n += x.dropBelow(nd, id)
-	}
-	x.detach(nd, id)
 	return n
 }
 

@@ -308,17 +308,7 @@ func TestIndexMatchesModel(t *testing.T) {
 				case parent != nil && slices.ContainsFunc(blocks, func(b Block) bool { return b.BlockHash == *parent }):
 					want = ErrSelfReference
 				}
-				store := x.Store
-				if rapid.Bool().Draw(t, "as a run") {
-					store = func(r RankID, parent *protocol.SequenceHash, blocks []Block) error {
-						seq, local := make([]protocol.SequenceHash, len(blocks)), make([]protocol.LocalBlockHash, len(blocks))
-						for i, b := range blocks {
-							seq[i], local[i] = b.BlockHash, b.TokensHash
-						}
-						return x.StoreRun(r, parent, seq, local)
-					}
-				}
-				if err := store(r, parent, blocks); err != want {
+				if err := x.Store(r, parent, blocks); err != want {
 					t.Fatalf("store under parent %v (held prefix %v) returned %v, want %v", parent != nil, prefix, err, want)
 				} else if err == nil {
 					for i := range local {
@@ -332,16 +322,7 @@ func TestIndexMatchesModel(t *testing.T) {
 				seq := blockHashes(t, gen.Draw(t, "local"))
 				from := rapid.IntRange(0, len(seq)-1).Draw(t, "run from")
 				run := slices.Clone(seq[from:rapid.IntRange(from+1, len(seq)).Draw(t, "run to")])
-				remove := x.Remove
-				switch rapid.IntRange(0, 2).Draw(t, "order") {
-				case 1:
-					slices.Reverse(run)
-				case 2: // RemoveRun takes the run head first and removes it tail first
-					remove = func(r RankID, tailFirst []protocol.SequenceHash) int {
-						headFirst := slices.Clone(tailFirst)
-						slices.Reverse(headFirst)
-						return x.RemoveRun(r, headFirst)
-					}
+				if rapid.Bool().Draw(t, "tail first") {
 					slices.Reverse(run)
 				}
 				want := 0
@@ -351,7 +332,7 @@ func TestIndexMatchesModel(t *testing.T) {
 						want += 1 + m[r].dropBelow(path)
 					}
 				}
-				if got := remove(r, run); got != want {
+				if got := x.Remove(r, run); got != want {
 					t.Fatalf("remove of %v returned %d, want %d", run, got, want)
 				}
 			case 8:
