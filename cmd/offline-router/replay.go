@@ -53,6 +53,7 @@ type replayOptions struct {
 	profileFile   string
 	maxLineBytes  int
 	maxLoRAs      int // --max-gpu-lora-count, the cluster's when given
+	cpuProfile    string
 	quiet         bool
 	capacity      bool
 	search        replay.CapacitySearch
@@ -151,6 +152,7 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 	f := cmd.Flags()
 	f.Lookup("block-size").DefValue = fmt.Sprint(replayBlockSize)
 	f.IntVar(&o.cluster.Workers, "workers", o.cluster.Workers, "simulated workers")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the whole replay, trace reading included, to this file")
 	f.IntVar(&o.cluster.PrefillWorkers, "prefill-workers", 0, "disaggregated serving: prefill workers behind a router of their own (with --decode-workers; replaces --workers)")
 	f.IntVar(&o.cluster.DecodeWorkers, "decode-workers", 0, "disaggregated serving: decode workers behind a router of their own (with --prefill-workers)")
 	f.Float64Var(&o.cluster.KVTransferGBps, "kv-transfer-gbps", 50, "disaggregated serving: GB/s a prompt's KV crosses from prefill to decode worker at (bytes from the profile's model shape)")
@@ -299,6 +301,13 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) 
 	exp, err := o.experiment(cmd, args)
 	if err != nil {
 		return &exitError{2, err}
+	}
+	if o.cpuProfile != "" {
+		stopProfile, err := startCPUProfile(o.cpuProfile)
+		if err != nil {
+			return &exitError{2, err}
+		}
+		defer stopProfile()
 	}
 	trace, info, base, err := o.load(exp)
 	if err != nil {

@@ -747,3 +747,25 @@ func TestReplayDeviceAwareWeightedIsLeastLoaded(t *testing.T) {
 		t.Errorf("least_loaded (-) and device_aware_weighted (+) differ:\n%s", d)
 	}
 }
+
+// TestCPUProfile: serve's and replay's --cpuprofile each write a profile
+// pprof reads (a gzipped protobuf), and a bad path is exit 2 before
+// anything runs.
+func TestCPUProfile(t *testing.T) {
+	dir := t.TempDir()
+	for name, args := range map[string][]string{
+		"serve":  {"--cpuprofile", filepath.Join(dir, "serve.prof")},
+		"replay": {"replay", "--sessions", "5", "-q", "--cpuprofile", filepath.Join(dir, "replay.prof")},
+	} {
+		if _, stderr, code := run(t, `{"op":"worker_ready","worker_id":1}`+"\n", args...); code != 0 {
+			t.Fatalf("%s: exit %d: %s", name, code, stderr)
+		}
+		data, err := os.ReadFile(args[len(args)-1])
+		if err != nil || len(data) < 2 || data[0] != 0x1f || data[1] != 0x8b {
+			t.Errorf("%s: not a gzipped profile (%v, %d bytes)", name, err, len(data))
+		}
+	}
+	if _, stderr, code := run(t, "", "replay", "--sessions", "5", "-q", "--cpuprofile", filepath.Join(dir, "no", "such", "dir", "p")); code != 2 || !strings.Contains(stderr, "such") {
+		t.Errorf("a bad profile path: exit %d, %s", code, stderr)
+	}
+}

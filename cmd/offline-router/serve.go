@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"reflect"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -16,7 +15,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/offline-router/offline-router/internal/engine"
-	"github.com/offline-router/offline-router/internal/outfile"
 	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/selector"
 	"github.com/offline-router/offline-router/internal/wire"
@@ -303,20 +301,11 @@ func runServe(cmd *cobra.Command, o *serveOptions, log *zerolog.Logger) error {
 		return &exitError{2, err}
 	}
 	if o.cpuProfile != "" {
-		f, err := outfile.Create(o.cpuProfile)
+		stopProfile, err := startCPUProfile(o.cpuProfile)
 		if err != nil {
 			return &exitError{2, err}
 		}
-		defer f.Discard() // after a Commit, nothing
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return &exitError{2, err}
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			if err := f.Commit(); err != nil {
-				log.Error().Err(err).Msg("--cpuprofile")
-			}
-		}()
+		defer stopProfile()
 	}
 	stopper, err := wire.NewStopper(os.Stdin)
 	if err != nil {
