@@ -70,7 +70,9 @@ func headroomOf(trace []Request, c *ClusterConfig, closedLoop bool) *Headroom {
 		r := &trace[i]
 		input += r.InputTokens
 		ids = ids[:0]
-		for k, h := range kvindex.SequenceHashes(r.HashIDs) {
+		seqs := kvindex.SequenceHashes(r.HashIDs)
+		seen.warm(seqs)
+		for k, h := range seqs {
 			w := blockWeight(k, bs, r.InputTokens)
 			blockTokens += w
 			ids = append(ids, seen.id(h, w))
@@ -127,13 +129,29 @@ type seenBlocks struct {
 	index          hashTable
 	blocks         []seenBlock
 	capacity, used uint64
-	head           int // the most recently used, or -1
+	head           int   // the most recently used, or -1
+	sink           int32 // where warm leaves its loads, so that they stay
 }
 
 type seenBlock struct {
 	cheapest   uint64 // tokens, over its occurrences
 	prev, next int    // in the LRU's ring (head's prev is the least recent), when cached
 	cached     bool
+}
+
+// warm reads the table slot each of a prompt's blocks starts its probe at,
+// all before any look-up needs one: the loads miss the cache alike, and
+// issued together they overlap instead of waiting one by one (the
+// index's Store does the same).
+func (s *seenBlocks) warm(seqs []protocol.SequenceHash) {
+	if s.index.slots == nil {
+		return
+	}
+	var x int32
+	for _, h := range seqs {
+		x ^= s.index.slots[s.index.home(h)].idx
+	}
+	s.sink = x
 }
 
 // newSeenBlocks makes an empty set: it grows with the distinct blocks,
