@@ -65,7 +65,7 @@ func headroomOf(trace []Request, c *ClusterConfig, closedLoop bool) *Headroom {
 	}
 	seen := newSeenBlocks(hr.LRUCapacityBlocks)
 	var input, blockTokens, lruHits uint64
-	var ids []int
+	var ids []int32
 	for _, i := range order {
 		r := &trace[i]
 		input += r.InputTokens
@@ -84,7 +84,7 @@ func headroomOf(trace []Request, c *ClusterConfig, closedLoop bool) *Headroom {
 	// match counts each of its blocks seen before.
 	hits := blockTokens
 	for i := range seen.blocks {
-		hits -= seen.blocks[i].cheapest
+		hits -= uint64(seen.blocks[i].cheapest)
 	}
 	if input > 0 {
 		hr.InfiniteCacheHitRate = float64(hits) / float64(input)
@@ -129,13 +129,13 @@ type seenBlocks struct {
 	index          hashTable
 	blocks         []seenBlock
 	capacity, used uint64
-	head           int   // the most recently used, or -1
+	head           int32 // the most recently used, or -1
 	sink           int32 // where warm leaves its loads, so that they stay
 }
 
 type seenBlock struct {
-	cheapest   uint64 // tokens, over its occurrences
-	prev, next int    // in the LRU's ring (head's prev is the least recent), when cached
+	cheapest   uint32 // tokens, over its occurrences (at most a block's: block_size is at most 2^20)
+	prev, next int32  // in the LRU's ring (head's prev is the least recent), when cached: 16 bytes a block, for the millions a trace can hold
 	cached     bool
 }
 
@@ -161,14 +161,14 @@ func newSeenBlocks(capacity uint64) *seenBlocks {
 }
 
 // id is block h's entry, made if it is new, its cheapest lowered to w.
-func (s *seenBlocks) id(h protocol.SequenceHash, w uint64) int {
+func (s *seenBlocks) id(h protocol.SequenceHash, w uint64) int32 {
 	if n := s.index.find(h); n >= 0 {
-		s.blocks[n].cheapest = min(s.blocks[n].cheapest, w)
-		return int(n)
+		s.blocks[n].cheapest = min(s.blocks[n].cheapest, uint32(w))
+		return n
 	}
-	n := len(s.blocks)
-	s.blocks = append(s.blocks, seenBlock{cheapest: w})
-	s.index.insert(h, int32(n))
+	n := int32(len(s.blocks))
+	s.blocks = append(s.blocks, seenBlock{cheapest: uint32(w)})
+	s.index.insert(h, n)
 	return n
 }
 
@@ -176,7 +176,7 @@ func (s *seenBlocks) id(h protocol.SequenceHash, w uint64) int {
 // input tokens its cached prefix holds; then it puts every block in,
 // deepest first, so that the first block is the most recent and a child
 // is evicted before its parent.
-func (s *seenBlocks) take(ids []int, bs, input uint64) uint64 {
+func (s *seenBlocks) take(ids []int32, bs, input uint64) uint64 {
 	hit := 0
 	for hit < len(ids) && s.blocks[ids[hit]].cached {
 		hit++
@@ -189,7 +189,7 @@ func (s *seenBlocks) take(ids []int, bs, input uint64) uint64 {
 
 // touch makes n the most recent, caching it (and evicting the least
 // recent when full) if it is not.
-func (s *seenBlocks) touch(n int) {
+func (s *seenBlocks) touch(n int32) {
 	if s.blocks[n].cached {
 		if n != s.head {
 			s.unlink(n)
@@ -208,7 +208,7 @@ func (s *seenBlocks) touch(n int) {
 	s.used++
 }
 
-func (s *seenBlocks) unlink(n int) {
+func (s *seenBlocks) unlink(n int32) {
 	x := &s.blocks[n]
 	if x.next == n { // the only one
 		s.head = -1
@@ -220,7 +220,7 @@ func (s *seenBlocks) unlink(n int) {
 	}
 }
 
-func (s *seenBlocks) pushFront(n int) {
+func (s *seenBlocks) pushFront(n int32) {
 	x := &s.blocks[n]
 	if s.head < 0 {
 		x.prev, x.next, s.head = n, n, n
