@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"runtime/pprof"
 
 	"github.com/rs/zerolog/log"
@@ -14,11 +15,11 @@ import (
 func startCPUProfile(path string) (stop func(), err error) {
 	f, err := outfile.Create(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Discard()
-		return nil, err
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
 	}
 	return func() {
 		pprof.StopCPUProfile()

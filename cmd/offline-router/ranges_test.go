@@ -97,6 +97,7 @@ var replayBadValues = []badValue{
 	{"disk-cache-hit-weight", "-0.1", nil},
 	{"emit-commands", "@dir", nil},
 	{"emit-responses", "@dir", nil},
+	{"cpuprofile", "@dir/no/such/dir/cpu.prof", nil},
 	{"max-line-bytes", "0", nil},
 	{"max-gpu-lora-count", "-1", nil},
 	{"max-gpu-lora-count", "1025", nil},

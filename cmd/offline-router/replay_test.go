@@ -765,7 +765,7 @@ func TestCPUProfile(t *testing.T) {
 			t.Errorf("%s: not a gzipped profile (%v, %d bytes)", name, err, len(data))
 		}
 	}
-	if _, stderr, code := run(t, "", "replay", "--sessions", "5", "-q", "--cpuprofile", filepath.Join(dir, "no", "such", "dir", "p")); code != 2 || !strings.Contains(stderr, "such") {
+	if _, stderr, code := run(t, "", "replay", "--sessions", "5", "-q", "--cpuprofile", filepath.Join(dir, "no", "such", "dir", "p")); code != 2 || !strings.Contains(stderr, "--cpuprofile") {
 		t.Errorf("a bad profile path: exit %d, %s", code, stderr)
 	}
 }
