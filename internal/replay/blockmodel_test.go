@@ -6,15 +6,15 @@ import "github.com/offline-router/offline-router/internal/protocol"
 // replay ran it before runCache: the model runCache must agree with
 // (blockModel drives it as the simple model's worker did). Its blocks by
 // sequence hash, each with a reference count, and the unreferenced ones in
-// least-recently-used order, the eviction order: blocks in one slice, found
-// through an open-addressed table of slice indices, linked into the LRU
-// order by index.
+// least-recently-used order, the eviction order, linked by index. It finds
+// blocks through a Go map, not the hashTable runCache uses, so that the
+// model shares no code with what it checks.
 type blockCache struct {
 	blocks []cachedBlock
-	table  []blockSlot // length a power of two, or nil
-	spare  []int32     // indices in blocks of dropped blocks, to reuse
-	used   int         // blocks held: len(blocks) - len(spare)
-	idle   int         // of those, unreferenced (in the LRU order)
+	index  map[protocol.SequenceHash]int32
+	spare  []int32 // indices in blocks of dropped blocks, to reuse
+	used   int     // blocks held: len(blocks) - len(spare)
+	idle   int     // of those, unreferenced (in the LRU order)
 	// head and tail of the LRU order (least recently used first); noBlock
 	// when it is empty.
 	head, tail int32
@@ -28,42 +28,21 @@ type cachedBlock struct {
 	prev, next int32 // neighbours in the LRU order while unreferenced
 }
 
-type blockSlot struct {
-	hash  protocol.SequenceHash
-	block int32 // index in blocks, plus one: 0 is an empty slot
-}
-
-func newBlockCache() *blockCache { return &blockCache{head: noBlock, tail: noBlock} }
-
-// home is where a probe for h starts. Sequence hashes are well mixed
-// already; the multiply spreads hosts' small regular ones too.
-func (c *blockCache) home(h protocol.SequenceHash) int {
-	return int((uint64(h) * 0x9e3779b97f4a7c15) >> 32 & uint64(len(c.table)-1))
+func newBlockCache() *blockCache {
+	return &blockCache{index: map[protocol.SequenceHash]int32{}, head: noBlock, tail: noBlock}
 }
 
 // find returns h's block, or noBlock.
 func (c *blockCache) find(h protocol.SequenceHash) int32 {
-	if c.table == nil {
-		return noBlock
+	if b, ok := c.index[h]; ok {
+		return b
 	}
-	mask := len(c.table) - 1
-	for i := c.home(h); ; i = (i + 1) & mask {
-		s := c.table[i]
-		if s.block == 0 {
-			return noBlock
-		}
-		if s.hash == h {
-			return s.block - 1
-		}
-	}
+	return noBlock
 }
 
 // add caches h, referenced once and not computed yet, and returns its
 // block. h must not be cached.
 func (c *blockCache) add(h protocol.SequenceHash, local protocol.LocalBlockHash) int32 {
-	if (c.used+1)*2 > len(c.table) {
-		c.grow()
-	}
 	var b int32
 	if n := len(c.spare); n > 0 {
 		b, c.spare = c.spare[n-1], c.spare[:n-1]
@@ -73,48 +52,13 @@ func (c *blockCache) add(h protocol.SequenceHash, local protocol.LocalBlockHash)
 	}
 	c.blocks[b] = cachedBlock{hash: h, local: local, refs: 1, prev: noBlock, next: noBlock}
 	c.used++
-	mask := len(c.table) - 1
-	i := c.home(h)
-	for c.table[i].block != 0 {
-		i = (i + 1) & mask
-	}
-	c.table[i] = blockSlot{hash: h, block: b + 1}
+	c.index[h] = b
 	return b
-}
-
-// grow doubles the table (at least 64 slots) and places every block anew.
-func (c *blockCache) grow() {
-	old := c.table
-	c.table = make([]blockSlot, max(64, 2*len(old)))
-	mask := len(c.table) - 1
-	for _, s := range old {
-		if s.block == 0 {
-			continue
-		}
-		i := c.home(s.hash)
-		for c.table[i].block != 0 {
-			i = (i + 1) & mask
-		}
-		c.table[i] = s
-	}
 }
 
 // drop forgets block b, which no request references.
 func (c *blockCache) drop(b int32) {
-	mask := len(c.table) - 1
-	i := c.home(c.blocks[b].hash)
-	for c.table[i].block != b+1 {
-		i = (i + 1) & mask
-	}
-	// Shift back every later slot of the probe run that may move into the
-	// hole: one whose home does not lie cyclically in (hole, slot].
-	for j := (i + 1) & mask; c.table[j].block != 0; j = (j + 1) & mask {
-		if k := c.home(c.table[j].hash); (j-k)&mask >= (j-i)&mask {
-			c.table[i] = c.table[j]
-			i = j
-		}
-	}
-	c.table[i] = blockSlot{}
+	delete(c.index, c.blocks[b].hash)
 	c.spare = append(c.spare, b)
 	c.used--
 }

@@ -134,11 +134,9 @@ func (c *runCache) snapshot() (map[protocol.SequenceHash]refBlock, []protocol.Se
 
 func (m *blockModel) snapshot() (map[protocol.SequenceHash]refBlock, []protocol.SequenceHash) {
 	blocks := map[protocol.SequenceHash]refBlock{}
-	for _, s := range m.c.table {
-		if s.block != 0 {
-			b := m.c.blocks[s.block-1]
-			blocks[s.hash] = refBlock{refs: int(b.refs), stored: b.stored}
-		}
+	for h, i := range m.c.index {
+		b := m.c.blocks[i]
+		blocks[h] = refBlock{refs: int(b.refs), stored: b.stored}
 	}
 	var lru []protocol.SequenceHash
 	for b := m.c.head; b != noBlock; b = m.c.blocks[b].next {
