@@ -179,13 +179,7 @@ func (c *runCache) held(r *simRequest) []int32 {
 // add caches a new run of blocks, referenced once and not computed yet.
 // Its head must not be cached.
 func (c *runCache) add(seq []protocol.SequenceHash, local []protocol.LocalBlockHash) int32 {
-	var ri int32
-	if n := len(c.spare); n > 0 {
-		ri, c.spare = c.spare[n-1], c.spare[:n-1]
-	} else {
-		ri = int32(len(c.runs))
-		c.runs = append(c.runs, cacheRun{})
-	}
+	ri := c.newRun()
 	c.runs[ri] = cacheRun{seq: seq, local: local, refs: 1, prev: noRun, next: noRun, cont: noRun}
 	c.used += len(seq)
 	c.insert(ri)
@@ -197,13 +191,7 @@ func (c *runCache) add(seq []protocol.SequenceHash, local []protocol.LocalBlockH
 // blocks are the deeper ones, idle first).
 func (c *runCache) split(ri int32, n int) {
 	c.ops.runs++
-	var t int32
-	if k := len(c.spare); k > 0 {
-		t, c.spare = c.spare[k-1], c.spare[:k-1]
-	} else {
-		t = int32(len(c.runs))
-		c.runs = append(c.runs, cacheRun{})
-	}
+	t := c.newRun()
 	s := &c.runs[ri]
 	c.runs[t] = cacheRun{seq: s.seq[n:], local: s.local[n:], refs: s.refs, stored: s.stored, prev: noRun, next: noRun, cont: s.cont}
 	s.seq, s.local, s.cont = s.seq[:n], s.local[:n], t
@@ -218,6 +206,17 @@ func (c *runCache) split(ri int32, n int) {
 		s.prev = t
 	}
 	c.insert(t)
+}
+
+// newRun is a run index to fill: a dropped run's, else a new one.
+func (c *runCache) newRun() int32 {
+	if n := len(c.spare); n > 0 {
+		ri := c.spare[n-1]
+		c.spare = c.spare[:n-1]
+		return ri
+	}
+	c.runs = append(c.runs, cacheRun{})
+	return int32(len(c.runs) - 1)
 }
 
 // insert enters run ri's head in the table.
