@@ -19,7 +19,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -85,7 +84,7 @@ func generate(s shape) []replay.Request {
 	var out []replay.Request
 	start := 0.0
 	for session := 0; len(out) < s.requests; session++ {
-		start += -math.Log(1-rng.Float64()) / s.sessionRate * 1000
+		start += rng.ExpFloat64() / s.sessionRate * 1000 // ExpFloat64, not math.Log: the same trace on every platform
 		system := protocol.LocalBlockHash(uint64(rng.IntN(s.prefixes)) * perPrefix)
 		// The prompt as it grows: its tokens, its blocks' ids, and how many
 		// of them it shares with the next turn (its full blocks; a partial
