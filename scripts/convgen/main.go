@@ -84,7 +84,7 @@ func generate(s shape) []replay.Request {
 	var out []replay.Request
 	start := 0.0
 	for session := 0; len(out) < s.requests; session++ {
-		start += rng.ExpFloat64() / s.sessionRate * 1000 // ExpFloat64, not math.Log: the same trace on every platform
+		start += float64(rng.ExpFloat64() / s.sessionRate * 1000) // ExpFloat64, not math.Log, and the product rounded alone (no fused multiply-add): the same trace on every platform
 		system := protocol.LocalBlockHash(uint64(rng.IntN(s.prefixes)) * perPrefix)
 		// The prompt as it grows: its tokens, its blocks' ids, and how many
 		// of them it shares with the next turn (its full blocks; a partial
