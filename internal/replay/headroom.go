@@ -2,6 +2,7 @@ package replay
 
 import (
 	"cmp"
+	"math"
 	"slices"
 
 	"github.com/offline-router/offline-router/internal/kvindex"
@@ -63,34 +64,21 @@ func headroomOf(trace []Request, c *ClusterConfig, closedLoop bool) *Headroom {
 		at := estimatedArrivals(trace)
 		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(at[a], at[b]) })
 	}
-	seen := newSeenBlocks(hr.LRUCapacityBlocks)
-	var input, blockTokens, lruHits uint64
-	var ids []int32
-	for _, i := range order {
-		r := &trace[i]
-		input += r.InputTokens
-		ids = ids[:0]
-		seqs := kvindex.SequenceHashes(r.HashIDs)
-		seen.warm(seqs)
-		for k, h := range seqs {
-			w := blockWeight(k, bs, r.InputTokens)
-			blockTokens += w
-			ids = append(ids, seen.id(h, w))
-		}
-		lruHits += seen.take(ids, bs, r.InputTokens)
-	}
-	// Every block hits but once: a chain hash names its whole prefix, so
-	// a block seen has all its ancestors seen too, and a prompt's prefix
-	// match counts each of its blocks seen before.
-	hits := blockTokens
-	for i := range seen.blocks {
-		hits -= uint64(seen.blocks[i].cheapest)
-	}
-	if input > 0 {
-		hr.InfiniteCacheHitRate = float64(hits) / float64(input)
-		hr.ClusterLRUHitRate = float64(lruHits) / float64(input)
-	}
+	hr.InfiniteCacheHitRate, hr.ClusterLRUHitRate = headroomRates(trace, order, bs, hr.LRUCapacityBlocks)
 	return hr
+}
+
+// headroomRates takes trace's requests in order through the bound and an
+// LRU cache of capacity blocks, and returns both rates.
+func headroomRates(trace []Request, order []int, bs, capacity uint64) (infinite, lru float64) {
+	h := headroomPass{seen: newHeadroomCache(math.MaxInt), lru: newHeadroomCache(int(capacity))}
+	for _, i := range order {
+		h.add(&trace[i], bs)
+	}
+	if h.input == 0 {
+		return 0, 0
+	}
+	return float64(h.infiniteHits(bs)) / float64(h.input), float64(h.lruHits) / float64(h.input)
 }
 
 // blockWeight is the input tokens block k of a prompt of n tokens holds:
@@ -118,117 +106,84 @@ func estimatedArrivals(trace []Request) []float64 {
 	return at
 }
 
-// seenBlocks are the blocks seen, each once, with the fewest tokens it
-// held, and one LRU cache of capacity of them, linked through the same
-// entries. It is written out rather than container/list, which boxes
-// each hash into an interface and would need a map of its own: here one
-// look-up a block serves the bound and the LRU, in the simulated caches'
-// table (a Go map, sized for every block occurrence, was 45% of a 16-token
-// replay's CPU and most of its memory).
-type seenBlocks struct {
-	index          hashTable
-	blocks         []seenBlock
-	capacity, used uint64
-	head           int32 // the most recently used, or -1
-	sink           int32 // where warm leaves its loads, so that they stay
+// headroomPass computes both rates in one pass over the requests with two
+// run caches (runcache.go) standing for caches of single blocks: seen, of
+// unbounded size, holds every block seen, and lru the cluster's LRU cache.
+// A request's prefix is matched a run at a time, not a block at a time: at
+// 16-token blocks a per-block look-up and LRU touch of every block
+// occurrence (the per-block model in headroom_test.go) was a third of a
+// replay's time.
+//
+// The LRU is the run cache's because the reference LRU touches a request's
+// blocks deepest first: its blocks end up the most recent, the first the
+// most of all, and the rest keep their order, which is what a run cache
+// leaves when a request references its cached prefix, adds the rest
+// (evicting the least recently used idle blocks) and releases them at once.
+type headroomPass struct {
+	seen, lru headroomCache
+	input     uint64
+	// tokens is every block occurrence's tokens (a prompt's hit cap: a
+	// block past its input tokens holds none), distinct the blocks seen.
+	tokens, distinct uint64
+	// short is, for each block some prompt holds fewer than block_size
+	// tokens of (a prompt's partial last block), its fewest: the bound
+	// charges a block's miss at its fewest tokens, and every other block
+	// at block_size.
+	short   map[protocol.SequenceHash]uint64
+	lruHits uint64
 }
 
-type seenBlock struct {
-	cheapest   uint32 // tokens, over its occurrences (at most a block's: block_size is at most 2^20)
-	prev, next int32  // in the LRU's ring (head's prev is the least recent), when cached: 16 bytes a block, for the millions a trace can hold
-	cached     bool
+// headroomCache is a run cache that takes each request whole: capacity
+// blocks (for seen, none: it is never full), evicted hashes left in
+// scratch.
+type headroomCache struct {
+	*runCache
+	capacity int
+	scratch  []protocol.SequenceHash
 }
 
-// warm reads the table slot each of a prompt's blocks starts its probe at,
-// all before any look-up needs one: the loads miss the cache alike, and
-// issued together they overlap instead of waiting one by one (the
-// index's Store does the same).
-func (s *seenBlocks) warm(seqs []protocol.SequenceHash) {
-	if s.index.slots == nil {
-		return
-	}
-	var x int32
-	for _, h := range seqs {
-		x ^= s.index.slots[s.index.home(h)].idx
-	}
-	s.sink = x
+func newHeadroomCache(capacity int) headroomCache {
+	return headroomCache{runCache: newRunCache(), capacity: capacity}
 }
 
-// newSeenBlocks makes an empty set: it grows with the distinct blocks,
-// which a trace's reuse makes far fewer than its blocks.
-func newSeenBlocks(capacity uint64) *seenBlocks {
-	return &seenBlocks{capacity: capacity, head: -1}
+// take caches r's blocks as the reference cache does and returns how many
+// of its first blocks were cached before.
+func (c *headroomCache) take(r *simRequest) int {
+	_, found := c.match(r.seq)
+	c.scratch, _ = c.runCache.take(r, found, c.capacity, c.scratch[:0])
+	c.store(r, found)
+	c.release(r)
+	return found
 }
 
-// id is block h's entry, made if it is new, its cheapest lowered to w.
-func (s *seenBlocks) id(h protocol.SequenceHash, w uint64) int32 {
-	if n := s.index.find(h); n >= 0 {
-		s.blocks[n].cheapest = min(s.blocks[n].cheapest, uint32(w))
-		return n
-	}
-	n := int32(len(s.blocks))
-	s.blocks = append(s.blocks, seenBlock{cheapest: uint32(w)})
-	s.index.insert(h, n)
-	return n
-}
-
-// take matches a prompt's blocks against the LRU cache and returns the
-// input tokens its cached prefix holds; then it puts every block in,
-// deepest first, so that the first block is the most recent and a child
-// is evicted before its parent.
-func (s *seenBlocks) take(ids []int32, bs, input uint64) uint64 {
-	hit := 0
-	for hit < len(ids) && s.blocks[ids[hit]].cached {
-		hit++
-	}
-	for k := len(ids) - 1; k >= 0 && s.capacity > 0; k-- {
-		s.touch(ids[k])
-	}
-	return min(uint64(hit)*bs, input)
-}
-
-// touch makes n the most recent, caching it (and evicting the least
-// recent when full) if it is not.
-func (s *seenBlocks) touch(n int32) {
-	if s.blocks[n].cached {
-		if n != s.head {
-			s.unlink(n)
-			s.pushFront(n)
+// add takes request r through both caches. Its sequence hashes live as
+// long as a run of the caches points into them.
+func (h *headroomPass) add(r *Request, bs uint64) {
+	h.input += r.InputTokens
+	sr := simRequest{Request: r, local: r.HashIDs, seq: kvindex.SequenceHashes(r.HashIDs)}
+	n := len(sr.seq)
+	h.tokens += min(uint64(n)*bs, r.InputTokens)
+	h.distinct += uint64(n - h.seen.take(&sr))
+	for k := int(r.InputTokens / bs); k < n; k++ {
+		w := blockWeight(k, bs, r.InputTokens)
+		if h.short == nil {
+			h.short = map[protocol.SequenceHash]uint64{}
 		}
-		return
+		if v, ok := h.short[sr.seq[k]]; !ok || w < v {
+			h.short[sr.seq[k]] = w
+		}
 	}
-	if s.used == s.capacity {
-		oldest := s.blocks[s.head].prev
-		s.unlink(oldest)
-		s.blocks[oldest].cached = false
-		s.used--
-	}
-	s.pushFront(n)
-	s.blocks[n].cached = true
-	s.used++
-}
-
-func (s *seenBlocks) unlink(n int32) {
-	x := &s.blocks[n]
-	if x.next == n { // the only one
-		s.head = -1
-		return
-	}
-	s.blocks[x.prev].next, s.blocks[x.next].prev = x.next, x.prev
-	if s.head == n {
-		s.head = x.next
+	if h.lru.capacity > 0 {
+		h.lruHits += min(uint64(h.lru.take(&sr))*bs, r.InputTokens)
 	}
 }
 
-func (s *seenBlocks) pushFront(n int32) {
-	x := &s.blocks[n]
-	if s.head < 0 {
-		x.prev, x.next, s.head = n, n, n
-		return
+// infiniteHits is every block occurrence's tokens but, for each block, its
+// fewest: the occurrence that first computes it, charged at its cheapest.
+func (h *headroomPass) infiniteHits(bs uint64) uint64 {
+	cheapest := h.distinct * bs
+	for _, w := range h.short {
+		cheapest -= bs - w
 	}
-	h := &s.blocks[s.head]
-	x.prev, x.next = h.prev, s.head
-	s.blocks[h.prev].next = n
-	h.prev = n
-	s.head = n
+	return h.tokens - cheapest
 }

@@ -1,10 +1,14 @@
 package replay
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"testing"
 
+	"pgregory.net/rapid"
+
+	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
@@ -219,4 +223,97 @@ func TestReportHasTheHeadroomOnce(t *testing.T) {
 	if rep.Deterministic.SetupDigest() != without.SetupDigest() {
 		t.Error("the headroom changes the setup digest")
 	}
+}
+
+// blockHeadroomRates is the headroom a block at a time, as the reference
+// defines it, for TestHeadroomMatchesBlockModel: every block occurrence
+// looked up in a Go map of the blocks seen, with its fewest tokens, and
+// touched, deepest first, in an LRU cache kept as each block's time of
+// last use (evicting the oldest by a scan: a model, not a cache).
+func blockHeadroomRates(trace []Request, order []int, bs, capacity uint64) (infinite, lru float64) {
+	cheapest := map[protocol.SequenceHash]uint64{}
+	lastUse := map[protocol.SequenceHash]int{}
+	clock := 0
+	var input, tokens, lruHits uint64
+	for _, i := range order {
+		r := &trace[i]
+		input += r.InputTokens
+		seq := kvindex.SequenceHashes(r.HashIDs)
+		hit := 0
+		for hit < len(seq) && lastUse[seq[hit]] > 0 {
+			hit++
+		}
+		lruHits += min(uint64(hit)*bs, r.InputTokens)
+		for k := len(seq) - 1; k >= 0; k-- {
+			w := blockWeight(k, bs, r.InputTokens)
+			tokens += w
+			if v, ok := cheapest[seq[k]]; !ok || w < v {
+				cheapest[seq[k]] = w
+			}
+			if capacity == 0 {
+				continue
+			}
+			if lastUse[seq[k]] == 0 && uint64(len(lastUse)) == capacity {
+				oldest := protocol.SequenceHash(0)
+				for h, t := range lastUse {
+					if oldest == 0 || t < lastUse[oldest] {
+						oldest = h
+					}
+				}
+				delete(lastUse, oldest)
+			}
+			clock++
+			lastUse[seq[k]] = clock
+		}
+	}
+	if input == 0 {
+		return 0, 0
+	}
+	hits := tokens
+	for _, w := range cheapest {
+		hits -= w
+	}
+	return float64(hits) / float64(input), float64(lruHits) / float64(input)
+}
+
+// TestHeadroomMatchesBlockModel: the run caches' headroom against the
+// block-at-a-time model, on prompts sharing prefixes of every length, with
+// partial last blocks and blocks past the input, in LRU caches from none
+// to larger than the trace. It catches a run cache that leaves a request's
+// prefix out of the recency order, evicts the wrong end of a run, or
+// charges a partial block's miss at block_size.
+func TestHeadroomMatchesBlockModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		const bs = 4
+		var trace []Request
+		next := protocol.LocalBlockHash(1)
+		for i := range rapid.IntRange(0, 30).Draw(t, "requests") {
+			var ids []protocol.LocalBlockHash
+			if len(trace) > 0 && rapid.Bool().Draw(t, "shares") {
+				from := trace[rapid.IntRange(0, len(trace)-1).Draw(t, "from")].HashIDs
+				ids = slices.Clone(from[:rapid.IntRange(0, len(from)).Draw(t, "prefix")])
+			}
+			for range rapid.IntRange(0, 8).Draw(t, "extend") {
+				ids = append(ids, next)
+				next++
+			}
+			input := uint64(rapid.IntRange(0, (len(ids)+1)*bs).Draw(t, "input"))
+			trace = append(trace, hreq(fmt.Sprint(i), float64(i), input, ids...))
+		}
+		order := rapid.Permutation(indices(len(trace))).Draw(t, "order")
+		capacity := uint64(rapid.IntRange(0, 60).Draw(t, "capacity"))
+		inf, lru := headroomRates(trace, order, bs, capacity)
+		wantInf, wantLRU := blockHeadroomRates(trace, order, bs, capacity)
+		if inf != wantInf || lru != wantLRU {
+			t.Fatalf("infinite %v, LRU %v; the block model gives %v, %v", inf, lru, wantInf, wantLRU)
+		}
+	})
+}
+
+func indices(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
