@@ -85,15 +85,6 @@ func (t *edgeTable) set(parent uint32, local uint64, node uint32) {
 	t.slots[i].node = node
 }
 
-// each calls f with every edge's node.
-func (t *edgeTable) each(f func(node uint32)) {
-	for _, s := range t.slots {
-		if s.node != 0 {
-			f(s.node)
-		}
-	}
-}
-
 // take removes the edge of parent for local and returns its node, if there
 // is one.
 func (t *edgeTable) take(parent uint32, local uint64) (uint32, bool) {
@@ -174,5 +165,14 @@ func (t *edgeTable) grow(n int) {
 			i = (i + 1) & mask
 		}
 		t.slots[i] = s
+	}
+}
+
+// remap points every edge at f of its node.
+func (t *edgeTable) remap(f func(node uint32) uint32) {
+	for i := range t.slots {
+		if t.slots[i].node != 0 {
+			t.slots[i].node = f(t.slots[i].node)
+		}
 	}
 }

@@ -275,3 +275,38 @@ func setDepth(g uint32, mask uint64, depth uint32, overlap []uint32, matched []R
 	}
 	return matched
 }
+
+// copyHolders makes edge to, held by no rank, held as edge from is. It
+// leaves the lists of tabled children to the caller: a split's tail is
+// no tabled child, and its head takes the place of the edge it came from.
+func (t *tree) copyHolders(from, to uint32) {
+	f, d := t.node(from), t.node(to)
+	if !f.wide() {
+		d.mask, *t.groupAt(to) = f.mask, t.group(from)
+		return
+	}
+	h := &t.wide
+	i := h.newList()
+	l, src := &h.lists[i], h.lists[f.mask]
+	for k := range uint32(src.len) {
+		h.insert(l, int(k), uint32(h.groups[src.off+k]), h.masks[src.off+k])
+	}
+	l.held = src.held
+	d.mask = uint64(i)
+	d.up |= wideFlag
+}
+
+// eachGroup calls f with every group holding edge n.
+func (t *tree) eachGroup(n uint32, f func(g uint32)) {
+	nd := t.node(n)
+	if !nd.wide() {
+		if nd.mask != 0 {
+			f(uint32(t.group(n)))
+		}
+		return
+	}
+	l := t.list(nd)
+	for k := range uint32(l.len) {
+		f(uint32(t.wide.groups[l.off+k]))
+	}
+}

@@ -1,40 +1,52 @@
 package kvindex
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/offline-router/offline-router/internal/protocol"
+)
 
 // tree is the index's radix tree of cached prefixes, keyed by local block
-// hashes: a node is a prefix, found from its parent by the local hash of its
-// last block, and carries the ranks caching it (holders.go). Node
-// ids stay valid until the node is pruned.
+// hashes and path-compressed: a node is an edge, a run of consecutive
+// blocks (each the only child of the one before it) that the same ranks
+// hold (holders.go), its blocks side by side in the slab (slab.go). A
+// child hangs off its parent edge's last block and is found by its first
+// block's local hash. An edge is cut in two where its blocks stop sharing
+// holders or a child hangs off a block inside it; a store or removal of a
+// run of blocks then costs a few edges, and a walk compares the blocks of
+// an edge in a row. Edge ids stay valid until the edge is pruned, or, for
+// an edge with children, split (its head then has a new id; its tail,
+// where the children hang, keeps it).
 //
-// Most nodes of a prompt tree have one child, so each node keeps its first
-// child itself and only further children go to the shared edge table: a walk
-// down a chain reads one node per block instead of probing the table too,
-// and a stored chain that extends a leaf adds no edge at all.
+// Most edges have one child, so each edge keeps its first child itself and
+// only further children go to the shared edge table: a walk down a chain
+// reads one edge per step instead of probing the table too.
 //
-// Nodes live in fixed-size pages: a tree of millions of nodes grows by one
+// Edges live in fixed-size pages: a tree of millions of edges grows by one
 // page at a time, never copying what it holds (a doubling slice copied and
 // cleared hundreds of megabytes, and its copies held up the garbage
-// collector's stops). Nodes hold no pointers, so the collector skips them.
+// collector's stops). Edges hold no pointers, so the collector skips them.
 type tree struct {
 	pages    []*treePage
-	size     uint32 // node ids in use or freed: the next new id
+	size     uint32 // edge ids in use or freed: the next new id
 	free     []uint32
 	children edgeTable
-	// tabled lists, for a node and a group of ranks, the node's children
+	// tabled lists, for an edge and a group of ranks, the edge's children
 	// in the edge table that ranks of the group hold, and tabledAt where
 	// each child is in such a list: a removal visits the children its
 	// rank's group holds, not the thousands other groups may have given a
-	// shared node, and a child leaves a list in O(1). inEdges counts each
-	// node's children in the edge table (those nodes carry inTable).
+	// shared edge, and a child leaves a list in O(1). inEdges counts each
+	// edge's children in the edge table (those edges carry inTable).
 	tabled   map[nodeGroup][]uint32
 	tabledAt map[nodeGroup]int
 	inEdges  map[uint32]uint32
-	wide     holders // the lists of the nodes several groups hold (holders.go)
+	wide     holders // the lists of the edges several groups hold (holders.go)
+	slab     slab
+	blocks   int // the edges' blocks: prefixes held
 }
 
-// treePage is a page of nodes and, beside them (so that a node stays 32
-// bytes), each node's group: the group whose mask the node keeps.
+// treePage is a page of edges and, beside them (so that an edge stays 32
+// bytes), each edge's group: the group whose mask the edge keeps.
 type treePage struct {
 	nodes  [pageSize]treeNode
 	groups [pageSize]uint16
@@ -45,23 +57,25 @@ const (
 	pageSize = 1 << pageBits
 )
 
-// root is the empty prefix, the parent of every first block.
+// root is the empty prefix, the parent of every first block: an edge of no
+// blocks.
 const root uint32 = 0
 
 type treeNode struct {
 	up    uint32 // the parent's id, and the inTable, wideFlag and tabledFlag flags
 	first uint32 // a child kept here rather than in the edge table; 0: none
-	local uint64
-	mask  uint64 // the ranks of the node's group that hold it; with wideFlag, the index of its list (holders.go)
-	hash  uint64 // the block hash the node was first stored under
+	local uint64 // the first block's local hash, which the parent finds it by
+	mask  uint64 // the ranks of the edge's group that hold it; with wideFlag, the index of its list (holders.go)
+	start uint32 // its first block's slot
+	n     uint32 // its blocks; 0 for the root and a free id
 }
 
-// inTable marks a node some of whose children are in the edge table,
+// inTable marks an edge some of whose children are in the edge table,
 // wideFlag one that ranks of more than one group hold (holders.go), and
-// tabledFlag a node that is itself one of those children: a node coming
+// tabledFlag an edge that is itself one of those children: an edge coming
 // to be held or let go reads its own flag rather than its parent (a
-// second cache miss a block, a third of a removal's time). Node ids stay
-// below all three.
+// second cache miss, a third of a removal's time). Ids stay below all
+// three.
 const (
 	inTable    = 1 << 31
 	wideFlag   = 1 << 30
@@ -72,80 +86,109 @@ func (n *treeNode) parent() uint32 { return n.up &^ (inTable | wideFlag | tabled
 
 func (n *treeNode) wide() bool { return n.up&wideFlag != 0 }
 
-// leaf reports whether the node has no children.
+// leaf reports whether the edge has no children.
 func (n *treeNode) leaf() bool { return n.first == 0 && n.up&inTable == 0 }
 
 // newTree returns a tree holding only the root.
 func newTree() *tree {
-	t := &tree{tabled: map[nodeGroup][]uint32{}, tabledAt: map[nodeGroup]int{}, inEdges: map[uint32]uint32{}}
+	t := &tree{tabled: map[nodeGroup][]uint32{}, tabledAt: map[nodeGroup]int{}, inEdges: map[uint32]uint32{}, slab: newSlab()}
 	t.alloc()
 	return t
 }
 
-// node returns node n; the pointer stays valid until n is pruned.
+// node returns edge n; the pointer stays valid until n is pruned.
 func (t *tree) node(n uint32) *treeNode {
 	return &t.pages[n>>pageBits].nodes[n&(pageSize-1)]
 }
 
-// group returns node n's group, and groupAt where it is.
+// group returns edge n's group, and groupAt where it is.
 func (t *tree) group(n uint32) uint16 { return t.pages[n>>pageBits].groups[n&(pageSize-1)] }
 
 func (t *tree) groupAt(n uint32) *uint16 { return &t.pages[n>>pageBits].groups[n&(pageSize-1)] }
 
-// walk is a position in the tree for following a prompt down from the
-// root, one block at a time, without looking up the current node again.
-type walk struct {
-	t  *tree
-	id uint32
-	n  *treeNode
+// local returns the local hash of the block at slot.
+func (t *tree) local(slot uint32) uint64 { return t.slab.at(slot).local }
+
+// child returns the child of edge p for local, if there is one.
+func (t *tree) child(p uint32, local uint64) (uint32, bool) {
+	nd := t.node(p)
+	if nd.first != 0 && t.node(nd.first).local == local {
+		return nd.first, true
+	}
+	if nd.up&inTable == 0 {
+		return 0, false
+	}
+	return t.children.find(p, local)
 }
 
-// down moves to the child for local and reports whether there is one; if
-// not, the walk stays where it is.
-func (w *walk) down(local uint64) bool {
-	p := w.n
-	if p.first != 0 {
-		if c := w.t.node(p.first); c.local == local {
-			w.id, w.n = p.first, c
-			return true
-		}
+// addEdge makes an edge of blocks, held by no rank, a child of parent,
+// which has none for the first block's local hash, and returns it.
+func (t *tree) addEdge(parent uint32, blocks []Block) uint32 {
+	c := t.alloc()
+	start := t.slab.alloc(len(blocks))
+	for i, b := range blocks {
+		*t.slab.at(start + uint32(i)) = slabBlock{local: uint64(b.TokensHash), hash: uint64(b.BlockHash)}
 	}
-	if p.up&inTable == 0 {
-		return false
-	}
-	c, ok := w.t.children.find(w.id, local)
-	if ok {
-		w.id, w.n = c, w.t.node(c)
-	}
-	return ok
-}
-
-// child finds or makes the child of parent for local, and reports whether
-// it made it.
-func (t *tree) child(parent uint32, local uint64) (uint32, bool) {
-	p := t.node(parent)
-	if p.first != 0 && t.node(p.first).local == local {
-		return p.first, false
-	}
-	var c uint32
+	t.slab.mark(start, c)
+	t.blocks += len(blocks)
 	up := parent
+	p := t.node(parent)
 	if p.leaf() {
-		c = t.alloc()
 		p.first = c
 	} else {
-		var added bool
-		if c, added = t.children.findOrAdd(parent, local, t.alloc); !added {
-			return c, false
-		}
+		t.children.findOrAdd(parent, uint64(blocks[0].TokensHash), func() uint32 { return c })
 		t.inEdges[parent]++
 		p.up |= inTable
 		up |= tabledFlag
 	}
-	*t.node(c) = treeNode{up: up, local: local}
-	return c, true
+	*t.node(c) = treeNode{up: up, local: uint64(blocks[0].TokensHash), start: start, n: uint32(len(blocks))}
+	return c
 }
 
-// kids appends the children of n to out: the one kept in the node, and,
+// split cuts edge e before its block at offset i (0 < i < its length)
+// and returns the two edges, head and tail, held as e was. An edge without
+// children keeps its id on the head, so that its parent's links stay; one
+// with children keeps it on the tail, where they hang, and the head takes
+// its place under the parent.
+func (t *tree) split(e, i uint32) (head, tail uint32) {
+	nd := t.node(e)
+	if nd.leaf() {
+		tail = t.alloc()
+		nd = t.node(e)
+		tn := t.node(tail)
+		*tn = treeNode{up: e, local: t.local(nd.start + i), start: nd.start + i, n: nd.n - i}
+		t.copyHolders(e, tail)
+		nd.n, nd.first = i, tail
+		t.slab.mark(tn.start, tail)
+		return e, tail
+	}
+	head = t.alloc()
+	nd = t.node(e)
+	hn := t.node(head)
+	*hn = treeNode{up: nd.up &^ (inTable | wideFlag), local: nd.local, start: nd.start, n: i, first: e}
+	t.copyHolders(e, head)
+	parent, tabled := nd.parent(), nd.up&tabledFlag != 0
+	nd.up = nd.up&(inTable|wideFlag) | head
+	nd.local, nd.start, nd.n = t.local(nd.start+i), nd.start+i, nd.n-i
+	t.slab.mark(hn.start, head)
+	t.slab.mark(nd.start, e)
+	if p := t.node(parent); p.first == e {
+		p.first = head
+	} else {
+		t.children.set(parent, hn.local, head)
+	}
+	if tabled {
+		t.eachGroup(head, func(g uint32) {
+			at := t.tabledAt[nodeGroup{e, g}]
+			delete(t.tabledAt, nodeGroup{e, g})
+			t.tabled[nodeGroup{parent, g}][at] = head
+			t.tabledAt[nodeGroup{head, g}] = at
+		})
+	}
+	return head, e
+}
+
+// kids appends the children of n to out: the one kept in the edge, and,
 // with tabled, those in the edge table that ranks of group g hold.
 func (t *tree) kids(n uint32, g uint32, tabled bool, out []uint32) []uint32 {
 	nd := t.node(n)
@@ -158,13 +201,13 @@ func (t *tree) kids(n uint32, g uint32, tabled bool, out []uint32) []uint32 {
 	return out
 }
 
-// nodeGroup is a node and a group of ranks.
+// nodeGroup is an edge and a group of ranks.
 type nodeGroup struct {
 	node  uint32
 	group uint32
 }
 
-// joined and left keep tabled as group g comes to hold node n, or stops.
+// joined and left keep tabled as group g comes to hold edge n, or stops.
 func (t *tree) joined(n uint32, g uint32) {
 	if p, ok := t.tabledChild(n); ok {
 		k := nodeGroup{p, g}
@@ -197,7 +240,7 @@ func (t *tree) tabledChild(n uint32) (uint32, bool) {
 	return nd.parent(), nd.up&tabledFlag != 0
 }
 
-// alloc takes a free node id, adding a page if there is none.
+// alloc takes a free edge id, adding a page if there is none.
 func (t *tree) alloc() uint32 {
 	if n := len(t.free); n > 0 {
 		c := t.free[n-1]
@@ -206,7 +249,7 @@ func (t *tree) alloc() uint32 {
 	}
 	if t.size&(pageSize-1) == 0 {
 		if t.size == tabledFlag {
-			panic("kvindex: 2^29 tree nodes (17 GiB of them): node ids would collide with the node flags")
+			panic("kvindex: 2^29 tree edges (17 GiB of them): ids would collide with the edge flags")
 		}
 		page := new(treePage)
 		_ = prefault(unsafe.Pointer(page), unsafe.Sizeof(*page))
@@ -216,7 +259,8 @@ func (t *tree) alloc() uint32 {
 	return t.size - 1
 }
 
-// unlink removes leaf n from the tree, frees its id and returns its parent.
+// unlink removes leaf n from the tree, frees its id and its blocks, and
+// returns its parent.
 func (t *tree) unlink(n uint32) uint32 {
 	nd := t.node(n)
 	parent := nd.parent()
@@ -231,11 +275,21 @@ func (t *tree) unlink(n uint32) uint32 {
 			p.up &^= inTable
 		}
 	}
+	t.slab.unmark(nd.start)
+	t.slab.dead += int(nd.n)
+	t.blocks -= int(nd.n)
 	*nd = treeNode{}
 	*t.groupAt(n) = 0
 	t.free = append(t.free, n)
 	return parent
 }
 
-// nodes returns how many prefixes the tree holds, the root excluded.
-func (t *tree) nodes() int { return int(t.size) - 1 - len(t.free) }
+// follow returns how many of local's first blocks edge nd's blocks are, the
+// first of which a child look-up has matched already.
+func (t *tree) follow(nd *treeNode, local []protocol.LocalBlockHash) int {
+	j := 1
+	for j < int(nd.n) && j < len(local) && t.local(nd.start+uint32(j)) == uint64(local[j]) {
+		j++
+	}
+	return j
+}
