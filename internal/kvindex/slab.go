@@ -13,9 +13,9 @@ import (
 // that a slot's edge is the one at the nearest marked slot at or before it.
 //
 // Slots of pruned blocks are not reused one by one (an edge needs its
-// blocks side by side): once they outnumber the live ones, compact slides
+// blocks side by side): once they are twice the live ones, compact slides
 // every edge's blocks down over them and the index maps its slots anew, a
-// pass over what is live paid for by as many blocks freed.
+// pass over what is live paid for by twice as many blocks freed.
 type slab struct {
 	pages  []*slabPage
 	starts []uint64          // a bit per slot: an edge starts there
