@@ -44,11 +44,17 @@ type Index struct {
 	alive      []groupPair // scratch: the ranks a match is still following
 	matched    []RankID    // the ranks the last FindMatches gave an overlap
 	warm       uint64      // where Store and Remove leave the slots they warm, so the loads stay
+	lazy       bool        // ranks keep no tables until one is needed (Lazy)
 }
 
 type rankCache struct {
-	live   bool
-	blocks edgeTable // block_hash (as the local hash, under parent 0) -> the block's slot
+	live bool
+	// table: the rank keeps blocks, a table from its block hashes (as the
+	// local hash, under parent 0) to the blocks' slots. A rank of a lazy
+	// index keeps none until it needs one, and counts its blocks in held.
+	table  bool
+	blocks edgeTable
+	held   int
 	// phantom lists the blocks (slots) the rank still holds though none of
 	// its block hashes addresses them: a hash moved to another prefix. As
 	// in Dynamo, whose old node keeps the worker, what the rank holds below
@@ -85,7 +91,7 @@ func (x *Index) AddRank(id RankID) {
 		x.ranks = append(x.ranks, rankCache{})
 	}
 	x.DropRank(id)
-	x.ranks[id] = rankCache{live: true}
+	x.ranks[id] = rankCache{live: true, table: !x.lazy}
 	g, bit := split(id)
 	for int(g) >= len(x.live) {
 		x.live = append(x.live, 0)
@@ -124,8 +130,47 @@ func (x *Index) LastEventID(id RankID) (uint64, bool) {
 
 // HasBlock reports whether id caches the block addressed by blockHash.
 func (x *Index) HasBlock(id RankID, blockHash protocol.SequenceHash) bool {
+	if !x.ranks[id].table {
+		if e, ok := x.tree.ends.find(uint64(blockHash)); ok && x.tree.holds(e, id) {
+			return true
+		}
+		x.materialize(id)
+	}
 	_, ok := x.ranks[id].blocks.find(0, uint64(blockHash))
 	return ok
+}
+
+// Lazy makes the ranks of the index, which must be new, keep no tables
+// from their block hashes to their blocks: a store then costs a few edges
+// whatever its length, not a table entry a block, and so does a removal of
+// a chain tail first, found by the hash of the edge it starts at the end
+// of (tree.ends). It takes a block hash to name one prefix, as the hash of
+// a chain of local hashes does (kvindex.SequenceHashes, the replay's):
+// a rank that names a hash it cannot find so, or stores a block under
+// another hash than the one it was first stored under, gets its table
+// then, and keeps it.
+func (x *Index) Lazy() {
+	x.lazy = true
+	x.tree.ends = &endIndex{}
+}
+
+// materialize gives rank id its table: every block it holds, by its hash.
+func (x *Index) materialize(id RankID) {
+	r := &x.ranks[id]
+	r.table = true
+	x.below = x.heldKids(root, id, x.below[:0])
+	for len(x.below) > 0 {
+		c := x.below[len(x.below)-1]
+		x.below = x.below[:len(x.below)-1]
+		if !x.tree.holds(c, id) {
+			continue
+		}
+		x.below = x.heldKids(c, id, x.below)
+		nd := x.tree.node(c)
+		for s := nd.start; s < nd.start+nd.n; s++ {
+			r.blocks.findOrAdd(0, x.tree.slab.at(s).hash, func() uint32 { return s })
+		}
+	}
 }
 
 // Why a store is refused; a refused store changes nothing.
@@ -145,6 +190,13 @@ var (
 // cut first where the chain leaves it; the blocks past the last existing
 // one become one new edge. Only the rank's table is kept a block at a time.
 func (x *Index) Store(id RankID, parent *protocol.SequenceHash, blocks []Block) error {
+	return x.StoreUnder(id, nil, parent, blocks)
+}
+
+// StoreUnder is Store told path, the local hashes of parent's prefix (as
+// many as its depth): a rank of a lazy index finds parent by them, in a
+// walk, not by its hash, which may name a block inside an edge.
+func (x *Index) StoreUnder(id RankID, path []protocol.LocalBlockHash, parent *protocol.SequenceHash, blocks []Block) error {
 	r := &x.ranks[id]
 	if !r.live {
 		panic(fmt.Sprintf("kvindex: a store for rank %d, which is not added", id))
@@ -153,7 +205,13 @@ func (x *Index) Store(id RankID, parent *protocol.SequenceHash, blocks []Block) 
 	t := x.tree
 	e, off := root, uint32(0) // the edge of the block the next one hangs from, and its offset there
 	if parent != nil {
-		ps, ok := r.blocks.find(0, uint64(*parent))
+		ps, ok := uint32(0), false
+		if !r.table && len(path) > 0 {
+			ps, ok = x.walkTo(id, path, uint64(*parent))
+		}
+		if !ok {
+			ps, ok = x.find(id, *parent)
+		}
 		if !ok {
 			return ErrUnknownParent
 		}
@@ -166,11 +224,13 @@ func (x *Index) Store(id RankID, parent *protocol.SequenceHash, blocks []Block) 
 		e, start = t.slab.edgeOf(ps)
 		off = ps - start
 	}
-	warm := uint64(0)
-	for _, b := range blocks {
-		warm ^= r.blocks.home(0, uint64(b.BlockHash))
+	if r.table {
+		warm := uint64(0)
+		for _, b := range blocks {
+			warm ^= r.blocks.home(0, uint64(b.BlockHash))
+		}
+		x.warm = warm
 	}
-	x.warm = warm
 	for k := 0; k < len(blocks); {
 		// The next blocks' edge c from offset at, and whether the rank
 		// held them before.
@@ -196,6 +256,10 @@ func (x *Index) Store(id RankID, parent *protocol.SequenceHash, blocks []Block) 
 		for m < cn.n-at && k+int(m) < len(blocks) && t.local(cn.start+at+m) == uint64(blocks[k+int(m)].TokensHash) {
 			m++
 		}
+		base := cn.start + at
+		if !r.table && !t.hashed(base, blocks[k:k+int(m)]) {
+			x.materialize(id) // a block stored under another hash: an alias
+		}
 		if !held {
 			// Entered at c's first block (the rank holds the block before,
 			// so it holds all of any edge that block is inside).
@@ -204,8 +268,10 @@ func (x *Index) Store(id RankID, parent *protocol.SequenceHash, blocks []Block) 
 			}
 			x.hold(c, id)
 		}
-		base := t.node(c).start + at
 		for j := range m {
+			if !r.table {
+				break // the rank held these already, or holds them now
+			}
 			b, s := blocks[k+int(j)], base+j
 			old, added := r.blocks.findOrAdd(0, uint64(b.BlockHash), func() uint32 { return s })
 			switch {
@@ -223,6 +289,43 @@ func (x *Index) Store(id RankID, parent *protocol.SequenceHash, blocks []Block) 
 		e, off, k = c, at+m-1, k+int(m)
 	}
 	return nil
+}
+
+// find returns the slot of id's block named h: from its table, or, for a
+// rank that keeps none, the end of an edge it holds, else from the table it
+// then gets.
+func (x *Index) find(id RankID, h protocol.SequenceHash) (uint32, bool) {
+	r := &x.ranks[id]
+	if !r.table {
+		if e, ok := x.tree.ends.find(uint64(h)); ok && x.tree.holds(e, id) {
+			nd := x.tree.node(e)
+			return nd.start + nd.n - 1, true
+		}
+		x.materialize(id)
+	}
+	return r.blocks.find(0, uint64(h))
+}
+
+// walkTo returns the slot of the block at the end of path, if id holds it
+// and its hash is h.
+func (x *Index) walkTo(id RankID, path []protocol.LocalBlockHash, h uint64) (uint32, bool) {
+	t := x.tree
+	for e, d := root, 0; ; {
+		c, ok := t.child(e, uint64(path[d]))
+		if !ok {
+			return 0, false
+		}
+		nd := t.node(c)
+		j := t.follow(nd, path[d:])
+		if d+j == len(path) {
+			s := nd.start + uint32(j) - 1
+			return s, t.holds(c, id) && t.slab.at(s).hash == h
+		}
+		if j < int(nd.n) {
+			return 0, false
+		}
+		d, e = d+j, c
+	}
 }
 
 // attach notes hash h of id for block s: an alias if it is not s's own,
@@ -284,18 +387,19 @@ func (x *Index) dropExtra(id RankID, s uint32) {
 // their edge together: one cut, not one a block.
 func (x *Index) Remove(id RankID, hashes []protocol.SequenceHash) int {
 	r := &x.ranks[id]
-	warm := uint64(0)
-	for _, h := range hashes { // as in Store: let the misses overlap
-		warm ^= r.blocks.home(0, uint64(h))
+	if r.table {
+		warm := uint64(0)
+		for _, h := range hashes { // as in Store: let the misses overlap
+			warm ^= r.blocks.home(0, uint64(h))
+		}
+		x.warm = warm
 	}
-	x.warm = warm
 	n := 0
 	for i := 0; i < len(hashes); i++ {
-		s, ok := r.blocks.take(0, uint64(hashes[i]))
+		s, ok := x.take(id, hashes[i])
 		if !ok {
 			continue
 		}
-		x.unalias(s, id, hashes[i])
 		n++
 		if x.hasExtra(id, s) { // not its last hash there: it keeps s
 			x.dropExtra(id, s)
@@ -303,9 +407,8 @@ func (x *Index) Remove(id RankID, hashes []protocol.SequenceHash) int {
 		}
 		e, start := x.tree.slab.edgeOf(s)
 		lo := s
-		for i+1 < len(hashes) && lo > start && !x.hasExtra(id, lo-1) && r.blocks.takeIf(0, uint64(hashes[i+1]), lo-1) {
+		for i+1 < len(hashes) && lo > start && x.takeBefore(id, hashes[i+1], lo-1) {
 			i, lo = i+1, lo-1
-			x.unalias(lo, id, hashes[i])
 			n++
 		}
 		n += x.leave(e, lo-start, s-start, id)
@@ -313,15 +416,44 @@ func (x *Index) Remove(id RankID, hashes []protocol.SequenceHash) int {
 	return n
 }
 
+// take takes hash h from id's hashes and returns its block's slot, if id
+// has it (a rank that keeps no table has it at the end of an edge it
+// holds, or gets its table).
+func (x *Index) take(id RankID, h protocol.SequenceHash) (uint32, bool) {
+	r := &x.ranks[id]
+	if !r.table {
+		if e, ok := x.tree.ends.find(uint64(h)); ok && x.tree.holds(e, id) {
+			nd := x.tree.node(e)
+			return nd.start + nd.n - 1, true
+		}
+		x.materialize(id)
+	}
+	s, ok := r.blocks.take(0, uint64(h))
+	if ok {
+		x.unalias(s, id, h)
+	}
+	return s, ok
+}
+
+// takeBefore takes h from id's hashes if it names block s, the one before a
+// block it is leaving, by its only hash there.
+func (x *Index) takeBefore(id RankID, h protocol.SequenceHash, s uint32) bool {
+	if !x.ranks[id].table {
+		return x.tree.slab.at(s).hash == uint64(h)
+	}
+	if x.hasExtra(id, s) || !x.ranks[id].blocks.takeIf(0, uint64(h), s) {
+		return false
+	}
+	x.unalias(s, id, h)
+	return true
+}
+
 // leave takes id off edge e's blocks from offset lo on, and off every
 // block it holds below them, whose hashes it takes (those from lo to top
 // the caller took), and returns how many hashes it took.
 func (x *Index) leave(e, lo, top uint32, id RankID) int {
 	nd := x.tree.node(e)
-	n := 0
-	for s := nd.start + top + 1; s < nd.start+nd.n; s++ {
-		n += x.takeHeld(s, id)
-	}
+	n := x.takeHeld(nd.start+top+1, nd.start+nd.n, id)
 	n += x.dropBelow(e, id)
 	if lo > 0 {
 		_, e = x.tree.split(e, lo)
@@ -343,31 +475,35 @@ func (x *Index) dropBelow(e uint32, id RankID) int {
 		}
 		x.below = x.heldKids(c, id, x.below)
 		nd := x.tree.node(c)
-		for s := nd.start; s < nd.start+nd.n; s++ {
-			n += x.takeHeld(s, id)
-		}
+		n += x.takeHeld(nd.start, nd.start+nd.n, id)
 		x.release(c, id) // prunes c once nothing holds it and it has no children
 	}
 	return n
 }
 
-// takeHeld takes from id's table the hashes it has for block s, which it is
-// leaving, with what else it keeps about s, and returns how many.
-func (x *Index) takeHeld(s uint32, id RankID) int {
+// takeHeld takes from id's table the hashes it has for blocks from to end
+// (slots), which it is leaving, with what else it keeps about them, and
+// returns how many. A rank without a table has one hash a block.
+func (x *Index) takeHeld(from, end uint32, id RankID) int {
 	r := &x.ranks[id]
-	n := 0
-	if r.blocks.takeIf(0, x.tree.slab.at(s).hash, s) {
-		n++
+	if !r.table {
+		return int(end - from)
 	}
-	if len(x.alias) > 0 || len(x.extra) > 0 || len(r.phantom) > 0 { // the rare cases: one lookup each
-		k := rankSlot{id, s}
-		for h := range x.alias[k] {
-			r.blocks.take(0, uint64(h))
+	n := 0
+	for s := from; s < end; s++ {
+		if r.blocks.takeIf(0, x.tree.slab.at(s).hash, s) {
 			n++
 		}
-		delete(x.alias, k)
-		delete(x.extra, k)
-		delete(r.phantom, s)
+		if len(x.alias) > 0 || len(x.extra) > 0 || len(r.phantom) > 0 { // the rare cases: one lookup each
+			k := rankSlot{id, s}
+			for h := range x.alias[k] {
+				r.blocks.take(0, uint64(h))
+				n++
+			}
+			delete(x.alias, k)
+			delete(x.extra, k)
+			delete(r.phantom, s)
+		}
 	}
 	return n
 }
@@ -387,6 +523,9 @@ func (x *Index) heldKids(e uint32, id RankID, out []uint32) []uint32 {
 // children. Both keep tabledHeld.
 func (x *Index) hold(e uint32, id RankID) {
 	x.tree.hold(e, id)
+	if r := &x.ranks[id]; !r.table {
+		r.held += int(x.tree.node(e).n)
+	}
 	if p, tabled := x.tree.tabledChild(e); tabled {
 		x.tabledHeld[rankNode{id, p}]++
 	}
@@ -394,6 +533,9 @@ func (x *Index) hold(e uint32, id RankID) {
 
 func (x *Index) release(e uint32, id RankID) {
 	x.tree.release(e, id)
+	if r := &x.ranks[id]; !r.table {
+		r.held -= int(x.tree.node(e).n)
+	}
 	if p, tabled := x.tree.tabledChild(e); tabled {
 		k := rankNode{id, p}
 		if x.tabledHeld[k]--; x.tabledHeld[k] == 0 {
@@ -421,14 +563,19 @@ func (x *Index) unalias(s uint32, id RankID, h protocol.SequenceHash) {
 // through what it holds finds them all.
 func (x *Index) Clear(id RankID) int {
 	r := &x.ranks[id]
-	n := r.blocks.used
+	n := x.Blocks(id)
 	x.dropBelow(root, id)
-	r.blocks, r.phantom = edgeTable{}, nil
+	r.blocks, r.phantom, r.table, r.held = edgeTable{}, nil, !x.lazy, 0
 	return n
 }
 
 // Blocks returns how many blocks id caches.
-func (x *Index) Blocks(id RankID) int { return x.ranks[id].blocks.used }
+func (x *Index) Blocks(id RankID) int {
+	if r := &x.ranks[id]; !r.table {
+		return r.held
+	}
+	return x.ranks[id].blocks.used
+}
 
 // Nodes returns how many prefixes the index holds: blocks of its tree.
 func (x *Index) Nodes() int { return x.tree.blocks }

@@ -243,11 +243,18 @@ func (m *rankModel) dropBelow(path []protocol.LocalBlockHash) int {
 
 // blockHashes draws the block hashes a host sends for local: the sequence
 // hashes, the same under another worker's hash seed (one prefix under two
-// hashes), or hashes from a tiny alphabet (one hash moving between
-// prefixes).
-func blockHashes(t *rapid.T, local []protocol.LocalBlockHash) []protocol.SequenceHash {
+// hashes), or, with collide, hashes from a tiny alphabet (one hash moving
+// between prefixes).
+func blockHashes(t *rapid.T, local []protocol.LocalBlockHash, collide bool) []protocol.SequenceHash {
 	seq := SequenceHashes(local)
-	switch rapid.IntRange(0, 2).Draw(t, "hashes") {
+	kinds := 1
+	if collide {
+		kinds = 2
+	}
+	if !collide && rapid.IntRange(0, 3).Draw(t, "seeded") > 0 {
+		return seq // a lazy index mostly sees one seed, so that its ranks stay lazy a while
+	}
+	switch rapid.IntRange(0, kinds).Draw(t, "hashes") {
 	case 1:
 		for i := range seq {
 			seq[i] ^= 0x5eed
@@ -261,7 +268,8 @@ func blockHashes(t *rapid.T, local []protocol.LocalBlockHash) []protocol.Sequenc
 }
 
 // TestIndexMatchesModel drives random stores (at the root or under a block
-// the rank holds or not), removes, clears and drops, with the slab
+// the rank holds or not, found by its hash or its path), removes, clears
+// and drops, in an index with tables or a lazy one, with the slab
 // compacted whenever it can be or only when large, and checks every
 // rank's matches, block count and blocks against the model after every
 // step, and that dropping every rank leaves nothing behind.
@@ -278,6 +286,13 @@ func TestIndexMatchesModel(t *testing.T) {
 			compactMin = 1
 		}
 		x := New()
+		// A lazy index takes a hash to name one prefix: no tiny alphabet.
+		// One prefix under two seeds, a hash it does not hold and a
+		// block inside an edge named give a rank its table.
+		lazy := rapid.Bool().Draw(t, "lazy")
+		if lazy {
+			x.Lazy()
+		}
 		m := model{}
 		for _, r := range ids {
 			x.AddRank(r)
@@ -291,16 +306,22 @@ func TestIndexMatchesModel(t *testing.T) {
 			case 0, 1, 2, 3, 4, 5:
 				var parent *protocol.SequenceHash
 				var prefix []protocol.LocalBlockHash
+				held := slices.Sorted(maps.Keys(m[r].blocks))
 				if rapid.Bool().Draw(t, "under a parent") {
-					held := slices.Sorted(maps.Keys(m[r].blocks))
 					p := hashIn[protocol.SequenceHash](1, 4).Draw(t, "unknown parent")
 					if len(held) > 0 && rapid.Bool().Draw(t, "a held parent") {
 						p = rapid.SampledFrom(held).Draw(t, "parent")
 					}
 					parent, prefix = &p, m[r].blocks[p]
 				}
+				// The path a store names its parent by: the parent's own,
+				// or, from a careless caller, another block's.
+				path := prefix
+				if len(held) > 0 && rapid.Bool().Draw(t, "another block's path") {
+					path = m[r].blocks[rapid.SampledFrom(held).Draw(t, "path of")]
+				}
 				local := gen.Draw(t, "local")
-				seq := blockHashes(t, append(slices.Clone(prefix), local...))[len(prefix):]
+				seq := blockHashes(t, append(slices.Clone(prefix), local...), !lazy)[len(prefix):]
 				blocks := make([]Block, len(local))
 				for i := range local {
 					blocks[i] = Block{BlockHash: seq[i], TokensHash: local[i]}
@@ -315,7 +336,13 @@ func TestIndexMatchesModel(t *testing.T) {
 				case parent != nil && slices.ContainsFunc(blocks, func(b Block) bool { return b.BlockHash == *parent }):
 					want = ErrSelfReference
 				}
-				if err := x.Store(r, parent, blocks); err != want {
+				store := x.Store
+				if rapid.Bool().Draw(t, "parent by its path") {
+					store = func(id RankID, parent *protocol.SequenceHash, blocks []Block) error {
+						return x.StoreUnder(id, path, parent, blocks)
+					}
+				}
+				if err := store(r, parent, blocks); err != want {
 					t.Fatalf("store under parent %v (held prefix %v) returned %v, want %v", parent != nil, prefix, err, want)
 				} else if err == nil {
 					for i := range local {
@@ -325,12 +352,21 @@ func TestIndexMatchesModel(t *testing.T) {
 			case 6, 7:
 				// A removed event of a run of a chain's hashes (one, or
 				// several, from its middle or its tail), tail first as an
-				// engine frees a request's blocks, or head first.
-				seq := blockHashes(t, gen.Draw(t, "local"))
+				// engine frees a request's blocks, head first, or in any
+				// order.
+				seq := blockHashes(t, gen.Draw(t, "local"), !lazy)
 				from := rapid.IntRange(0, len(seq)-1).Draw(t, "run from")
 				run := slices.Clone(seq[from:rapid.IntRange(from+1, len(seq)).Draw(t, "run to")])
-				if rapid.Bool().Draw(t, "tail first") {
+				switch rapid.IntRange(0, 2).Draw(t, "order") {
+				case 0:
 					slices.Reverse(run)
+				case 1:
+					run = rapid.Permutation(run).Draw(t, "shuffled")
+				}
+				if rapid.Bool().Draw(t, "a second chain after it") { // the first's head is no chain with the second's tail
+					more := blockHashes(t, gen.Draw(t, "local"), !lazy)
+					slices.Reverse(more)
+					run = append(run, more...)
 				}
 				want := 0
 				for _, h := range run {
@@ -353,35 +389,7 @@ func TestIndexMatchesModel(t *testing.T) {
 				m[r] = newRankModel()
 			}
 			probe := gen.Draw(t, "probe")
-			overlap := make([]uint32, ids[len(ids)-1]+1)
-			x.FindMatches(probe, overlap)
-			// Matched lists each rank given an overlap, once.
-			var given []RankID
-			for r, o := range overlap {
-				if o > 0 {
-					given = append(given, RankID(r))
-				}
-			}
-			if got := slices.Sorted(slices.Values(x.Matched())); !slices.Equal(got, given) {
-				t.Fatalf("probe %v: matched %v, ranks given an overlap %v", probe, got, given)
-			}
-			checkHolders(t, x, ids)
-			if want := m.prefixes(); x.Nodes() != want {
-				t.Fatalf("%d nodes, but the ranks hold %d distinct prefixes", x.Nodes(), want)
-			}
-			for _, rr := range ids {
-				if want := m[rr].overlap(probe); overlap[rr] != want {
-					t.Fatalf("rank %d probe %v: overlap %d, want %d", rr, probe, overlap[rr], want)
-				}
-				if x.Blocks(rr) != len(m[rr].blocks) {
-					t.Fatalf("rank %d holds %d blocks, model %d", rr, x.Blocks(rr), len(m[rr].blocks))
-				}
-				for _, h := range blockHashes(t, probe) {
-					if _, want := m[rr].blocks[h]; x.HasBlock(rr, h) != want {
-						t.Fatalf("rank %d block %d: held %v, model %v", rr, h, !want, want)
-					}
-				}
-			}
+			checkModel(t, x, m, ids, probe, blockHashes(t, probe, !lazy))
 		}
 		for _, r := range ids {
 			x.DropRank(r)
@@ -443,6 +451,65 @@ func TestMovedHashKeepsItsOldPrefix(t *testing.T) {
 			t.Fatalf("rank %d: %d nodes outlived a clear", id, x.Nodes())
 		}
 	}
+}
+
+// checkModel checks the index against the model after a step: every
+// rank's match of probe (and Matched), the holders, the prefix count, and
+// every rank's block count and blocks among probeHashes.
+func checkModel(t *rapid.T, x *Index, m model, ids []RankID, probe []protocol.LocalBlockHash, probeHashes []protocol.SequenceHash) {
+	overlap := make([]uint32, ids[len(ids)-1]+1)
+	x.FindMatches(probe, overlap)
+	// Matched lists each rank given an overlap, once.
+	var given []RankID
+	for r, o := range overlap {
+		if o > 0 {
+			given = append(given, RankID(r))
+		}
+	}
+	if got := slices.Sorted(slices.Values(x.Matched())); !slices.Equal(got, given) {
+		t.Fatalf("probe %v: matched %v, ranks given an overlap %v", probe, got, given)
+	}
+	checkHolders(t, x, ids)
+	if want := m.prefixes(); x.Nodes() != want {
+		t.Fatalf("%d nodes, but the ranks hold %d distinct prefixes", x.Nodes(), want)
+	}
+	for _, rr := range ids {
+		if want := m[rr].overlap(probe); overlap[rr] != want {
+			t.Fatalf("rank %d probe %v: overlap %d, want %d", rr, probe, overlap[rr], want)
+		}
+		if x.Blocks(rr) != len(m[rr].blocks) {
+			t.Fatalf("rank %d holds %d blocks, model %d", rr, x.Blocks(rr), len(m[rr].blocks))
+		}
+		for _, h := range probeHashes {
+			if _, want := m[rr].blocks[h]; hasBlock(x, rr, h) != want {
+				t.Fatalf("rank %d block %d: held %v, model %v", rr, h, !want, want)
+			}
+		}
+	}
+}
+
+// hasBlock is HasBlock without giving a lazy rank its table (which would
+// leave the rest of a test nothing lazy to try): a look through every block
+// the rank holds.
+func hasBlock(x *Index, id RankID, h protocol.SequenceHash) bool {
+	if x.ranks[id].table {
+		return x.HasBlock(id, h)
+	}
+	found := false
+	below := x.heldKids(root, id, nil)
+	for len(below) > 0 {
+		c := below[len(below)-1]
+		below = below[:len(below)-1]
+		if !x.tree.holds(c, id) {
+			continue
+		}
+		below = x.heldKids(c, id, below)
+		nd := x.tree.node(c)
+		for s := nd.start; s < nd.start+nd.n; s++ {
+			found = found || x.tree.slab.at(s).hash == uint64(h)
+		}
+	}
+	return found
 }
 
 // edges, childCounts and wideLists are the edge-table entries, the
@@ -527,4 +594,85 @@ func TestRemovalVisitsItsGroupsChildren(t *testing.T) {
 	if len(kids) < 3 {
 		t.Fatalf("rank 70's children listed: %v, want its 3 (and the node's first)", kids)
 	}
+}
+
+// TestLazyIndexMatchesModel drives a lazy index as the replay does, so that
+// its ranks mostly stay without tables: chains stored under the root or a
+// held block found by its path, with sequence hashes; removals of a held
+// block and the blocks above it, tail first; clears and drops; then the
+// checks of TestIndexMatchesModel. It catches a rank without a table that
+// finds a chain's next block, counts its blocks, or walks to a parent
+// wrongly.
+func TestLazyIndexMatchesModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		ids := rapid.SampledFrom([][]RankID{{0, 1, 5}, {0, 1, 70, 71, 130, 200}}).Draw(t, "ranks")
+		if rapid.Bool().Draw(t, "compact eagerly") {
+			defer func(was int) { compactMin = was }(compactMin)
+			compactMin = 1
+		}
+		x := New()
+		x.Lazy()
+		m := model{}
+		for _, r := range ids {
+			x.AddRank(r)
+			m[r] = newRankModel()
+		}
+		gen := rapid.SliceOfN(hashIn[protocol.LocalBlockHash](1, 3), 1, 6)
+		for range rapid.IntRange(1, 40).Draw(t, "steps") {
+			r := rapid.SampledFrom(ids).Draw(t, "rank")
+			held := slices.Sorted(maps.Keys(m[r].blocks))
+			switch op := rapid.IntRange(0, 9).Draw(t, "op"); {
+			case op < 6:
+				var parent *protocol.SequenceHash
+				var prefix []protocol.LocalBlockHash
+				if len(held) > 0 && rapid.IntRange(0, 3).Draw(t, "at the root") > 0 {
+					p := rapid.SampledFrom(held).Draw(t, "parent")
+					parent, prefix = &p, m[r].blocks[p]
+				}
+				local := gen.Draw(t, "local")
+				path := append(slices.Clone(prefix), local...)
+				seq := SequenceHashes(path)[len(prefix):]
+				blocks := make([]Block, len(local))
+				for i := range local {
+					blocks[i] = Block{BlockHash: seq[i], TokensHash: local[i]}
+				}
+				if err := x.StoreUnder(r, prefix, parent, blocks); err != nil {
+					t.Fatalf("store under a held parent refused: %v", err)
+				}
+				for i := range local {
+					m[r].store(seq[i], path[:len(prefix)+i+1])
+				}
+			case op < 9 && len(held) > 0:
+				path := m[r].blocks[rapid.SampledFrom(held).Draw(t, "deepest")]
+				seq := SequenceHashes(path)
+				run := slices.Clone(seq[rapid.IntRange(0, len(seq)-1).Draw(t, "from"):])
+				slices.Reverse(run)
+				if rapid.Bool().Draw(t, "another chain after it") { // not a chain with the first
+					more := SequenceHashes(m[r].blocks[rapid.SampledFrom(held).Draw(t, "its deepest")])
+					more = more[rapid.IntRange(0, len(more)-1).Draw(t, "its from"):]
+					slices.Reverse(more)
+					run = append(run, more...)
+				}
+				want := 0
+				for _, h := range run {
+					if p, ok := m[r].blocks[h]; ok {
+						delete(m[r].blocks, h)
+						want += 1 + m[r].dropBelow(p)
+					}
+				}
+				if got := x.Remove(r, run); got != want {
+					t.Fatalf("remove of %v returned %d, want %d", run, got, want)
+				}
+			case op == 9 && rapid.Bool().Draw(t, "clear"):
+				x.Clear(r)
+				m[r] = newRankModel()
+			case op == 9:
+				x.DropRank(r)
+				x.AddRank(r)
+				m[r] = newRankModel()
+			}
+			probe := gen.Draw(t, "probe")
+			checkModel(t, x, m, ids, probe, SequenceHashes(probe))
+		}
+	})
 }

@@ -42,7 +42,8 @@ type tree struct {
 	inEdges  map[uint32]uint32
 	wide     holders // the lists of the edges several groups hold (holders.go)
 	slab     slab
-	blocks   int // the edges' blocks: prefixes held
+	blocks   int       // the edges' blocks: prefixes held
+	ends     *endIndex // for a lazy index (Index.Lazy): each edge by its last block's hash
 }
 
 // treePage is a page of edges and, beside them (so that an edge stays 32
@@ -131,6 +132,9 @@ func (t *tree) addEdge(parent uint32, blocks []Block) uint32 {
 	}
 	t.slab.mark(start, c)
 	t.blocks += len(blocks)
+	if t.ends != nil {
+		t.ends.add(uint64(blocks[len(blocks)-1].BlockHash), c)
+	}
 	up := parent
 	p := t.node(parent)
 	if p.leaf() {
@@ -158,6 +162,12 @@ func (t *tree) split(e, i uint32) (head, tail uint32) {
 		tn := t.node(tail)
 		*tn = treeNode{up: e, local: t.local(nd.start + i), start: nd.start + i, n: nd.n - i}
 		t.copyHolders(e, tail)
+		if t.ends != nil {
+			end := t.endHash(nd)
+			t.ends.remove(end, e)
+			t.ends.add(end, tail)
+			t.ends.add(t.slab.at(nd.start+i-1).hash, e)
+		}
 		nd.n, nd.first = i, tail
 		t.slab.mark(tn.start, tail)
 		return e, tail
@@ -172,6 +182,9 @@ func (t *tree) split(e, i uint32) (head, tail uint32) {
 	nd.local, nd.start, nd.n = t.local(nd.start+i), nd.start+i, nd.n-i
 	t.slab.mark(hn.start, head)
 	t.slab.mark(nd.start, e)
+	if t.ends != nil {
+		t.ends.add(t.endHash(hn), head)
+	}
 	if p := t.node(parent); p.first == e {
 		p.first = head
 	} else {
@@ -275,6 +288,9 @@ func (t *tree) unlink(n uint32) uint32 {
 			p.up &^= inTable
 		}
 	}
+	if t.ends != nil {
+		t.ends.remove(t.endHash(nd), n)
+	}
 	t.slab.unmark(nd.start)
 	t.slab.dead += int(nd.n)
 	t.blocks -= int(nd.n)
@@ -284,6 +300,9 @@ func (t *tree) unlink(n uint32) uint32 {
 	return parent
 }
 
+// endHash is the block hash of edge nd's last block.
+func (t *tree) endHash(nd *treeNode) uint64 { return t.slab.at(nd.start + nd.n - 1).hash }
+
 // follow returns how many of local's first blocks edge nd's blocks are, the
 // first of which a child look-up has matched already.
 func (t *tree) follow(nd *treeNode, local []protocol.LocalBlockHash) int {
@@ -292,4 +311,15 @@ func (t *tree) follow(nd *treeNode, local []protocol.LocalBlockHash) int {
 		j++
 	}
 	return j
+}
+
+// hashed reports whether blocks have the hashes their blocks from slot on
+// were first stored under.
+func (t *tree) hashed(slot uint32, blocks []Block) bool {
+	for i, b := range blocks {
+		if t.slab.at(slot+uint32(i)).hash != uint64(b.BlockHash) {
+			return false
+		}
+	}
+	return true
 }
