@@ -91,6 +91,19 @@ func New(cfg protocol.Config) (*Engine, error) {
 	}, nil
 }
 
+// TrustChainedHashes tells a new engine that its host's block hashes are
+// chains of local hashes (kvindex.SequenceHashes), so that one names one
+// prefix, and that its stored events carry their parent's path
+// (protocol.Stored.Path), as the replay's do: the device index then keeps
+// no per-rank table of block hashes (kvindex.Index.Lazy), and a stored or
+// removed chain costs a few edges, not a table entry a block.
+func (e *Engine) TrustChainedHashes() { e.index.Lazy() }
+
+// IndexTables is how many ranks of the device index keep a table of block
+// hashes (each of them, unless TrustChainedHashes; else those whose events
+// needed one): what a replay's operation count bounds.
+func (e *Engine) IndexTables() int { return e.index.Tables() }
+
 // paramsOf is what selection reads for a request of role.
 func (e *Engine) paramsOf(role protocol.Role) *selector.Params { return &e.params[roleIndex(role)] }
 

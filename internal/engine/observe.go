@@ -112,7 +112,7 @@ func (e *Engine) applyEvent(i int, x *protocol.KVEvent, tier string) string {
 			e.tiers.of(tier).Store(id, d.ParentHash, d.Blocks)
 			break
 		}
-		switch e.index.Store(id, d.ParentHash, d.Blocks) {
+		switch e.index.StoreUnder(id, d.Path, d.ParentHash, d.Blocks) {
 		case kvindex.ErrUnknownParent:
 			return protocol.SkipUnknownParent
 		case kvindex.ErrSelfReference:

@@ -569,6 +569,17 @@ func (x *Index) Clear(id RankID) int {
 	return n
 }
 
+// Tables returns how many live ranks keep a table of their block hashes.
+func (x *Index) Tables() int {
+	n := 0
+	for i := range x.ranks {
+		if x.ranks[i].live && x.ranks[i].table {
+			n++
+		}
+	}
+	return n
+}
+
 // Blocks returns how many blocks id caches.
 func (x *Index) Blocks(id RankID) int {
 	if r := &x.ranks[id]; !r.table {

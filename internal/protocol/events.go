@@ -107,6 +107,11 @@ type Stored struct {
 	// the store's LoRAName and CacheNamespace ("" when none).
 	Unhashed                 []UnhashedBlock
 	LoRAName, CacheNamespace string
+	// Path is, from a host that has it (the replay: no wire carries it),
+	// the local hashes of the prefix ParentHash ends, so that the router
+	// finds the parent by walking them, not by a table of every block's
+	// hash (Engine.TrustChainedHashes).
+	Path []LocalBlockHash
 }
 
 // UnhashedBlock is a stored block's tokens, for Blocks[Index].TokensHash.

@@ -240,7 +240,7 @@ func (w *simWorker) store(r *simRequest) *protocol.KVEvent {
 	var st protocol.Stored
 	if r.hitBlocks > 0 {
 		p := r.seq[r.hitBlocks-1]
-		st.ParentHash = &p
+		st.ParentHash, st.Path = &p, r.local[:r.hitBlocks]
 	}
 	w.stored = w.stored[:0]
 	for i := r.hitBlocks; i < r.cachedBlocks; i++ {

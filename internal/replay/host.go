@@ -43,10 +43,12 @@ type Options struct {
 
 // replayOps are a replay's counts of work, which TestReplayOperationCounts
 // bounds: its simulated caches' (the simple model's) and its KV events'
-// (events sent to the router, and the blocks they name).
+// (events sent to the router, and the blocks they name), and the ranks of
+// the routers' indexes that came to keep a table entry a block.
 type replayOps struct {
 	cache               cacheOps
 	events, eventBlocks int
+	indexTables         int
 }
 
 // ErrStopped is Run's error when Options.Stop ended it.
@@ -244,6 +246,7 @@ func Run(trace []Request, opt Options) (*Result, error) {
 			if err != nil {
 				return nil, err
 			}
+			eng.TrustChainedHashes()
 			rp := &replica{pool: p, index: i, waiting: map[string]*simRequest{}, synced: map[string]bool{}}
 			if i == 0 { // the streams are the first replica's
 				rp.router = newRouter(eng, spec.commands, spec.responses)
@@ -310,6 +313,11 @@ func Run(trace []Request, opt Options) (*Result, error) {
 			}
 		}
 		opt.ops.events, opt.ops.eventBlocks = h.kvEvents, h.kvEventBlocks
+		for _, p := range h.pools {
+			for _, rp := range p.replicas {
+				opt.ops.indexTables += rp.router.eng.IndexTables()
+			}
+		}
 	}
 	return h.result(trace, time.Since(start)), nil
 }

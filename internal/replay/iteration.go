@@ -479,7 +479,7 @@ func (e *iterEngine) cacheFull(s *iterSeq, upto uint64) {
 		e.cached.insert(b.hash, s.blocks[i])
 		if len(run.Blocks) == 0 && i > 0 {
 			p := r.seq[i-1]
-			run.ParentHash = &p
+			run.ParentHash, run.Path = &p, r.local[:i]
 		}
 		run.Blocks = append(run.Blocks, protocol.StoredBlock{BlockHash: b.hash, TokensHash: b.local})
 	}
