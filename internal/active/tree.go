@@ -84,9 +84,13 @@ func (t *Tree) Touched() []uint32 { return t.touched }
 
 // Count walks the prompt down the tree, setting hits[slot] to the prompt's
 // blocks active on each rank, and returns where it stopped, for Book. hits
-// must cover every slot.
+// must cover every slot and be as the last Count left it (or zero): only
+// the slots that Count touched are cleared, so that a count costs the
+// ranks the prompt reaches, not the fleet.
 func (t *Tree) Count(local []protocol.LocalBlockHash, hits []uint32) Walk {
-	clear(hits)
+	for _, s := range t.touched {
+		hits[s] = 0
+	}
 	t.touched = t.touched[:0]
 	w := Walk{}
 	for w.blocks < len(local) {
