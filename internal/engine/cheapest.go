@@ -36,11 +36,6 @@ type decodeBuckets struct {
 // prefill booked.
 type decodeGroup struct {
 	members []int32 // positions, ascending
-	// reached counts, during one selectBucketed and zero outside it, the
-	// members the walks reached: those are costed one by one, so the
-	// group's walk must not count them. Held here, not in a map by decode
-	// blocks, so that counting a reached rank costs no hash.
-	reached int32
 }
 
 // newDecodeBuckets files the ranks at positions 0, 1, ... by their loads:
@@ -121,110 +116,112 @@ func (b *decodeBuckets) move(pos int32, from, to *rankLoad) {
 
 // bucketScratch is selectBucketed's scratch, kept between placements.
 type bucketScratch struct {
-	// seen marks, by position, the ranks in reached: the walks' ranks
-	// deduplicated without sorting them (sorting every reached rank, and
-	// again by decode group, was a quarter of a placement at 1,024 ranks).
-	// All clear between placements.
-	seen []uint64
-	// reached are the positions the walks reached, in no order;
-	// tiedSingle those costed one by one that tie for the cheapest; skip
-	// the reached members of tied groups (nthTied's).
+	// reached are the positions the walks reached, each once, in no order
+	// (sorting every reached rank, and again by decode group, was a quarter
+	// of a placement at 1,024 ranks); tiedSingle those costed one by one
+	// that tie for the cheapest; skip the reached members of tied groups,
+	// which are costed one by one and so not counted as group members.
 	reached, tiedSingle, skip []int32
 	tied                      []uint64 // the tied decode groups, ascending
-}
-
-// reach adds pos to reached unless it is there already, and counts it in
-// its decode group.
-func (x *bucketScratch) reach(b *decodeBuckets, pos int32) {
-	if w, bit := pos/64, uint64(1)<<(pos%64); x.seen[w]&bit == 0 {
-		x.seen[w] |= bit
-		x.reached = append(x.reached, pos)
-		if g := b.groupOf[pos]; g != nil {
-			g.reached++
-		}
-	}
-}
-
-// forget clears what reach marked, for the next placement.
-func (x *bucketScratch) forget(b *decodeBuckets) {
-	for _, pos := range x.reached {
-		x.seen[pos/64] = 0
-		if g := b.groupOf[pos]; g != nil {
-			g.reached = 0
-		}
-	}
+	// bestOverlap is the most blocks any reached rank caches on its
+	// device: Engine.bestOverlap's answer (no lower tier is in use), which
+	// the walk over the reached ranks finds on its way.
+	bestOverlap uint64
 }
 
 // selectBucketed is selectCheapest for candidates that are a role's whole
 // ready list (rr), from its buckets.
 func (e *Engine) selectBucketed(d *demand, rr *roleRanks) selector.Result {
 	b, x := &rr.buckets, &e.bucketed
-	loads, overlap, hits, p := e.fleet.loads, e.overlap, e.hits, e.paramsFor(d)
+	loads, overlap, hits, slots, p := e.fleet.loads, e.overlap, e.hits, rr.slots, e.paramsFor(d)
 	blocks := uint64(len(d.local)) + d.privateBlocks
-	best, ties := math.Inf(1), 0
-	x.tiedSingle = x.tiedSingle[:0]
-	single := func(pos int32) {
-		c := e.cheapCandidate(d, rr.slots[pos])
-		switch cost := selector.CostOf(p, d.isl, c.Overlap, c.PrefillTokens, c.DecodeBlocks); {
-		case cost < best:
-			best, ties = cost, 1
-			x.tiedSingle = append(x.tiedSingle[:0], pos)
-		case cost == best:
-			ties++
-			x.tiedSingle = append(x.tiedSingle, pos)
-		}
-	}
+	coster := selector.NewCoster(p, d.isl)
 	// The ranks costed one by one: those the walks reached (as the index
 	// and the active tree list them: not a pass over every rank), and those
-	// with prefill booked. A reached rank is left out of its decode group.
-	if words := (len(rr.slots) + 63) / 64; len(x.seen) < words {
-		x.seen = make([]uint64, words)
-	}
-	x.reached = x.reached[:0]
+	// with prefill booked. The walks list each rank once, and the index
+	// lists exactly the ranks with an overlap (the tiers, which would list
+	// others, are not in use here), so an active tree's rank with an
+	// overlap is reached already.
+	reached := x.reached[:0]
 	for _, r := range e.matched {
 		if pos, ok := e.fleet.positionIn(rr, uint32(r)); ok {
-			x.reach(b, pos)
+			reached = append(reached, pos)
 		}
 	}
 	for _, s := range e.active.Touched() {
-		if pos, ok := e.fleet.positionIn(rr, s); ok {
-			x.reach(b, pos)
+		if overlap[s] == 0 {
+			if pos, ok := e.fleet.positionIn(rr, s); ok {
+				reached = append(reached, pos)
+			}
 		}
 	}
-	for _, pos := range x.reached {
-		single(pos)
+	x.reached = reached
+	best, tied, bestOverlap := math.Inf(1), x.tiedSingle[:0], uint32(0)
+	for _, pos := range reached {
+		s := slots[pos]
+		l := &loads[s]
+		bestOverlap = max(bestOverlap, overlap[s])
+		prefill := 0.0 // exactly, with none booked
+		if l.prefill.pending > 0 {
+			prefill = l.prefill.at(e.now)
+		}
+		if cost := coster.Of(uint64(overlap[s]), prefill, l.decode+blocks-uint64(hits[s])); cost <= best {
+			if cost < best {
+				best, tied = cost, tied[:0]
+			}
+			tied = append(tied, pos)
+		}
 	}
+	x.bestOverlap = uint64(bestOverlap)
 	for _, pos := range b.prefilling {
-		if s := rr.slots[pos]; overlap[s] == 0 && hits[s] == 0 {
-			single(pos)
+		s := slots[pos]
+		if overlap[s] != 0 || hits[s] != 0 {
+			continue // reached
+		}
+		if cost := coster.Of(0, loads[s].prefill.at(e.now), loads[s].decode+blocks); cost <= best {
+			if cost < best {
+				best, tied = cost, tied[:0]
+			}
+			tied = append(tied, pos)
 		}
 	}
 	// The groups, fewest decode blocks first, while they can tie or beat.
+	// One that beats the best holds no reached rank: a reached rank costs
+	// no more than its group (an overlap and active blocks only take from
+	// a cost, the knobs being non-negative), and no less than the best.
+	ties := len(tied)
 	x.tied = x.tied[:0]
 	for _, dec := range b.decodes {
-		c := selector.CostOf(p, d.isl, 0, 0, dec+blocks)
+		c := coster.Of(0, 0, dec+blocks)
 		if c > best {
 			break
 		}
-		g := b.byDecode[dec]
-		n := len(g.members) - int(g.reached)
-		switch {
-		case n == 0:
-			continue
-		case c < best:
-			best, ties = c, 0
-			x.tiedSingle, x.tied = x.tiedSingle[:0], x.tied[:0]
+		if c < best {
+			best, ties, tied, x.tied = c, 0, tied[:0], x.tied[:0]
 		}
-		ties += n
+		ties += len(b.byDecode[dec].members)
 		x.tied = append(x.tied, dec)
+	}
+	x.tiedSingle = tied
+	// The reached members of the tied groups tie themselves (costing no
+	// more than their group): counted in tiedSingle, not as members.
+	x.skip = x.skip[:0]
+	if len(x.tied) > 0 {
+		for _, pos := range reached {
+			if b.groupOf[pos] != nil {
+				if _, in := slices.BinarySearch(x.tied, loads[slots[pos]].decode); in {
+					x.skip = append(x.skip, pos)
+				}
+			}
+		}
+		ties -= len(x.skip)
 	}
 	nth := 0
 	if ties > 1 {
 		nth = e.draws.Index(ties) // as selector.PickCheapest draws among the ties
 	}
-	pos := x.nthTied(rr, loads, nth)
-	x.forget(b)
-	chosen := e.cheapCandidate(d, rr.slots[pos])
+	pos := x.nthTied(rr, nth)
+	chosen := e.cheapCandidate(d, slots[pos])
 	return selector.Result{Index: int(pos), Chosen: selector.Cost(p, d.isl, &chosen), Ties: ties, BestCost: best}
 }
 
@@ -238,22 +235,10 @@ const manyTiedGroups = 8
 // (tiedSingle) and the unreached members of the tied decode groups
 // (tied). It counts the tied candidates before a position and searches
 // for the one where the count passes nth.
-func (x *bucketScratch) nthTied(rr *roleRanks, loads []rankLoad, nth int) int32 {
+func (x *bucketScratch) nthTied(rr *roleRanks, nth int) int32 {
 	b := &rr.buckets
 	if len(x.tied) == 0 && len(x.tiedSingle) == 1 {
 		return x.tiedSingle[0]
-	}
-	// The reached members of the tied groups: costed one by one, so not
-	// counted as group members.
-	x.skip = x.skip[:0]
-	if len(x.tied) > 0 {
-		for _, pos := range x.reached {
-			if b.groupOf[pos] != nil {
-				if _, in := slices.BinarySearch(x.tied, loads[rr.slots[pos]].decode); in {
-					x.skip = append(x.skip, pos)
-				}
-			}
-		}
 	}
 	if len(x.tied) > manyTiedGroups {
 		// Costs so large that decode blocks round away: list every tie.

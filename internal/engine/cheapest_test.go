@@ -192,12 +192,13 @@ func TestBucketsManyTiedGroups(t *testing.T) {
 }
 
 // TestBucketsRandomAsEveryScore: on random fleets (up to a few hundred
-// ranks, so that the reached ranks span many words of the bitset) whose
+// ranks, so that many ranks are reached) whose
 // ranks cache random prefixes and carry random loads, every placement,
 // its ties and draw land where scoring every candidate puts them: a rank
 // reached by both walks counted once, the reached members of a decode
 // group left out of its count, the ties found in candidate order. Some
-// seeds make prefill so heavy that every decode group ties.
+// seeds make prefill so heavy that every decode group ties; some predict
+// on route, so that the overlaps come from two indexes.
 func TestBucketsRandomAsEveryScore(t *testing.T) {
 	for seed := range uint64(60) {
 		rng := rand.New(rand.NewPCG(seed, 35))
@@ -206,6 +207,9 @@ func TestBucketsRandomAsEveryScore(t *testing.T) {
 		cfg.OverlapScoreCredit = float64(rng.IntN(2))
 		if seed%5 == 4 {
 			cfg.PrefillLoadScale, cfg.BlockSize = 1<<53, 1
+		}
+		if seed%3 == 2 { // the predicted index's ranks join the walk's
+			cfg.PredictedTTLMS = ptrTo(1e9)
 		}
 		workers := 1 + rng.IntN(200)
 		prefixes := make([][]protocol.LocalBlockHash, 1+rng.IntN(6))

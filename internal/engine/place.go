@@ -19,16 +19,20 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 		routed = e.routedMatches(d)
 	}
 	var sel selector.Result
+	bestOverlap := uint64(0)
 	// The cheap paths cost the device prefix alone: with a lower tier in
 	// use every candidate is costed.
 	switch cheapest := selector.Cheapest(e.paramsFor(d), preferred) && e.cfg.Evidence != protocol.EvidenceFull && !e.tiers.inUse(); {
 	case cheapest && cs.role != nil && cs.role.version == cs.version:
 		sel = e.selectBucketed(d, cs.role)
+		bestOverlap = e.bucketed.bestOverlap
 	case cheapest:
 		sel = e.selectCheapest(d, cs)
+		bestOverlap = e.bestOverlap(d)
 	default:
 		sel = e.selectAmong(d, cs, preferred, routed)
 		e.scores = sel.Scores // scratch for the next placement: the evidence copies what it keeps
+		bestOverlap = e.bestOverlap(d)
 	}
 	chosen, chosenRank := sel.Chosen, cs.ranks[sel.Index]
 
@@ -38,7 +42,7 @@ func (e *Engine) place(req *request, cs candidateSet, preferred int) protocol.Pl
 		RequestID: d.id, WorkerID: chosenRank.w.id, DPRank: chosenRank.dp, Role: d.role,
 		// Dynamo's target cached prefix: device and host blocks.
 		OverlapBlocks: chosen.Overlap + chosen.Host, HostOverlapBlocks: chosen.Host, DiskOverlapBlocks: chosen.Disk,
-		BestAvailableOverlapBlocks: e.bestOverlap(d), ISLBlocks: d.islBlocks,
+		BestAvailableOverlapBlocks: bestOverlap, ISLBlocks: d.islBlocks,
 		CachedTokens: cached, PrefillTokens: d.isl - cached, QueuedMS: protocol.Num(e.now - d.arrival),
 		Reason: e.reason(d, chosenRank, len(cs.ranks)), Binding: e.placedUnder(req),
 	}

@@ -389,9 +389,6 @@ func bucketsMatchLoads(e *Engine, rr *roleRanks) error {
 	members := map[uint64][]int32{}
 	for dec, g := range got.byDecode {
 		members[dec] = g.members
-		if g.reached != 0 {
-			return fmt.Errorf("decode group %d counts %d reached ranks outside a placement", dec, g.reached)
-		}
 		for _, pos := range g.members {
 			if got.groupOf[pos] != g {
 				return fmt.Errorf("position %d is in decode group %d, but its group is %v", pos, dec, got.groupOf[pos])

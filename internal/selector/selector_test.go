@@ -3,6 +3,7 @@ package selector
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/offline-router/offline-router/internal/protocol"
@@ -39,6 +40,24 @@ type countingDraws struct{ index, unit, turn int }
 func (d *countingDraws) Index(int) int { d.index++; return 0 }
 func (d *countingDraws) Unit() float64 { d.unit++; return 0.999 }
 func (d *countingDraws) Turn() uint64  { d.turn++; return 4 }
+
+// TestCosterIsCostOf: Coster's cost is CostOf's, bit for bit, with
+// prefill booked or not, over knobs and sizes whose quotients round.
+func TestCosterIsCostOf(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 35))
+	for range 20000 {
+		p := Params{BlockSize: 1 + rng.Uint64N(64), OverlapScoreCredit: rng.Float64() * 3, PrefillLoadScale: rng.Float64() * 5}
+		isl, overlap, decode := rng.Uint64N(1<<20), rng.Uint64N(1<<10), rng.Uint64N(1<<20)
+		prefill := 0.0
+		if rng.IntN(2) == 0 {
+			prefill = rng.Float64() * 1e5
+		}
+		c := NewCoster(&p, isl)
+		if got, want := c.Of(overlap, prefill, decode), CostOf(&p, isl, overlap, prefill, decode); math.Float64bits(got) != math.Float64bits(want) {
+			t.Fatalf("%+v isl %d overlap %d prefill %v decode %d: Coster %v, CostOf %v", p, isl, overlap, prefill, decode, got, want)
+		}
+	}
+}
 
 func TestSoftmaxProbabilities(t *testing.T) {
 	p := Params{Policy: protocol.PolicyKV, BlockSize: 16, Temperature: 1, OverlapScoreCredit: 1, PrefillLoadScale: 1}
