@@ -116,13 +116,11 @@ func (b *decodeBuckets) move(pos int32, from, to *rankLoad) {
 
 // bucketScratch is selectBucketed's scratch, kept between placements.
 type bucketScratch struct {
-	// reached are the positions the walks reached, each once, in no order
-	// (sorting every reached rank, and again by decode group, was a quarter
-	// of a placement at 1,024 ranks); tiedSingle those costed one by one
-	// that tie for the cheapest; skip the reached members of tied groups,
-	// which are costed one by one and so not counted as group members.
-	reached, tiedSingle, skip []int32
-	tied                      []uint64 // the tied decode groups, ascending
+	// tiedSingle are the positions costed one by one that tie for the
+	// cheapest; skip the reached members of tied groups, which are costed
+	// one by one and so not counted as group members.
+	tiedSingle, skip []int32
+	tied             []uint64 // the tied decode groups, ascending
 	// bestOverlap is the most blocks any reached rank caches on its
 	// device: Engine.bestOverlap's answer (no lower tier is in use), which
 	// the walk over the reached ranks finds on its way.
@@ -137,35 +135,32 @@ func (e *Engine) selectBucketed(d *demand, rr *roleRanks) selector.Result {
 	blocks := uint64(len(d.local)) + d.privateBlocks
 	coster := selector.NewCoster(p, d.isl)
 	// The ranks costed one by one: those the walks reached (as the index
-	// and the active tree list them: not a pass over every rank), and those
-	// with prefill booked. The walks list each rank once, and the index
-	// lists exactly the ranks with an overlap (the tiers, which would list
+	// and the active tree list them: not a pass over every rank, nor a
+	// list of them, which only a tie with a group needs), and those with
+	// prefill booked. The walks list each rank once, and the index lists
+	// exactly the ranks with an overlap (the tiers, which would list
 	// others, are not in use here), so an active tree's rank with an
 	// overlap is reached already.
-	reached := x.reached[:0]
-	for _, r := range e.matched {
-		if pos, ok := e.fleet.positionIn(rr, uint32(r)); ok {
-			reached = append(reached, pos)
-		}
-	}
-	for _, s := range e.active.Touched() {
-		if overlap[s] == 0 {
-			if pos, ok := e.fleet.positionIn(rr, s); ok {
-				reached = append(reached, pos)
-			}
-		}
-	}
-	x.reached = reached
+	matched, touched := e.matched, e.active.Touched()
 	best, tied, bestOverlap := math.Inf(1), x.tiedSingle[:0], uint32(0)
-	for _, pos := range reached {
-		s := slots[pos]
-		l := &loads[s]
-		bestOverlap = max(bestOverlap, overlap[s])
+	for i := range len(matched) + len(touched) {
+		var s uint32
+		if i < len(matched) {
+			s = uint32(matched[i])
+		} else if s = touched[i-len(matched)]; overlap[s] != 0 {
+			continue
+		}
+		pos, ok := e.fleet.positionIn(rr, s)
+		if !ok {
+			continue
+		}
+		l, o := &loads[s], overlap[s]
+		bestOverlap = max(bestOverlap, o)
 		prefill := 0.0 // exactly, with none booked
 		if l.prefill.pending > 0 {
 			prefill = l.prefill.at(e.now)
 		}
-		if cost := coster.Of(uint64(overlap[s]), prefill, l.decode+blocks-uint64(hits[s])); cost <= best {
+		if cost := coster.Of(uint64(o), prefill, l.decode+blocks-uint64(hits[s])); cost <= best {
 			if cost < best {
 				best, tied = cost, tied[:0]
 			}
@@ -207,11 +202,19 @@ func (e *Engine) selectBucketed(d *demand, rr *roleRanks) selector.Result {
 	// more than their group): counted in tiedSingle, not as members.
 	x.skip = x.skip[:0]
 	if len(x.tied) > 0 {
-		for _, pos := range reached {
-			if b.groupOf[pos] != nil {
-				if _, in := slices.BinarySearch(x.tied, loads[slots[pos]].decode); in {
+		skip := func(s uint32) {
+			if pos, ok := e.fleet.positionIn(rr, s); ok && b.groupOf[pos] != nil {
+				if _, in := slices.BinarySearch(x.tied, loads[s].decode); in {
 					x.skip = append(x.skip, pos)
 				}
+			}
+		}
+		for _, r := range matched {
+			skip(uint32(r))
+		}
+		for _, s := range touched {
+			if overlap[s] == 0 {
+				skip(s)
 			}
 		}
 		ties -= len(x.skip)

@@ -213,25 +213,27 @@ func CostOf(p *Params, isl, overlap uint64, prefillTokens float64, decodeBlocks 
 // Coster is CostOf for one request, bit for bit: the prompt's blocks,
 // which every candidate with no prefill booked shares, are divided out
 // once (a division per reached rank was a tenth of a placement at 1,024
-// ranks).
+// ranks), and the knobs are held by value, not read through Params at
+// every candidate.
 type Coster struct {
-	p         *Params
-	isl       uint64
-	islBlocks float64 // the prompt's prefill in blocks on a rank with none booked
+	scale, credit, blockSize float64
+	isl                      float64
+	islBlocks                float64 // the prompt's prefill in blocks on a rank with none booked
 }
 
 // NewCoster is CostOf's costing of a request of isl tokens under p.
 func NewCoster(p *Params, isl uint64) Coster {
-	return Coster{p: p, isl: isl, islBlocks: float64(isl) / float64(p.BlockSize)}
+	return Coster{scale: p.PrefillLoadScale, credit: p.OverlapScoreCredit, blockSize: float64(p.BlockSize),
+		isl: float64(isl), islBlocks: float64(isl) / float64(p.BlockSize)}
 }
 
 // Of is CostOf(p, isl, overlap, prefillTokens, decodeBlocks).
 func (c *Coster) Of(overlap uint64, prefillTokens float64, decodeBlocks uint64) float64 {
 	work := c.islBlocks // (0 + isl) / block size: adding zero is exact
 	if prefillTokens != 0 {
-		work = (prefillTokens + float64(c.isl)) / float64(c.p.BlockSize)
+		work = (prefillTokens + c.isl) / c.blockSize
 	}
-	return float64(c.p.PrefillLoadScale*max(work-float64(c.p.OverlapScoreCredit*float64(overlap)), 0)) + float64(decodeBlocks)
+	return float64(c.scale*max(work-float64(c.credit*float64(overlap)), 0)) + float64(decodeBlocks)
 }
 
 // creditBlocks is the blocks of prefill a candidate's caches save: its
