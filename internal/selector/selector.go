@@ -233,7 +233,14 @@ func (c *Coster) Of(overlap uint64, prefillTokens float64, decodeBlocks uint64) 
 	if prefillTokens != 0 {
 		work = (prefillTokens + c.isl) / c.blockSize
 	}
-	return float64(c.scale*max(work-float64(c.credit*float64(overlap)), 0)) + float64(decodeBlocks)
+	// A clamp rather than max, whose NaN and signed-zero cases cost a
+	// placement at 1,024 ranks more than the rest of the formula: there
+	// is no NaN here, and a -0 left unclamped is gone once decode blocks
+	// (+0 or more) are added.
+	if work -= float64(c.credit * float64(overlap)); work < 0 {
+		work = 0
+	}
+	return float64(c.scale*work) + float64(decodeBlocks)
 }
 
 // creditBlocks is the blocks of prefill a candidate's caches save: its

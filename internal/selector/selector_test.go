@@ -42,12 +42,21 @@ func (d *countingDraws) Unit() float64 { d.unit++; return 0.999 }
 func (d *countingDraws) Turn() uint64  { d.turn++; return 4 }
 
 // TestCosterIsCostOf: Coster's cost is CostOf's, bit for bit, with
-// prefill booked or not, over knobs and sizes whose quotients round.
+// prefill booked or not, over knobs and sizes whose quotients round and
+// overlaps that cover the prompt, exactly or past it, with no decode
+// blocks or some.
 func TestCosterIsCostOf(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 35))
-	for range 20000 {
-		p := Params{BlockSize: 1 + rng.Uint64N(64), OverlapScoreCredit: rng.Float64() * 3, PrefillLoadScale: rng.Float64() * 5}
-		isl, overlap, decode := rng.Uint64N(1<<20), rng.Uint64N(1<<10), rng.Uint64N(1<<20)
+	pick := func(vs ...float64) float64 { return vs[rng.IntN(len(vs))] }
+	for range 50000 {
+		p := Params{BlockSize: 1 + rng.Uint64N(64), OverlapScoreCredit: pick(0, 1, rng.Float64()*3), PrefillLoadScale: pick(0, 1, rng.Float64()*5)}
+		isl, overlap, decode := rng.Uint64N(1<<(1+rng.IntN(20))), rng.Uint64N(1<<(1+rng.IntN(10))), rng.Uint64N(1<<(1+rng.IntN(20)))
+		if rng.IntN(4) == 0 {
+			isl = overlap * p.BlockSize // work and credit cancel: +0
+		}
+		if rng.IntN(4) == 0 {
+			decode = 0
+		}
 		prefill := 0.0
 		if rng.IntN(2) == 0 {
 			prefill = rng.Float64() * 1e5
