@@ -18,10 +18,10 @@ type prefillLoad struct {
 // prefillLevel is what the load at a time is worked out from: all a
 // placement reads of it.
 type prefillLevel struct {
-	rate     float64 // tokens per ms; 0 = no decay
-	last     float64 // the time the fields below describe
-	pending  uint64  // tokens of entries not yet fully decayed, exact
+	pending  uint64  // tokens of entries not yet fully decayed, exact (first: see rankLoad)
 	consumed float64 // how much of the head entry has decayed
+	rate     float64 // tokens per ms; 0 = no decay
+	last     float64 // the time the fields above describe
 }
 
 // prefillEntry is one request's booked prefill on a rank.
