@@ -23,19 +23,26 @@ import (
 
 // decodeBuckets are a role's ready ranks (by position in its candidate
 // list) sorted by load: those with prefill booked, and the others by
-// active decode blocks, each group in candidate order.
+// active decode blocks, each group in candidate order. A rank that starts
+// prefilling stays listed in its group, stale, until it goes to another
+// group: a placement takes its rank from the idle group to prefilling and
+// the request's end brings it back, and deleting it from a sorted group of
+// a thousand ranks and inserting it again moved the group's memory twice
+// a placement.
 type decodeBuckets struct {
 	byDecode   map[uint64]*decodeGroup // decode blocks -> its group
 	decodes    []uint64                // the keys of byDecode, ascending
 	prefilling []int32                 // positions with prefill booked, in no order
 	at         []int32                 // by position: its index in prefilling, or -1
-	groupOf    []*decodeGroup          // by position: its decode group, or nil when prefilling
+	groupOf    []*decodeGroup          // by position: the group listing it (stale while it prefills), or nil
 }
 
 // decodeGroup is the ranks with as many active decode blocks and no
-// prefill booked.
+// prefill booked (live), and ranks prefilling since they had as many.
 type decodeGroup struct {
-	members []int32 // positions, ascending
+	decode  uint64
+	members []int32 // positions, ascending: live and stale
+	live    int     // members with no prefill booked
 }
 
 // newDecodeBuckets files the ranks at positions 0, 1, ... by their loads:
@@ -50,10 +57,11 @@ func newDecodeBuckets(slots []uint32, loads []rankLoad) decodeBuckets {
 		} else {
 			g := b.byDecode[d]
 			if g == nil {
-				g = &decodeGroup{}
+				g = &decodeGroup{decode: d}
 				b.byDecode[d] = g
 			}
 			g.members = append(g.members, int32(pos))
+			g.live++
 			b.groupOf[pos] = g
 		}
 	}
@@ -67,58 +75,66 @@ func bucketOf(l *rankLoad) (prefilling bool, decode uint64) {
 	return l.prefill.pending > 0, l.decode
 }
 
-func (b *decodeBuckets) add(pos int32, l *rankLoad) {
-	if pf, d := bucketOf(l); pf {
-		b.at[pos] = int32(len(b.prefilling))
-		b.prefilling = append(b.prefilling, pos)
-	} else {
-		g := b.byDecode[d]
-		if g == nil {
-			g = &decodeGroup{}
-			b.byDecode[d] = g
-			i, _ := slices.BinarySearch(b.decodes, d)
-			b.decodes = slices.Insert(b.decodes, i, d)
-		}
-		i, _ := slices.BinarySearch(g.members, pos)
-		g.members = slices.Insert(g.members, i, pos)
-		b.groupOf[pos] = g
+// move refiles the rank at pos from its old load to its new one.
+func (b *decodeBuckets) move(pos int32, from, to *rankLoad) {
+	fp, fd := bucketOf(from)
+	tp, td := bucketOf(to)
+	if fp == tp && (fp || fd == td) {
+		return
 	}
-}
-
-func (b *decodeBuckets) remove(pos int32, l *rankLoad) {
-	if pf, d := bucketOf(l); pf {
+	if fp {
 		i, last := b.at[pos], b.prefilling[len(b.prefilling)-1]
 		b.prefilling[i], b.at[last] = last, i
 		b.prefilling = b.prefilling[:len(b.prefilling)-1]
 		b.at[pos] = -1
 	} else {
-		g := b.groupOf[pos]
-		b.groupOf[pos] = nil
-		i, _ := slices.BinarySearch(g.members, pos)
-		if g.members = slices.Delete(g.members, i, i+1); len(g.members) > 0 {
-			return
-		}
-		delete(b.byDecode, d)
-		j, _ := slices.BinarySearch(b.decodes, d)
-		b.decodes = slices.Delete(b.decodes, j, j+1)
+		b.groupOf[pos].live--
 	}
-}
-
-// move refiles the rank at pos from its old load to its new one.
-func (b *decodeBuckets) move(pos int32, from, to *rankLoad) {
-	fp, fd := bucketOf(from)
-	if tp, td := bucketOf(to); fp == tp && (fp || fd == td) {
+	if tp {
+		b.at[pos] = int32(len(b.prefilling))
+		b.prefilling = append(b.prefilling, pos)
 		return
 	}
-	b.remove(pos, from)
-	b.add(pos, to)
+	if g := b.groupOf[pos]; g != nil && g.decode == td {
+		g.live++ // back in the group that lists it
+		return
+	}
+	b.unlist(pos)
+	g := b.byDecode[td]
+	if g == nil {
+		g = &decodeGroup{decode: td}
+		b.byDecode[td] = g
+		i, _ := slices.BinarySearch(b.decodes, td)
+		b.decodes = slices.Insert(b.decodes, i, td)
+	}
+	i, _ := slices.BinarySearch(g.members, pos)
+	g.members = slices.Insert(g.members, i, pos)
+	g.live++
+	b.groupOf[pos] = g
+}
+
+// unlist takes pos out of the group listing it, if one does, and drops
+// the group once it lists none.
+func (b *decodeBuckets) unlist(pos int32) {
+	g := b.groupOf[pos]
+	if g == nil {
+		return
+	}
+	b.groupOf[pos] = nil
+	i, _ := slices.BinarySearch(g.members, pos)
+	if g.members = slices.Delete(g.members, i, i+1); len(g.members) > 0 {
+		return
+	}
+	delete(b.byDecode, g.decode)
+	j, _ := slices.BinarySearch(b.decodes, g.decode)
+	b.decodes = slices.Delete(b.decodes, j, j+1)
 }
 
 // bucketScratch is selectBucketed's scratch, kept between placements.
 type bucketScratch struct {
 	// tiedSingle are the positions costed one by one that tie for the
-	// cheapest; skip the reached members of tied groups, which are costed
-	// one by one and so not counted as group members.
+	// cheapest; skip the members of tied groups that are costed one by
+	// one (reached, or stale) and so not counted as group members.
 	tiedSingle, skip []int32
 	tied             []uint64 // the tied decode groups, ascending
 	// bestOverlap is the most blocks any reached rank caches on its
@@ -191,19 +207,25 @@ func (e *Engine) selectBucketed(d *demand, rr *roleRanks) selector.Result {
 		if c > best {
 			break
 		}
+		g := b.byDecode[dec]
+		if g.live == 0 {
+			continue // only stale members
+		}
 		if c < best {
 			best, ties, tied, x.tied = c, 0, tied[:0], x.tied[:0]
 		}
-		ties += len(b.byDecode[dec].members)
+		ties += len(g.members)
 		x.tied = append(x.tied, dec)
 	}
 	x.tiedSingle = tied
-	// The reached members of the tied groups tie themselves (costing no
-	// more than their group): counted in tiedSingle, not as members.
+	// Not counted as members of the tied groups: their reached live
+	// members, which tie themselves (costing no more than their group) and
+	// are in tiedSingle, and their stale ones, costed one by one as the
+	// prefilling ranks they are.
 	x.skip = x.skip[:0]
 	if len(x.tied) > 0 {
 		skip := func(s uint32) {
-			if pos, ok := e.fleet.positionIn(rr, s); ok && b.groupOf[pos] != nil {
+			if pos, ok := e.fleet.positionIn(rr, s); ok && b.at[pos] < 0 {
 				if _, in := slices.BinarySearch(x.tied, loads[s].decode); in {
 					x.skip = append(x.skip, pos)
 				}
@@ -215,6 +237,13 @@ func (e *Engine) selectBucketed(d *demand, rr *roleRanks) selector.Result {
 		for _, s := range touched {
 			if overlap[s] == 0 {
 				skip(s)
+			}
+		}
+		for _, pos := range b.prefilling {
+			if g := b.groupOf[pos]; g != nil {
+				if _, in := slices.BinarySearch(x.tied, g.decode); in {
+					x.skip = append(x.skip, pos)
+				}
 			}
 		}
 		ties -= len(x.skip)
@@ -235,8 +264,8 @@ const manyTiedGroups = 8
 
 // nthTied is the position of the nth (from 0) candidate, in candidate
 // order, of those tied for the cheapest: the ranks costed one by one
-// (tiedSingle) and the unreached members of the tied decode groups
-// (tied). It counts the tied candidates before a position and searches
+// (tiedSingle) and the other members of the tied decode groups (tied),
+// less skip. It counts the tied candidates before a position and searches
 // for the one where the count passes nth.
 func (x *bucketScratch) nthTied(rr *roleRanks, nth int) int32 {
 	b := &rr.buckets

@@ -372,9 +372,11 @@ func invariants(e *Engine, c *protocol.Command, resp *protocol.Response) error {
 	return bindingInvariants(e, resp)
 }
 
-// bucketsMatchLoads: rr's decode groups are, worked out here afresh, the
-// positions of its ranks with no prefill booked by decode blocks, in
-// order, and the others prefilling.
+// bucketsMatchLoads: rr's decode groups list, worked out here afresh,
+// the positions of its ranks with no prefill booked by decode blocks, in
+// order, and each group's count of them; the other ranks are prefilling,
+// listed in at most one group (stale), and no group lists only those
+// unless it is the group they left.
 func bucketsMatchLoads(e *Engine, rr *roleRanks) error {
 	groups := map[uint64][]int32{}
 	var prefilling []int32
@@ -386,23 +388,37 @@ func bucketsMatchLoads(e *Engine, rr *roleRanks) error {
 		}
 	}
 	got := &rr.buckets
-	members := map[uint64][]int32{}
+	live := map[uint64][]int32{}
 	for dec, g := range got.byDecode {
-		members[dec] = g.members
+		if g.decode != dec || len(g.members) == 0 || !slices.IsSorted(g.members) {
+			return fmt.Errorf("decode group %d: decode %d, members %v", dec, g.decode, g.members)
+		}
 		for _, pos := range g.members {
 			if got.groupOf[pos] != g {
 				return fmt.Errorf("position %d is in decode group %d, but its group is %v", pos, dec, got.groupOf[pos])
 			}
+			if got.at[pos] < 0 {
+				live[dec] = append(live[dec], pos)
+			}
+		}
+		if g.live != len(live[dec]) {
+			return fmt.Errorf("decode group %d counts %d live members of %v, %d are", dec, g.live, g.members, len(live[dec]))
+		}
+		if g.live == 0 {
+			delete(live, dec)
 		}
 	}
-	for _, pos := range prefilling {
-		if got.groupOf[pos] != nil {
-			return fmt.Errorf("position %d is prefilling, but has decode group %v", pos, got.groupOf[pos])
-		}
-	}
-	if !cmp.Equal(groups, members, cmpopts.EquateEmpty()) || !slices.Equal(slices.Sorted(maps.Keys(groups)), got.decodes) ||
+	if !cmp.Equal(groups, live, cmpopts.EquateEmpty()) || !slices.Equal(slices.Sorted(maps.Keys(got.byDecode)), got.decodes) ||
 		!slices.Equal(prefilling, slices.Sorted(slices.Values(got.prefilling))) {
-		return fmt.Errorf("groups %v %v, prefilling %v; the loads make %v, prefilling %v", members, got.decodes, got.prefilling, groups, prefilling)
+		return fmt.Errorf("live groups %v %v, prefilling %v; the loads make %v, prefilling %v", live, got.decodes, got.prefilling, groups, prefilling)
+	}
+	for pos, g := range got.groupOf {
+		if g == nil {
+			continue
+		}
+		if _, in := slices.BinarySearch(g.members, int32(pos)); !in {
+			return fmt.Errorf("position %d's group %d does not list it", pos, g.decode)
+		}
 	}
 	for i, pos := range got.prefilling {
 		if got.at[pos] != int32(i) {
