@@ -172,11 +172,13 @@ func (e *Engine) selectBucketed(d *demand, rr *roleRanks) selector.Result {
 		}
 		l, o := &loads[s], overlap[s]
 		bestOverlap = max(bestOverlap, o)
-		prefill := 0.0 // exactly, with none booked
+		cost := 0.0
 		if l.prefill.pending > 0 {
-			prefill = l.prefill.at(e.now)
+			cost = coster.Of(uint64(o), l.prefill.at(e.now), l.decode+blocks-uint64(hits[s]))
+		} else {
+			cost = coster.Idle(o, l.decode+blocks-uint64(hits[s]))
 		}
-		if cost := coster.Of(uint64(o), prefill, l.decode+blocks-uint64(hits[s])); cost <= best {
+		if cost <= best {
 			if cost < best {
 				best, tied = cost, tied[:0]
 			}

@@ -243,6 +243,17 @@ func (c *Coster) Of(overlap uint64, prefillTokens float64, decodeBlocks uint64) 
 	return float64(c.scale*work) + float64(decodeBlocks)
 }
 
+// Idle is Of(overlap, 0, decodeBlocks), for a rank with no prefill
+// booked: no test of the prefill, and the overlap converted from 32 bits
+// (a signed conversion; from 64 the unsigned one branches).
+func (c *Coster) Idle(overlap uint32, decodeBlocks uint64) float64 {
+	work := c.islBlocks
+	if work -= float64(c.credit * float64(overlap)); work < 0 {
+		work = 0
+	}
+	return float64(c.scale*work) + float64(decodeBlocks)
+}
+
 // creditBlocks is the blocks of prefill a candidate's caches save: its
 // device prefix at the (decayed) credit, its host and disk extensions at
 // their tiers' weights, summed in Dynamo's order. With no lower-tier

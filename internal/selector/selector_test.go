@@ -42,7 +42,7 @@ func (d *countingDraws) Unit() float64 { d.unit++; return 0.999 }
 func (d *countingDraws) Turn() uint64  { d.turn++; return 4 }
 
 // TestCosterIsCostOf: Coster's cost is CostOf's, bit for bit, with
-// prefill booked or not, over knobs and sizes whose quotients round and
+// prefill booked or not (and Idle's without), over knobs and sizes whose quotients round and
 // overlaps that cover the prompt, exactly or past it, with no decode
 // blocks or some.
 func TestCosterIsCostOf(t *testing.T) {
@@ -62,8 +62,12 @@ func TestCosterIsCostOf(t *testing.T) {
 			prefill = rng.Float64() * 1e5
 		}
 		c := NewCoster(&p, isl)
-		if got, want := c.Of(overlap, prefill, decode), CostOf(&p, isl, overlap, prefill, decode); math.Float64bits(got) != math.Float64bits(want) {
+		want := CostOf(&p, isl, overlap, prefill, decode)
+		if got := c.Of(overlap, prefill, decode); math.Float64bits(got) != math.Float64bits(want) {
 			t.Fatalf("%+v isl %d overlap %d prefill %v decode %d: Coster %v, CostOf %v", p, isl, overlap, prefill, decode, got, want)
+		}
+		if got := c.Idle(uint32(overlap), decode); prefill == 0 && math.Float64bits(got) != math.Float64bits(want) {
+			t.Fatalf("%+v isl %d overlap %d decode %d: Idle %v, CostOf %v", p, isl, overlap, decode, got, want)
 		}
 	}
 }
