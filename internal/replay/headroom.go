@@ -156,8 +156,8 @@ func (c *headroomCache) take(r *simRequest) int {
 	return found
 }
 
-// add takes request r through both caches. Its sequence hashes live as
-// long as a run of the caches points into them.
+// add takes request r through both caches, which copy what they keep of
+// its sequence hashes.
 func (h *headroomPass) add(r *Request, bs uint64) {
 	h.input += r.InputTokens
 	sr := simRequest{Request: r, local: r.HashIDs, seq: kvindex.SequenceHashes(r.HashIDs)}

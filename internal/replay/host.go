@@ -76,7 +76,11 @@ type simRequest struct {
 	placement           // on its worker (its prefill worker when disaggregated)
 	dec       placement // on its decode worker, when disaggregated
 	local     []protocol.LocalBlockHash
-	seq       []protocol.SequenceHash
+	// seq are its blocks' sequence hashes, from its dispatch to a worker
+	// to its end: only the requests in flight hold theirs, which at
+	// 16-token blocks were as large as the trace's ids (the caches copy
+	// what they keep).
+	seq []protocol.SequenceHash
 	// runs are the cache runs it holds on its worker under the simple
 	// model, its first cachedBlocks blocks.
 	runs         []heldRun
@@ -266,7 +270,6 @@ func Run(trace []Request, opt Options) (*Result, error) {
 			return nil, fmt.Errorf("request id %s appears twice", r.ID)
 		}
 		r.local = r.HashIDs
-		r.seq = kvindex.SequenceHashes(r.local)
 		r.islBlocks = (r.InputTokens + opt.Cluster.BlockSize - 1) / opt.Cluster.BlockSize
 		var err error
 		if r.class, err = classOf(&opt.Router, r.PolicyClass); err != nil {
@@ -607,6 +610,9 @@ func (h *host) toOwner(p *pool, r *simRequest, c *protocol.Command) {
 
 // dispatch hands r to its worker.
 func (h *host) dispatch(t float64, w *simWorker, r *simRequest) {
+	if r.seq == nil { // its first worker (a decode worker has them from its prefill)
+		r.seq = kvindex.SequenceHashes(r.local)
+	}
 	if w.iter == nil {
 		w.waiting = append(w.waiting, r)
 		h.admitWaiting(t, w)
@@ -835,6 +841,7 @@ func (r *simRequest) addGaps(gap float64, n uint64) {
 // in a closed loop, a session that ended makes room for the next one.
 func (h *host) ended(t float64, r *simRequest) {
 	h.finished++
+	r.seq = nil
 	if r.next != nil {
 		h.schedule(t+*r.next.DelayMS, evArrival, r.next)
 		return

@@ -1,6 +1,10 @@
 package replay
 
-import "github.com/offline-router/offline-router/internal/protocol"
+import (
+	"slices"
+
+	"github.com/offline-router/offline-router/internal/protocol"
+)
 
 // runCache is a simulated worker's prefix cache under the simple model,
 // held as runs: a run is consecutive blocks of one chain (each the parent
@@ -31,8 +35,9 @@ import "github.com/offline-router/offline-router/internal/protocol"
 //     end has found all there is.
 //
 // Runs live in one slice, reused as they go, found through a table of
-// their heads, and linked into the LRU order by index. A run's hashes are a window on the request's own
-// hash slices that made it, never copied.
+// their heads, and linked into the LRU order by index. A run's hashes are
+// its own: add copies them from the request, which drops its own when it
+// ends, and a split leaves both runs windows on the one copy.
 type runCache struct {
 	runs  []cacheRun
 	heads hashTable // each run's first block
@@ -61,9 +66,8 @@ type cacheOps struct {
 const noRun int32 = -1
 
 type cacheRun struct {
-	seq   []protocol.SequenceHash // its blocks' hashes, head first
-	local []protocol.LocalBlockHash
-	refs  int32
+	seq  []protocol.SequenceHash // its blocks' hashes, head first
+	refs int32
 	// stored: computed, visible to later requests and to the router.
 	stored     bool
 	prev, next int32 // neighbours in the LRU order while unreferenced
@@ -135,7 +139,7 @@ func (c *runCache) take(r *simRequest, found, total int, evicted []protocol.Sequ
 	}
 	n := min(missing, max(total-c.used, 0))
 	if n > 0 {
-		ri := c.add(r.seq[found:found+n], r.local[found:found+n])
+		ri := c.add(r.seq[found : found+n])
 		r.runs = append(r.runs, heldRun{ri, int32(n)})
 	}
 	return evicted, found + n
@@ -176,11 +180,11 @@ func (c *runCache) held(r *simRequest) []int32 {
 	return c.scratch
 }
 
-// add caches a new run of blocks, referenced once and not computed yet.
-// Its head must not be cached.
-func (c *runCache) add(seq []protocol.SequenceHash, local []protocol.LocalBlockHash) int32 {
+// add caches a new run of blocks, a copy of seq, referenced once and not
+// computed yet. Its head must not be cached.
+func (c *runCache) add(seq []protocol.SequenceHash) int32 {
 	ri := c.newRun()
-	c.runs[ri] = cacheRun{seq: seq, local: local, refs: 1, prev: noRun, next: noRun, cont: noRun}
+	c.runs[ri] = cacheRun{seq: slices.Clone(seq), refs: 1, prev: noRun, next: noRun, cont: noRun}
 	c.used += len(seq)
 	c.insert(ri)
 	return ri
@@ -193,8 +197,8 @@ func (c *runCache) split(ri int32, n int) {
 	c.ops.runs++
 	t := c.newRun()
 	s := &c.runs[ri]
-	c.runs[t] = cacheRun{seq: s.seq[n:], local: s.local[n:], refs: s.refs, stored: s.stored, prev: noRun, next: noRun, cont: s.cont}
-	s.seq, s.local, s.cont = s.seq[:n], s.local[:n], t
+	c.runs[t] = cacheRun{seq: s.seq[n:], refs: s.refs, stored: s.stored, prev: noRun, next: noRun, cont: s.cont}
+	s.seq, s.cont = s.seq[:n], t
 	if s.refs == 0 { // idle: t takes the place before s
 		x := &c.runs[t]
 		x.prev, x.next = s.prev, ri
@@ -300,7 +304,7 @@ func (c *runCache) evict(n int, out []protocol.SequenceHash) []protocol.Sequence
 		c.ops.blocks += k
 		n, c.used, c.idle = n-k, c.used-k, c.idle-k
 		if keep > 0 {
-			x.seq, x.local, x.cont = x.seq[:keep], x.local[:keep], noRun
+			x.seq, x.cont = x.seq[:keep], noRun
 			continue
 		}
 		head := x.seq[0]
