@@ -105,7 +105,7 @@ func (e *Experiment) LoadUnshaped() ([]Request, TraceInfo, error) {
 		}
 		var sum string
 		var err error
-		if trace, sum, err = readMooncake(in, bs, e.MaxLineBytes, e.knownClass); err != nil {
+		if trace, sum, err = readMooncake(in, bs, e.MaxLineBytes, e.knownClass, true); err != nil {
 			return nil, info, fmt.Errorf("%s: %w", e.TracePath, err)
 		}
 		info.Source, info.SHA256 = "file", sum

@@ -131,6 +131,7 @@ type headroomPass struct {
 	// at block_size.
 	short   map[protocol.SequenceHash]uint64
 	lruHits uint64
+	local   []protocol.LocalBlockHash // the request's ids, unpacked (Request.packed)
 }
 
 // headroomCache is a run cache that takes each request whole: capacity
@@ -160,7 +161,8 @@ func (c *headroomCache) take(r *simRequest) int {
 // its sequence hashes.
 func (h *headroomPass) add(r *Request, bs uint64) {
 	h.input += r.InputTokens
-	sr := simRequest{Request: r, local: r.HashIDs, seq: kvindex.SequenceHashes(r.HashIDs)}
+	h.local = r.appendIDs(h.local[:0])
+	sr := simRequest{Request: r, local: h.local, seq: kvindex.SequenceHashes(h.local)}
 	n := len(sr.seq)
 	h.tokens += min(uint64(n)*bs, r.InputTokens)
 	h.distinct += uint64(n - h.seen.take(&sr))

@@ -75,12 +75,12 @@ type simRequest struct {
 	*Request
 	placement           // on its worker (its prefill worker when disaggregated)
 	dec       placement // on its decode worker, when disaggregated
-	local     []protocol.LocalBlockHash
-	// seq are its blocks' sequence hashes, from its dispatch to a worker
-	// to its end: only the requests in flight hold theirs, which at
-	// 16-token blocks were as large as the trace's ids (the caches copy
-	// what they keep).
-	seq []protocol.SequenceHash
+	// local are its hash ids, from its first place to its end, and seq
+	// their sequence hashes, from its dispatch to a worker: only the
+	// requests in flight hold theirs, which at 16-token blocks are each as
+	// large as the trace's ids were (the caches copy what they keep).
+	local []protocol.LocalBlockHash
+	seq   []protocol.SequenceHash
 	// runs are the cache runs it holds on its worker under the simple
 	// model, its first cachedBlocks blocks.
 	runs         []heldRun
@@ -269,7 +269,6 @@ func Run(trace []Request, opt Options) (*Result, error) {
 		if _, dup := h.byID[r.ID]; dup {
 			return nil, fmt.Errorf("request id %s appears twice", r.ID)
 		}
-		r.local = r.HashIDs
 		r.islBlocks = (r.InputTokens + opt.Cluster.BlockSize - 1) / opt.Cluster.BlockSize
 		var err error
 		if r.class, err = classOf(&opt.Router, r.PolicyClass); err != nil {
@@ -491,6 +490,12 @@ func (h *host) arrive(t float64, r *simRequest) {
 
 // place asks the pool's router (the replica r falls to) to place r.
 func (h *host) place(p *pool, t float64, r *simRequest) {
+	if r.local == nil { // its first place: its ids, packed in the trace, until its end
+		r.local = r.HashIDs
+		if r.packed != nil {
+			r.local = r.appendIDs(nil)
+		}
+	}
 	ph := r.phase(p)
 	ph.replica = h.assign(p, r)
 	rp := p.replicas[ph.replica]
@@ -841,7 +846,7 @@ func (r *simRequest) addGaps(gap float64, n uint64) {
 // in a closed loop, a session that ended makes room for the next one.
 func (h *host) ended(t float64, r *simRequest) {
 	h.finished++
-	r.seq = nil
+	r.local, r.seq = nil, nil
 	if r.next != nil {
 		h.schedule(t+*r.next.DelayMS, evArrival, r.next)
 		return

@@ -2,7 +2,6 @@ package replay
 
 import (
 	"github.com/offline-router/offline-router/internal/kvindex"
-	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // saltAdapters gives each request under a LoRA adapter, in place, its
@@ -16,15 +15,19 @@ import (
 func saltAdapters(trace []Request) {
 	for i := range trace {
 		r := &trace[i]
-		if r.LoRAName == "" || len(r.HashIDs) == 0 {
+		if r.LoRAName == "" {
+			continue
+		}
+		salted := r.appendIDs(nil) // another slice may hold the ids as they were
+		if len(salted) == 0 {
 			continue
 		}
 		seed := kvindex.Salt(r.LoRAName, "")
-		salted := make([]protocol.LocalBlockHash, len(r.HashIDs)) // another slice may hold the ids as they were
-		for k, h := range r.HashIDs {
+		for k, h := range salted {
 			salted[k] = kvindex.SaltedBlockID(h, seed)
 		}
-		r.HashIDs = salted
+		// Salted ids are spread over 64 bits: packed, they would take more.
+		r.HashIDs, r.packed = salted, nil
 	}
 }
 

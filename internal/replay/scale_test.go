@@ -15,6 +15,9 @@ import (
 // ignoreID: a trace read back is numbered by its lines.
 var ignoreID = cmpopts.IgnoreFields(Request{}, "ID")
 
+// allowPacked compares requests' packed ids too.
+var allowPacked = cmp.AllowUnexported(Request{})
+
 // commonPrefix is how many leading ids a and b share.
 func commonPrefix(a, b []protocol.LocalBlockHash) int {
 	n := 0
@@ -71,7 +74,7 @@ func readsBack(t *testing.T, trace []Request, blockSize uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(trace, back, ignoreID); diff != "" {
+	if diff := cmp.Diff(trace, back, ignoreID, allowPacked); diff != "" {
 		t.Fatalf("read back differs (-written +read):\n%s", diff)
 	}
 }

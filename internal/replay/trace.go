@@ -7,11 +7,13 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -38,6 +40,52 @@ type Request struct {
 	// LoRAName is the LoRA adapter it runs under ("" when none: the base
 	// model). Experiment.Load salts its HashIDs by it (saltAdapters).
 	LoRAName string
+	// packed, when set, holds the ids in HashIDs' stead (nil then), as
+	// Experiment.Load reads a trace: each id's difference from the one
+	// before as a varint (binary.AppendVarint), so that a trace whose ids
+	// run on (a 16-token trace's are mostly one past the one before) holds
+	// them in a byte each, not eight. A replay unpacks a request's for its
+	// time in flight.
+	packed []byte
+}
+
+// appendIDs appends r's hash ids to buf.
+func (r *Request) appendIDs(buf []protocol.LocalBlockHash) []protocol.LocalBlockHash {
+	if r.packed == nil {
+		return append(buf, r.HashIDs...)
+	}
+	var id uint64
+	for b := r.packed; len(b) > 0; {
+		d, n := binary.Varint(b)
+		b = b[n:]
+		id += uint64(d)
+		buf = append(buf, protocol.LocalBlockHash(id))
+	}
+	return buf
+}
+
+// keepIDs sets r's hash ids to ids, which the caller reuses: packed when
+// asked and smaller (scratch is the storage to pack in, returned for the
+// next request), else copied at their length.
+func (r *Request) keepIDs(ids []protocol.LocalBlockHash, pack bool, scratch []byte) []byte {
+	r.HashIDs, r.packed = nil, nil
+	if len(ids) == 0 {
+		return scratch
+	}
+	if pack {
+		scratch = scratch[:0]
+		var prev uint64
+		for _, h := range ids {
+			scratch = binary.AppendVarint(scratch, int64(uint64(h)-prev))
+			prev = uint64(h)
+		}
+		if len(scratch) < 8*len(ids) {
+			r.packed = slices.Clone(scratch)
+			return scratch
+		}
+	}
+	r.HashIDs = slices.Clone(ids)
+	return scratch
 }
 
 // ReadMooncake reads a Mooncake JSONL trace, one request a line; blank
@@ -87,13 +135,14 @@ func ReadMooncake(r io.Reader, blockSize uint64) ([]Request, error) {
 // once, from a file or a pipe alike, in memory its requests and one line
 // take.
 func ReadMooncakeDigest(r io.Reader, blockSize uint64, maxLineBytes int) ([]Request, string, error) {
-	return readMooncake(r, blockSize, maxLineBytes, nil)
+	return readMooncake(r, blockSize, maxLineBytes, nil, false)
 }
 
 // readMooncake is ReadMooncakeDigest with accept, if set, applied to each
 // request as its line is read: what it refuses is refused by the line's
-// number, which a request does not keep.
-func readMooncake(r io.Reader, blockSize uint64, maxLineBytes int, accept func(*Request) error) ([]Request, string, error) {
+// number, which a request does not keep. pack keeps the requests' ids
+// packed where that is smaller (Request.packed).
+func readMooncake(r io.Reader, blockSize uint64, maxLineBytes int, accept func(*Request) error, pack bool) ([]Request, string, error) {
 	switch {
 	case blockSize == 0:
 		return nil, "", errors.New("the block size must be at least 1 token")
@@ -108,6 +157,9 @@ func readMooncake(r io.Reader, blockSize uint64, maxLineBytes int, accept func(*
 	var out []Request
 	var rd wire.ObjectReader
 	var m mooncakeLine
+	// A line's ids are read into ids, and kept at their length or packed.
+	var ids []protocol.LocalBlockHash
+	var scratch []byte
 	sessions := map[string]bool{}
 	n := 1
 	for ; sc.Scan(); n++ {
@@ -115,7 +167,7 @@ func readMooncake(r io.Reader, blockSize uint64, maxLineBytes int, accept func(*
 		if len(line) == 0 || line[0] == '#' {
 			continue
 		}
-		m = mooncakeLine{req: Request{ID: "r" + strconv.Itoa(len(out))}}
+		m = mooncakeLine{req: Request{ID: "r" + strconv.Itoa(len(out))}, ids: ids[:0]}
 		if err := rd.Read(line, m.field); err != nil {
 			return nil, "", fmt.Errorf("trace line %d: %w", n, err)
 		}
@@ -127,6 +179,10 @@ func readMooncake(r io.Reader, blockSize uint64, maxLineBytes int, accept func(*
 				return nil, "", fmt.Errorf("trace line %d: %w", n, err)
 			}
 		}
+		if m.req.HashIDs != nil { // its storage, grown, serves the next line
+			ids = m.req.HashIDs
+		}
+		scratch = m.req.keepIDs(m.req.HashIDs, pack, scratch)
 		// A later turn follows its session's previous turn: one must come
 		// before it, or it would never arrive.
 		if s := m.req.Session; s != "" {
@@ -157,6 +213,7 @@ const maxTraceMS = protocol.MaxNumber / 2
 // mooncakeLine is one line as it is read.
 type mooncakeLine struct {
 	req                            Request
+	ids                            []protocol.LocalBlockHash // storage hash_ids is read into, reused line to line
 	hasInput, hasOutput, hasArrive bool
 	delay, delayMS                 *float64
 }
@@ -190,7 +247,7 @@ func (m *mooncakeLine) field(key string, v *wire.Value) error {
 		}
 	case "hash_ids":
 		if !v.Null() {
-			r.HashIDs, err = wire.AppendU64s[protocol.LocalBlockHash](v, nil)
+			r.HashIDs, err = wire.AppendU64s(v, m.ids)
 		}
 	case "session_id":
 		r.Session, err = sessionID(v)
