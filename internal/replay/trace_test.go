@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -453,4 +454,34 @@ func (b repeatByte) Read(p []byte) (int, error) {
 		p[i] = byte(b)
 	}
 	return len(p), nil
+}
+
+// TestLoadPacksIDs: a trace loaded for a replay holds each request's ids
+// packed when that is smaller, plain when not, and gives back the ids
+// read, differences past the 64-bit range wrapped and back; a line
+// without ids has none, whatever the line before had. It catches the ids
+// never packed, or packed when larger, a difference's sign or wrap lost,
+// and the reading buffer kept as a request's ids or leaking into the
+// next line.
+func TestLoadPacksIDs(t *testing.T) {
+	const trace = `{"timestamp": 0, "input_length": 2048, "output_length": 1, "hash_ids": [7, 8, 9, 10]}
+{"timestamp": 1, "input_length": 2048, "output_length": 1, "hash_ids": [18446744073709551615, 0, 9223372036854775808, 5]}
+{"timestamp": 2, "input_length": 2048, "output_length": 1}
+{"timestamp": 3, "input_length": 2048, "output_length": 1, "hash_ids": [4611686018427387904, 1, 4611686018427387907, 2]}
+{"timestamp": 4, "input_length": 2048, "output_length": 1, "hash_ids": [3, 3, 3, 3]}
+`
+	plain, err := ReadMooncake(strings.NewReader(trace), 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, _ := loadTrace(t, trace)
+	for i, wantPacked := range []int{4, 22, 0, 0, 4} {
+		r := &loaded[i]
+		if got := r.appendIDs(nil); !slices.Equal(got, plain[i].HashIDs) {
+			t.Errorf("request %d: ids %v, want %v", i, got, plain[i].HashIDs)
+		}
+		if len(r.packed) != wantPacked || (r.HashIDs == nil) != (wantPacked > 0 || plain[i].HashIDs == nil) {
+			t.Errorf("request %d: %d bytes packed and %d plain ids, want %d packed", i, len(r.packed), len(r.HashIDs), wantPacked)
+		}
+	}
 }
