@@ -60,14 +60,14 @@ type iterEngine struct {
 	preemptions, evicted int
 }
 
-// kvBlock is one block of a worker's KV cache.
+// kvBlock is one block of a worker's KV cache: 24 bytes, for the
+// millions of a cluster's caches at 16-token blocks.
 type kvBlock struct {
-	cached     bool // hashed, findable by hash
-	onFree     bool // in the free queue (so unreferenced)
 	hash       protocol.SequenceHash
-	local      protocol.LocalBlockHash
 	refs       int32
 	prev, next int32 // neighbours in the free queue while on it
+	cached     bool  // hashed, findable by hash
+	onFree     bool  // in the free queue (so unreferenced)
 }
 
 // noBlock is "none" for a block index.
@@ -475,13 +475,13 @@ func (e *iterEngine) cacheFull(s *iterSeq, upto uint64) {
 			flush()
 			continue
 		}
-		b.cached, b.hash, b.local = true, r.seq[i], r.local[i]
+		b.cached, b.hash = true, r.seq[i]
 		e.cached.insert(b.hash, s.blocks[i])
 		if len(run.Blocks) == 0 && i > 0 {
 			p := r.seq[i-1]
 			run.ParentHash, run.Path = &p, r.local[:i]
 		}
-		run.Blocks = append(run.Blocks, protocol.StoredBlock{BlockHash: b.hash, TokensHash: b.local})
+		run.Blocks = append(run.Blocks, protocol.StoredBlock{BlockHash: b.hash, TokensHash: r.local[i]})
 	}
 	flush()
 }
