@@ -492,8 +492,8 @@ func (h *host) arrive(t float64, r *simRequest) {
 func (h *host) place(p *pool, t float64, r *simRequest) {
 	if r.local == nil { // its first place: its ids, packed in the trace, until its end
 		r.local = r.HashIDs
-		if r.packed != nil {
-			r.local = r.appendIDs(nil)
+		if r.packed != nil { // a read trace's, one id a block
+			r.local = r.appendIDs(make([]protocol.LocalBlockHash, 0, r.islBlocks))
 		}
 	}
 	ph := r.phase(p)
