@@ -55,9 +55,16 @@ func (r *Request) appendIDs(buf []protocol.LocalBlockHash) []protocol.LocalBlock
 		return append(buf, r.HashIDs...)
 	}
 	var id uint64
-	for b := r.packed; len(b) > 0; {
-		d, n := binary.Varint(b)
-		b = b[n:]
+	for p, i := r.packed, 0; i < len(p); {
+		var d int64
+		if c := p[i]; c < 0x80 { // a difference of one byte, as most are: binary.Varint's decoding inline
+			d = int64(c>>1) ^ -int64(c&1)
+			i++
+		} else {
+			var n int
+			d, n = binary.Varint(p[i:])
+			i += n
+		}
 		id += uint64(d)
 		buf = append(buf, protocol.LocalBlockHash(id))
 	}
