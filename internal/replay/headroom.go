@@ -158,7 +158,7 @@ func (c *headroomCache) take(r *simRequest) int {
 }
 
 // add takes request r through both caches, which copy what they keep of
-// its sequence hashes.
+// its sequence hashes or keep a window on at least half (runcache.go).
 func (h *headroomPass) add(r *Request, bs uint64) {
 	h.input += r.InputTokens
 	h.local = r.appendIDs(h.local[:0])

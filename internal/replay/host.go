@@ -78,7 +78,8 @@ type simRequest struct {
 	// local are its hash ids, from its first place to its end, and seq
 	// their sequence hashes, from its dispatch to a worker: only the
 	// requests in flight hold theirs, which at 16-token blocks are each as
-	// large as the trace's ids were (the caches copy what they keep).
+	// large as the trace's ids were (a run cache copies what it keeps of
+	// them, or keeps a window on at least half: runcache.go).
 	local []protocol.LocalBlockHash
 	seq   []protocol.SequenceHash
 	// runs are the cache runs it holds on its worker under the simple

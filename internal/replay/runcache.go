@@ -36,8 +36,11 @@ import (
 //
 // Runs live in one slice, reused as they go, found through a table of
 // their heads, and linked into the LRU order by index. A run's hashes are
-// its own: add copies them from the request, which drops its own when it
-// ends, and a split leaves both runs windows on the one copy.
+// a window on the request's that made it (which it never writes, and
+// drops when it ends) when the run is at least half of them, else a copy:
+// so no run keeps alive more than twice the hashes it was made with, and
+// most runs cost no copy. A split leaves both runs windows on the one
+// array.
 type runCache struct {
 	runs  []cacheRun
 	heads hashTable // each run's first block
@@ -139,7 +142,11 @@ func (c *runCache) take(r *simRequest, found, total int, evicted []protocol.Sequ
 	}
 	n := min(missing, max(total-c.used, 0))
 	if n > 0 {
-		ri := c.add(r.seq[found : found+n])
+		seq := r.seq[found : found+n]
+		if 2*n < len(r.seq) {
+			seq = slices.Clone(seq)
+		}
+		ri := c.add(seq)
 		r.runs = append(r.runs, heldRun{ri, int32(n)})
 	}
 	return evicted, found + n
@@ -180,11 +187,11 @@ func (c *runCache) held(r *simRequest) []int32 {
 	return c.scratch
 }
 
-// add caches a new run of blocks, a copy of seq, referenced once and not
-// computed yet. Its head must not be cached.
+// add caches a new run of blocks, seq, referenced once and not computed
+// yet. Its head must not be cached.
 func (c *runCache) add(seq []protocol.SequenceHash) int32 {
 	ri := c.newRun()
-	c.runs[ri] = cacheRun{seq: slices.Clone(seq), refs: 1, prev: noRun, next: noRun, cont: noRun}
+	c.runs[ri] = cacheRun{seq: seq, refs: 1, prev: noRun, next: noRun, cont: noRun}
 	c.used += len(seq)
 	c.insert(ri)
 	return ri

@@ -144,3 +144,30 @@ func (m *blockModel) snapshot() (map[protocol.SequenceHash]refBlock, []protocol.
 	}
 	return blocks, lru
 }
+
+// TestRunCacheCopiesAFewBlocks: a run made of fewer than half of a
+// request's hashes is a copy, which outlives them (the host drops them
+// when the request ends; here they are overwritten), so that no short run
+// keeps a long request's hashes alive. It catches a run that is always a
+// window on the request's hashes.
+func TestRunCacheCopiesAFewBlocks(t *testing.T) {
+	c := newRunCache()
+	ids := make([]protocol.LocalBlockHash, 10)
+	for i := range ids {
+		ids[i] = protocol.LocalBlockHash(i + 1)
+	}
+	serve := func(r *simRequest) {
+		_, found := c.match(r.seq)
+		_, r.cachedBlocks = c.take(r, found, 100, nil)
+		c.store(r, found)
+		c.release(r)
+	}
+	serve(&simRequest{local: ids[:8], seq: kvindex.SequenceHashes(ids[:8])})
+	b := &simRequest{local: ids, seq: kvindex.SequenceHashes(ids)}
+	want := slices.Clone(b.seq)
+	serve(b) // its last 2 blocks are a run of their own
+	clear(b.seq)
+	if hit, found := c.match(want); hit != 10 || found != 10 {
+		t.Fatalf("after the request's hashes were overwritten: %d blocks hit, %d found, want 10", hit, found)
+	}
+}
