@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"math"
 	"slices"
@@ -156,8 +157,9 @@ func readMooncake(r io.Reader, blockSize uint64, maxLineBytes int, accept func(*
 	case maxLineBytes < 1 || maxLineBytes == math.MaxInt:
 		return nil, "", fmt.Errorf("the line limit must be 1 to %d bytes, got %d", math.MaxInt-1, maxLineBytes)
 	}
-	digest := sha256.New()
-	sc := bufio.NewScanner(io.TeeReader(r, digest))
+	digest := newDigestReader(r)
+	defer digest.stop()
+	sc := bufio.NewScanner(digest)
 	// The token may be maxLineBytes and its newline; a longer line stops
 	// the scan with bufio.ErrTooLong, the buffer grown no further.
 	sc.Buffer(make([]byte, min(1<<16, maxLineBytes+1)), maxLineBytes+1)
@@ -208,7 +210,61 @@ func readMooncake(r io.Reader, blockSize uint64, maxLineBytes int, accept func(*
 	case len(out) == 0:
 		return nil, "", fmt.Errorf("the trace has no requests")
 	}
-	return out, hex.EncodeToString(digest.Sum(nil)), nil
+	return out, hex.EncodeToString(digest.sum()), nil
+}
+
+// digestReader passes r's bytes on and hashes them (SHA-256) on a
+// goroutine of its own, so that hashing a trace runs beside parsing it: on
+// one core it was a fifth of reading a 16-token trace. The chunks read go
+// to the hasher over full and come back over free, so a few buffers serve
+// the whole trace.
+type digestReader struct {
+	r          io.Reader
+	full, free chan []byte
+	done       chan struct{}
+	h          hash.Hash // the hasher's until done is closed
+	stopped    bool
+}
+
+const digestChunks = 4
+
+func newDigestReader(r io.Reader) *digestReader {
+	d := &digestReader{r: r, full: make(chan []byte, digestChunks), free: make(chan []byte, digestChunks),
+		done: make(chan struct{}), h: sha256.New()}
+	for range digestChunks {
+		d.free <- nil
+	}
+	go func() {
+		defer close(d.done)
+		for b := range d.full {
+			d.h.Write(b)
+			d.free <- b[:0]
+		}
+	}()
+	return d
+}
+
+func (d *digestReader) Read(p []byte) (int, error) {
+	n, err := d.r.Read(p)
+	if n > 0 {
+		d.full <- append(<-d.free, p[:n]...)
+	}
+	return n, err
+}
+
+// stop ends the hashing, once every chunk sent is hashed.
+func (d *digestReader) stop() {
+	if !d.stopped {
+		d.stopped = true
+		close(d.full)
+		<-d.done
+	}
+}
+
+// sum is the digest of every byte read.
+func (d *digestReader) sum() []byte {
+	d.stop()
+	return d.h.Sum(nil)
 }
 
 // maxTraceMS bounds a timestamp and a delay: half the latest time the

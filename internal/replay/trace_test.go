@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -483,5 +484,35 @@ func TestLoadPacksIDs(t *testing.T) {
 		if len(r.packed) != wantPacked || (r.HashIDs == nil) != (wantPacked > 0 || plain[i].HashIDs == nil) {
 			t.Errorf("request %d: %d bytes packed and %d plain ids, want %d packed", i, len(r.packed), len(r.HashIDs), wantPacked)
 		}
+	}
+}
+
+// TestTraceDigestIsItsSHA256: the digest a trace is read with is SHA-256
+// of every byte, comments and blank lines too, however its reader splits
+// it (the hashing runs on a goroutine of its own, under -race in CI), and
+// a read that fails stops the hasher. It catches a chunk hashed after its
+// buffer was reused, a chunk lost at the end, or bytes hashed twice.
+func TestTraceDigestIsItsSHA256(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("# a comment\n\n")
+	for i := range 3000 {
+		fmt.Fprintf(&b, `{"timestamp": %d, "input_length": 20, "output_length": 2, "hash_ids": [%d, %d]}`+"\n", i, i, i+1)
+	}
+	text := b.String()
+	want := sha256.Sum256([]byte(text))
+	for name, r := range map[string]io.Reader{
+		"whole":       strings.NewReader(text),
+		"byte a read": iotest.OneByteReader(strings.NewReader(text)),
+		"half reads":  iotest.HalfReader(strings.NewReader(text)),
+	} {
+		_, sum, err := ReadMooncakeDigest(r, 16, 1<<20)
+		if err != nil || sum != hex.EncodeToString(want[:]) {
+			t.Errorf("%s: digest %s (%v), want %x", name, sum, err, want)
+		}
+	}
+	cut := strings.LastIndexByte(text[:5000], '\n') + 1 // the read fails between lines
+	failing := io.MultiReader(strings.NewReader(text[:cut]), iotest.ErrReader(errors.New("disk gone")))
+	if _, _, err := ReadMooncakeDigest(failing, 16, 1<<20); err == nil || !strings.Contains(err.Error(), "disk gone") {
+		t.Errorf("a failing read: %v", err)
 	}
 }
