@@ -116,13 +116,16 @@ func TestNodesCountAPrefixOnce(t *testing.T) {
 }
 
 // checkHolders checks what FindMatches relies on to skip reading masks:
-// a rank that holds a node holds its parent, and a node's count is the
-// number of ranks that hold it.
+// a rank that holds an edge holds its parent, and an edge's count is the
+// number of ranks that hold it; and that no edge is longer than maxEdge.
 func checkHolders(t *rapid.T, x *Index, ids []RankID) {
 	for n := uint32(1); n < x.tree.size; n++ {
 		nd := x.tree.node(n)
 		if !x.tree.held(n) && nd.leaf() {
 			continue // free
+		}
+		if nd.n > uint32(maxEdge) {
+			t.Fatalf("edge %d holds %d blocks, more than an edge may (%d): finding a block's edge would scan them", n, nd.n, maxEdge)
 		}
 		held := 0
 		for _, r := range ids {
@@ -285,6 +288,9 @@ func TestIndexMatchesModel(t *testing.T) {
 			defer func(was int) { compactMin = was }(compactMin)
 			compactMin = 1
 		}
+		// Edges of a block or two cut every chain (maxEdge).
+		defer func(was int) { maxEdge = was }(maxEdge)
+		maxEdge = rapid.SampledFrom([]int{1, 2, 4096}).Draw(t, "longest edge")
 		x := New()
 		// A lazy index takes a hash to name one prefix: no tiny alphabet.
 		// One prefix under two seeds, a hash it does not hold and a
@@ -610,6 +616,9 @@ func TestLazyIndexMatchesModel(t *testing.T) {
 			defer func(was int) { compactMin = was }(compactMin)
 			compactMin = 1
 		}
+		// Edges of a block or two cut every chain (maxEdge).
+		defer func(was int) { maxEdge = was }(maxEdge)
+		maxEdge = rapid.SampledFrom([]int{1, 2, 4096}).Draw(t, "longest edge")
 		x := New()
 		x.Lazy()
 		m := model{}

@@ -81,7 +81,7 @@ func (s *slab) unmark(slot uint32) {
 
 // edgeOf returns the edge slot belongs to and the slot it starts at. It
 // scans the start bits back a word at a time: at most an edge's length
-// over 64 words, and edges are cut where their holders differ.
+// over 64 words, and an edge holds at most maxEdge blocks.
 func (s *slab) edgeOf(slot uint32) (edge, start uint32) {
 	w := slot / 64
 	m := s.starts[w] & (^uint64(0) >> (63 - slot%64))

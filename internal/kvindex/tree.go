@@ -122,9 +122,17 @@ func (t *tree) child(p uint32, local uint64) (uint32, bool) {
 	return t.children.find(p, local)
 }
 
-// addEdge makes an edge of blocks, held by no rank, a child of parent,
-// which has none for the first block's local hash, and returns it.
+// maxEdge bounds an edge's blocks, so that finding a block's edge in the
+// slab's start bits (slab.edgeOf) scans at most maxEdge/64 words: a chain
+// longer than that is stored as edges of maxEdge, as if cut. (A variable
+// so that tests cut chains short.)
+var maxEdge = 4096
+
+// addEdge makes an edge of blocks, as many as an edge holds, held by no
+// rank, a child of parent, which has none for the first block's local
+// hash, and returns it.
 func (t *tree) addEdge(parent uint32, blocks []Block) uint32 {
+	blocks = blocks[:min(len(blocks), maxEdge)]
 	c := t.alloc()
 	start := t.slab.alloc(len(blocks))
 	for i, b := range blocks {
