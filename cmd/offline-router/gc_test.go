@@ -6,16 +6,19 @@ import (
 	"testing"
 )
 
-func TestCollectorAtHalfUnlessGOGCIsSet(t *testing.T) {
+func TestCollectorAtItsPercentUnlessGOGCIsSet(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	t.Setenv("GOGC", "100") // restored after the test
-	collectAtHalfUnlessSet()
+	collectUnlessSet(serveGCPercent)
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Fatalf("GOGC set in the environment: GC percent %d, want it left at 100", got)
 	}
 	os.Unsetenv("GOGC")
-	collectAtHalfUnlessSet()
-	if got := debug.SetGCPercent(100); got != 50 {
-		t.Fatalf("GOGC unset: GC percent %d, want 50", got)
+	for _, want := range []int{serveGCPercent, replayGCPercent} {
+		debug.SetGCPercent(7)
+		collectUnlessSet(want)
+		if got := debug.SetGCPercent(100); got != want {
+			t.Fatalf("GOGC unset: GC percent %d, want %d", got, want)
+		}
 	}
 }

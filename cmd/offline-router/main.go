@@ -28,7 +28,7 @@ func main() {
 	// non-zero status, not a silent death by SIGPIPE: with SIGPIPE ignored,
 	// the write fails with EPIPE and serve reports it.
 	signal.Ignore(syscall.SIGPIPE)
-	collectAtHalfUnlessSet()
+	collectUnlessSet(serveGCPercent)
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true, PartsExclude: []string{zerolog.TimestampFieldName}}).
 		Level(zerolog.WarnLevel)
 	root := newRootCommand(&log)
@@ -51,13 +51,22 @@ func main() {
 	}
 }
 
-// collectAtHalfUnlessSet runs the collector at 50% heap growth unless GOGC
-// is in the environment, which then decides. The index is large and nearly
-// pointer-free, so collecting twice as often costs no measurable time and
-// keeps a long run's resident memory a fifth lower (docs/performance.md).
-func collectAtHalfUnlessSet() {
+// The collector's heap growth (GOGC) unless the environment sets one. A
+// router's heap is its index, large and nearly pointer-free, so collecting
+// at 50% costs no measurable time and keeps a long run's resident memory a
+// fifth lower; a replay's heap is the simulation's, small and full of
+// pointers, where 50% was a fifth of a 512-token replay's CPU and 100%
+// still keeps a 16-token one under its memory target (docs/performance.md).
+const (
+	serveGCPercent  = 50
+	replayGCPercent = 100
+)
+
+// collectUnlessSet runs the collector at percent heap growth unless GOGC is
+// in the environment, which then decides.
+func collectUnlessSet(percent int) {
 	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(50)
+		debug.SetGCPercent(percent)
 	}
 }
 

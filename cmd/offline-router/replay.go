@@ -297,6 +297,7 @@ func (o *replayOptions) experiment(cmd *cobra.Command, args []string) (*replay.E
 }
 
 func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) {
+	collectUnlessSet(replayGCPercent)
 	ctx := cmd.Context()
 	exp, err := o.experiment(cmd, args)
 	if err != nil {
