@@ -23,6 +23,21 @@ func (t *hashTable) home(h protocol.SequenceHash) int {
 	return int((uint64(h) * 0x9e3779b97f4a7c15) >> 32 & uint64(len(t.slots)-1))
 }
 
+// warm reads the slot each of hashes starts its probe at, all before any
+// look-up needs one, and returns a value made of them (for the caller to
+// keep, so that the loads are not dropped): the loads miss the cache alike,
+// and issued together they overlap instead of waiting one by one.
+func (t *hashTable) warm(hashes []protocol.SequenceHash) int32 {
+	if t.slots == nil {
+		return 0
+	}
+	var x int32
+	for _, h := range hashes {
+		x ^= t.slots[t.home(h)].idx
+	}
+	return x
+}
+
 // find returns h's index, or -1.
 func (t *hashTable) find(h protocol.SequenceHash) int32 {
 	if t.slots == nil {

@@ -53,6 +53,7 @@ type iterEngine struct {
 	steps       int
 	start, step float64
 	preempted   bool                    // the step under way preempted (so it admitted none)
+	sink        int32                   // where admit leaves the slots it warms, so that the loads stay
 	endSeq      uint64                  // the host's event for the end under way
 	removed     []protocol.SequenceHash // evicted in the step under way
 	stored      []protocol.KVEvent      // cached in the step under way
@@ -237,6 +238,7 @@ func (e *iterEngine) admit(s *iterSeq, t float64, budget uint64) bool {
 	}
 	r := s.r
 	full := min(int(r.InputTokens/e.cfg.BlockSize), len(r.seq)) // only full prompt blocks are ever cached
+	e.sink = e.cached.warm(r.seq[:full])
 	// hits holds the hit blocks' indices, in the space s.blocks will take.
 	hits := s.blocks[:0]
 	for len(hits) < full {
