@@ -118,8 +118,8 @@ func (e *Engine) applyEvent(i int, x *protocol.KVEvent, tier string) string {
 		case kvindex.ErrSelfReference:
 			return protocol.SkipInvalidBlockSequence
 		}
-		for _, b := range d.Blocks {
-			e.approx.disown(r, b.BlockHash) // the engine holds it now: no TTL
+		for i := 0; i < len(d.Blocks) && len(r.approx) > 0; i++ { // a rank with no deadlines has none to drop
+			e.approx.disown(r, d.Blocks[i].BlockHash) // the engine holds it now: no TTL
 		}
 	case protocol.Removed:
 		if tier != protocol.TierDevice {
@@ -127,8 +127,8 @@ func (e *Engine) applyEvent(i int, x *protocol.KVEvent, tier string) string {
 			break
 		}
 		e.index.Remove(id, d.BlockHashes)
-		for _, h := range d.BlockHashes {
-			e.approx.disown(r, h)
+		for i := 0; i < len(d.BlockHashes) && len(r.approx) > 0; i++ {
+			e.approx.disown(r, d.BlockHashes[i])
 		}
 	case protocol.Cleared:
 		e.index.Clear(id)
