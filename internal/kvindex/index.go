@@ -158,19 +158,12 @@ func (x *Index) Lazy() {
 func (x *Index) materialize(id RankID) {
 	r := &x.ranks[id]
 	r.table = true
-	x.below = x.heldKids(root, id, x.below[:0])
-	for len(x.below) > 0 {
-		c := x.below[len(x.below)-1]
-		x.below = x.below[:len(x.below)-1]
-		if !x.tree.holds(c, id) {
-			continue
-		}
-		x.below = x.heldKids(c, id, x.below)
+	x.heldBelow(root, id, func(c uint32) {
 		nd := x.tree.node(c)
 		for s := nd.start; s < nd.start+nd.n; s++ {
 			r.blocks.findOrAdd(0, x.tree.slab.at(s).hash, func() uint32 { return s })
 		}
-	}
+	})
 }
 
 // Why a store is refused; a refused store changes nothing.
@@ -466,6 +459,18 @@ func (x *Index) leave(e, lo, top uint32, id RankID) int {
 // edges it holds, with their blocks' hashes, and returns how many hashes.
 func (x *Index) dropBelow(e uint32, id RankID) int {
 	n := 0
+	x.heldBelow(e, id, func(c uint32) {
+		nd := x.tree.node(c)
+		n += x.takeHeld(nd.start, nd.start+nd.n, id)
+		x.release(c, id) // prunes c once nothing holds it and it has no children
+	})
+	return n
+}
+
+// heldBelow calls f with every edge below e that id holds, reached through
+// edges it holds, each once its children are listed, so that f may take id
+// off it (and prune it).
+func (x *Index) heldBelow(e uint32, id RankID, f func(c uint32)) {
 	x.below = x.heldKids(e, id, x.below[:0])
 	for len(x.below) > 0 {
 		c := x.below[len(x.below)-1]
@@ -474,11 +479,8 @@ func (x *Index) dropBelow(e uint32, id RankID) int {
 			continue
 		}
 		x.below = x.heldKids(c, id, x.below)
-		nd := x.tree.node(c)
-		n += x.takeHeld(nd.start, nd.start+nd.n, id)
-		x.release(c, id) // prunes c once nothing holds it and it has no children
+		f(c)
 	}
-	return n
 }
 
 // takeHeld takes from id's table the hashes it has for blocks from to end

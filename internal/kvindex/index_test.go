@@ -244,6 +244,19 @@ func (m *rankModel) dropBelow(path []protocol.LocalBlockHash) int {
 	return n
 }
 
+// remove is a removed event of hashes, in order, and returns the blocks it
+// drops.
+func (m *rankModel) remove(hashes []protocol.SequenceHash) int {
+	n := 0
+	for _, h := range hashes {
+		if path, ok := m.blocks[h]; ok {
+			delete(m.blocks, h)
+			n += 1 + m.dropBelow(path)
+		}
+	}
+	return n
+}
+
 // blockHashes draws the block hashes a host sends for local: the sequence
 // hashes, the same under another worker's hash seed (one prefix under two
 // hashes), or, with collide, hashes from a tiny alphabet (one hash moving
@@ -374,14 +387,7 @@ func TestIndexMatchesModel(t *testing.T) {
 					slices.Reverse(more)
 					run = append(run, more...)
 				}
-				want := 0
-				for _, h := range run {
-					if path, ok := m[r].blocks[h]; ok {
-						delete(m[r].blocks, h)
-						want += 1 + m[r].dropBelow(path)
-					}
-				}
-				if got := x.Remove(r, run); got != want {
+				if got, want := x.Remove(r, run), m[r].remove(run); got != want {
 					t.Fatalf("remove of %v returned %d, want %d", run, got, want)
 				}
 			case 8:
@@ -502,19 +508,12 @@ func hasBlock(x *Index, id RankID, h protocol.SequenceHash) bool {
 		return x.HasBlock(id, h)
 	}
 	found := false
-	below := x.heldKids(root, id, nil)
-	for len(below) > 0 {
-		c := below[len(below)-1]
-		below = below[:len(below)-1]
-		if !x.tree.holds(c, id) {
-			continue
-		}
-		below = x.heldKids(c, id, below)
+	x.heldBelow(root, id, func(c uint32) {
 		nd := x.tree.node(c)
 		for s := nd.start; s < nd.start+nd.n; s++ {
 			found = found || x.tree.slab.at(s).hash == uint64(h)
 		}
-	}
+	})
 	return found
 }
 
@@ -662,14 +661,7 @@ func TestLazyIndexMatchesModel(t *testing.T) {
 					slices.Reverse(more)
 					run = append(run, more...)
 				}
-				want := 0
-				for _, h := range run {
-					if p, ok := m[r].blocks[h]; ok {
-						delete(m[r].blocks, h)
-						want += 1 + m[r].dropBelow(p)
-					}
-				}
-				if got := x.Remove(r, run); got != want {
+				if got, want := x.Remove(r, run), m[r].remove(run); got != want {
 					t.Fatalf("remove of %v returned %d, want %d", run, got, want)
 				}
 			case op == 9 && rapid.Bool().Draw(t, "clear"):
