@@ -131,7 +131,7 @@ func (x *Index) LastEventID(id RankID) (uint64, bool) {
 // HasBlock reports whether id caches the block addressed by blockHash.
 func (x *Index) HasBlock(id RankID, blockHash protocol.SequenceHash) bool {
 	if !x.ranks[id].table {
-		if e, ok := x.tree.ends.find(uint64(blockHash)); ok && x.tree.holds(e, id) {
+		if _, ok := x.heldEnd(id, blockHash); ok {
 			return true
 		}
 		x.materialize(id)
@@ -290,13 +290,23 @@ func (x *Index) StoreUnder(id RankID, path []protocol.LocalBlockHash, parent *pr
 func (x *Index) find(id RankID, h protocol.SequenceHash) (uint32, bool) {
 	r := &x.ranks[id]
 	if !r.table {
-		if e, ok := x.tree.ends.find(uint64(h)); ok && x.tree.holds(e, id) {
-			nd := x.tree.node(e)
-			return nd.start + nd.n - 1, true
+		if s, ok := x.heldEnd(id, h); ok {
+			return s, true
 		}
 		x.materialize(id)
 	}
 	return r.blocks.find(0, uint64(h))
+}
+
+// heldEnd returns the slot of the block named h if it ends an edge id
+// holds (the only edge ending in h), as a rank's deepest block does.
+func (x *Index) heldEnd(id RankID, h protocol.SequenceHash) (uint32, bool) {
+	e, ok := x.tree.ends.find(uint64(h))
+	if !ok || !x.tree.holds(e, id) {
+		return 0, false
+	}
+	nd := x.tree.node(e)
+	return nd.start + nd.n - 1, true
 }
 
 // walkTo returns the slot of the block at the end of path, if id holds it
@@ -415,9 +425,8 @@ func (x *Index) Remove(id RankID, hashes []protocol.SequenceHash) int {
 func (x *Index) take(id RankID, h protocol.SequenceHash) (uint32, bool) {
 	r := &x.ranks[id]
 	if !r.table {
-		if e, ok := x.tree.ends.find(uint64(h)); ok && x.tree.holds(e, id) {
-			nd := x.tree.node(e)
-			return nd.start + nd.n - 1, true
+		if s, ok := x.heldEnd(id, h); ok {
+			return s, true
 		}
 		x.materialize(id)
 	}
