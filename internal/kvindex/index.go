@@ -128,44 +128,6 @@ func (x *Index) LastEventID(id RankID) (uint64, bool) {
 	return r.lastID, r.seenAny
 }
 
-// HasBlock reports whether id caches the block addressed by blockHash.
-func (x *Index) HasBlock(id RankID, blockHash protocol.SequenceHash) bool {
-	if !x.ranks[id].table {
-		if _, ok := x.heldEnd(id, blockHash); ok {
-			return true
-		}
-		x.materialize(id)
-	}
-	_, ok := x.ranks[id].blocks.find(0, uint64(blockHash))
-	return ok
-}
-
-// Lazy makes the ranks of the index, which must be new, keep no tables
-// from their block hashes to their blocks: a store then costs a few edges
-// whatever its length, not a table entry a block, and so does a removal of
-// a chain tail first, found by the hash of the edge it starts at the end
-// of (tree.ends). It takes a block hash to name one prefix, as the hash of
-// a chain of local hashes does (kvindex.SequenceHashes, the replay's):
-// a rank that names a hash it cannot find so, or stores a block under
-// another hash than the one it was first stored under, gets its table
-// then, and keeps it.
-func (x *Index) Lazy() {
-	x.lazy = true
-	x.tree.ends = &endIndex{}
-}
-
-// materialize gives rank id its table: every block it holds, by its hash.
-func (x *Index) materialize(id RankID) {
-	r := &x.ranks[id]
-	r.table = true
-	x.heldBelow(root, id, func(c uint32) {
-		nd := x.tree.node(c)
-		for s := nd.start; s < nd.start+nd.n; s++ {
-			r.blocks.findOrAdd(0, x.tree.slab.at(s).hash, func() uint32 { return s })
-		}
-	})
-}
-
 // Why a store is refused; a refused store changes nothing.
 var (
 	ErrUnknownParent = errors.New("the rank does not cache the parent")
@@ -284,53 +246,6 @@ func (x *Index) StoreUnder(id RankID, path []protocol.LocalBlockHash, parent *pr
 	return nil
 }
 
-// find returns the slot of id's block named h: from its table, or, for a
-// rank that keeps none, the end of an edge it holds, else from the table it
-// then gets.
-func (x *Index) find(id RankID, h protocol.SequenceHash) (uint32, bool) {
-	r := &x.ranks[id]
-	if !r.table {
-		if s, ok := x.heldEnd(id, h); ok {
-			return s, true
-		}
-		x.materialize(id)
-	}
-	return r.blocks.find(0, uint64(h))
-}
-
-// heldEnd returns the slot of the block named h if it ends an edge id
-// holds (the only edge ending in h), as a rank's deepest block does.
-func (x *Index) heldEnd(id RankID, h protocol.SequenceHash) (uint32, bool) {
-	e, ok := x.tree.ends.find(uint64(h))
-	if !ok || !x.tree.holds(e, id) {
-		return 0, false
-	}
-	nd := x.tree.node(e)
-	return nd.start + nd.n - 1, true
-}
-
-// walkTo returns the slot of the block at the end of path, if id holds it
-// and its hash is h.
-func (x *Index) walkTo(id RankID, path []protocol.LocalBlockHash, h uint64) (uint32, bool) {
-	t := x.tree
-	for e, d := root, 0; ; {
-		c, ok := t.child(e, uint64(path[d]))
-		if !ok {
-			return 0, false
-		}
-		nd := t.node(c)
-		j := t.follow(nd, path[d:])
-		if d+j == len(path) {
-			s := nd.start + uint32(j) - 1
-			return s, t.holds(c, id) && t.slab.at(s).hash == h
-		}
-		if j < int(nd.n) {
-			return 0, false
-		}
-		d, e = d+j, c
-	}
-}
-
 // attach notes hash h of id for block s: an alias if it is not s's own,
 // and, if id held s before (by another hash, or as a phantom), one more
 // hash there. A block id did not hold it has come to hold with its edge.
@@ -417,37 +332,6 @@ func (x *Index) Remove(id RankID, hashes []protocol.SequenceHash) int {
 		n += x.leave(e, lo-start, s-start, id)
 	}
 	return n
-}
-
-// take takes hash h from id's hashes and returns its block's slot, if id
-// has it (a rank that keeps no table has it at the end of an edge it
-// holds, or gets its table).
-func (x *Index) take(id RankID, h protocol.SequenceHash) (uint32, bool) {
-	r := &x.ranks[id]
-	if !r.table {
-		if s, ok := x.heldEnd(id, h); ok {
-			return s, true
-		}
-		x.materialize(id)
-	}
-	s, ok := r.blocks.take(0, uint64(h))
-	if ok {
-		x.unalias(s, id, h)
-	}
-	return s, ok
-}
-
-// takeBefore takes h from id's hashes if it names block s, the one before a
-// block it is leaving, by its only hash there.
-func (x *Index) takeBefore(id RankID, h protocol.SequenceHash, s uint32) bool {
-	if !x.ranks[id].table {
-		return x.tree.slab.at(s).hash == uint64(h)
-	}
-	if x.hasExtra(id, s) || !x.ranks[id].blocks.takeIf(0, uint64(h), s) {
-		return false
-	}
-	x.unalias(s, id, h)
-	return true
 }
 
 // leave takes id off edge e's blocks from offset lo on, and off every
@@ -704,7 +588,10 @@ func (x *Index) compactIfSparse() {
 	if t.slab.dead < compactMin || t.slab.dead <= 2*t.blocks {
 		return
 	}
-	moved := t.slab.compact(t.node)
+	moved := t.slab.compact(func(e uint32) (*uint32, uint32) {
+		nd := t.node(e)
+		return &nd.start, nd.n
+	})
 	for i := range x.ranks {
 		r := &x.ranks[i]
 		r.blocks.remap(moved)

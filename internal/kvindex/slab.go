@@ -94,9 +94,9 @@ func (s *slab) edgeOf(slot uint32) (edge, start uint32) {
 }
 
 // compact slides every edge's blocks down over the pruned slots, in slot
-// order, moving each edge's start (nodeOf gives the edges), and returns
-// where a slot handed out before has gone.
-func (s *slab) compact(nodeOf func(e uint32) *treeNode) (moved func(uint32) uint32) {
+// order, moving each edge's start (edge gives where an edge keeps it, and
+// its length), and returns where a slot handed out before has gone.
+func (s *slab) compact(edge func(e uint32) (start *uint32, n uint32)) (moved func(uint32) uint32) {
 	var was, now []uint32 // each edge's first slot before and after, in slot order
 	for w, m := range s.starts {
 		for ; m != 0; m &= m - 1 {
@@ -107,14 +107,14 @@ func (s *slab) compact(nodeOf func(e uint32) *treeNode) (moved func(uint32) uint
 	edgeAt := make(map[uint32]uint32, len(was))
 	for _, from := range was {
 		e := s.edgeAt[from]
-		nd := nodeOf(e)
-		for i := range nd.n {
+		start, n := edge(e)
+		for i := range n {
 			*s.at(to + i) = *s.at(from + i)
 		}
 		now = append(now, to)
 		edgeAt[to] = e
-		nd.start = to
-		to += nd.n
+		*start = to
+		to += n
 	}
 	s.edgeAt, s.next, s.dead = edgeAt, to, 0
 	clear(s.starts)
