@@ -283,6 +283,29 @@ func blockHashes(t *rapid.T, local []protocol.LocalBlockHash, collide bool) []pr
 	return seq
 }
 
+// modelledIndex is a new index (lazy, or with tables) and its model, both
+// with ids added, under drawn knobs: the slab compacted at every chance
+// (which moves every slot the ranks, their phantoms, aliases and extra
+// hashes name) or only when large, and edges of a block or two (which cut
+// every chain, maxEdge) or long. restore puts the knobs back.
+func modelledIndex(t *rapid.T, ids []RankID, lazy bool) (*Index, model, func()) {
+	wasCompact, wasEdge := compactMin, maxEdge
+	if rapid.Bool().Draw(t, "compact eagerly") {
+		compactMin = 1
+	}
+	maxEdge = rapid.SampledFrom([]int{1, 2, 4096}).Draw(t, "longest edge")
+	x := New()
+	if lazy {
+		x.Lazy()
+	}
+	m := model{}
+	for _, r := range ids {
+		x.AddRank(r)
+		m[r] = newRankModel()
+	}
+	return x, m, func() { compactMin, maxEdge = wasCompact, wasEdge }
+}
+
 // TestIndexMatchesModel drives random stores (at the root or under a block
 // the rank holds or not, found by its hash or its path), removes, clears
 // and drops, in an index with tables or a lazy one, with the slab
@@ -295,28 +318,12 @@ func TestIndexMatchesModel(t *testing.T) {
 		// that a node's own mask and its list of further groups both hold
 		// ranks, and several share the list.
 		ids := rapid.SampledFrom([][]RankID{{0, 1, 5}, {70, 71, 100}, {0, 1, 70, 71, 130, 200}}).Draw(t, "ranks")
-		// Compacting the slab at every chance moves every slot the ranks,
-		// their phantoms, aliases and extra hashes name.
-		if rapid.Bool().Draw(t, "compact eagerly") {
-			defer func(was int) { compactMin = was }(compactMin)
-			compactMin = 1
-		}
-		// Edges of a block or two cut every chain (maxEdge).
-		defer func(was int) { maxEdge = was }(maxEdge)
-		maxEdge = rapid.SampledFrom([]int{1, 2, 4096}).Draw(t, "longest edge")
-		x := New()
 		// A lazy index takes a hash to name one prefix: no tiny alphabet.
 		// One prefix under two seeds, a hash it does not hold and a
 		// block inside an edge named give a rank its table.
 		lazy := rapid.Bool().Draw(t, "lazy")
-		if lazy {
-			x.Lazy()
-		}
-		m := model{}
-		for _, r := range ids {
-			x.AddRank(r)
-			m[r] = newRankModel()
-		}
+		x, m, restore := modelledIndex(t, ids, lazy)
+		defer restore()
 		// Local hashes from a tiny alphabet make shared prefixes common.
 		gen := rapid.SliceOfN(hashIn[protocol.LocalBlockHash](1, 3), 1, 5)
 		for range rapid.IntRange(1, 40).Draw(t, "steps") {
@@ -611,20 +618,8 @@ func TestRemovalVisitsItsGroupsChildren(t *testing.T) {
 func TestLazyIndexMatchesModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		ids := rapid.SampledFrom([][]RankID{{0, 1, 5}, {0, 1, 70, 71, 130, 200}}).Draw(t, "ranks")
-		if rapid.Bool().Draw(t, "compact eagerly") {
-			defer func(was int) { compactMin = was }(compactMin)
-			compactMin = 1
-		}
-		// Edges of a block or two cut every chain (maxEdge).
-		defer func(was int) { maxEdge = was }(maxEdge)
-		maxEdge = rapid.SampledFrom([]int{1, 2, 4096}).Draw(t, "longest edge")
-		x := New()
-		x.Lazy()
-		m := model{}
-		for _, r := range ids {
-			x.AddRank(r)
-			m[r] = newRankModel()
-		}
+		x, m, restore := modelledIndex(t, ids, true)
+		defer restore()
 		gen := rapid.SliceOfN(hashIn[protocol.LocalBlockHash](1, 3), 1, 6)
 		for range rapid.IntRange(1, 40).Draw(t, "steps") {
 			r := rapid.SampledFrom(ids).Draw(t, "rank")

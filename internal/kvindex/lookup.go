@@ -9,11 +9,8 @@ import "github.com/offline-router/offline-router/internal/protocol"
 
 // HasBlock reports whether id caches the block addressed by blockHash.
 func (x *Index) HasBlock(id RankID, blockHash protocol.SequenceHash) bool {
-	if !x.ranks[id].table {
-		if _, ok := x.heldEnd(id, blockHash); ok {
-			return true
-		}
-		x.materialize(id)
+	if _, ok := x.lazyEnd(id, blockHash); ok {
+		return true
 	}
 	_, ok := x.ranks[id].blocks.find(0, uint64(blockHash))
 	return ok
@@ -49,25 +46,26 @@ func (x *Index) materialize(id RankID) {
 // rank that keeps none, the end of an edge it holds, else from the table it
 // then gets.
 func (x *Index) find(id RankID, h protocol.SequenceHash) (uint32, bool) {
-	r := &x.ranks[id]
-	if !r.table {
-		if s, ok := x.heldEnd(id, h); ok {
-			return s, true
-		}
-		x.materialize(id)
+	if s, ok := x.lazyEnd(id, h); ok {
+		return s, true
 	}
-	return r.blocks.find(0, uint64(h))
+	return x.ranks[id].blocks.find(0, uint64(h))
 }
 
-// heldEnd returns the slot of the block named h if it ends an edge id
-// holds (the only edge ending in h), as a rank's deepest block does.
-func (x *Index) heldEnd(id RankID, h protocol.SequenceHash) (uint32, bool) {
-	e, ok := x.tree.ends.find(uint64(h))
-	if !ok || !x.tree.holds(e, id) {
+// lazyEnd returns, for a rank that keeps no table, the slot of the block
+// named h if it ends an edge the rank holds (the only edge ending in h), as
+// a rank's deepest block does; else the rank gets its table, and the caller
+// looks h up there (as it does for a rank that had one).
+func (x *Index) lazyEnd(id RankID, h protocol.SequenceHash) (uint32, bool) {
+	if x.ranks[id].table {
 		return 0, false
 	}
-	nd := x.tree.node(e)
-	return nd.start + nd.n - 1, true
+	if e, ok := x.tree.ends.find(uint64(h)); ok && x.tree.holds(e, id) {
+		nd := x.tree.node(e)
+		return nd.start + nd.n - 1, true
+	}
+	x.materialize(id)
+	return 0, false
 }
 
 // walkTo returns the slot of the block at the end of path, if id holds it
@@ -96,14 +94,10 @@ func (x *Index) walkTo(id RankID, path []protocol.LocalBlockHash, h uint64) (uin
 // has it (a rank that keeps no table has it at the end of an edge it
 // holds, or gets its table).
 func (x *Index) take(id RankID, h protocol.SequenceHash) (uint32, bool) {
-	r := &x.ranks[id]
-	if !r.table {
-		if s, ok := x.heldEnd(id, h); ok {
-			return s, true
-		}
-		x.materialize(id)
+	if s, ok := x.lazyEnd(id, h); ok {
+		return s, true
 	}
-	s, ok := r.blocks.take(0, uint64(h))
+	s, ok := x.ranks[id].blocks.take(0, uint64(h))
 	if ok {
 		x.unalias(s, id, h)
 	}
