@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/replay"
 )
 
@@ -20,18 +21,18 @@ import (
 func TestKVCapacityFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args   []string
-		want   replay.ClusterConfig // the capacity fields
-		stderr string               // for a refusal
+		want   cluster.Config // the capacity fields
+		stderr string         // for a refusal
 	}{
-		{[]string{"--block-size", "16"}, replay.ClusterConfig{KVTokens: 466944, TotalKVBlocks: 29184, KVSizing: "tokens"}, ""},
-		{[]string{"--worker-kv-tokens", "100000"}, replay.ClusterConfig{KVTokens: 100000, TotalKVBlocks: 195, KVSizing: "tokens"}, ""},
-		{[]string{"--block-size", "16", "--worker-kv-blocks", "100"}, replay.ClusterConfig{KVTokens: 1600, TotalKVBlocks: 100, KVSizing: "blocks"}, ""},
-		{[]string{"--worker-kv-tokens", "auto"}, replay.ClusterConfig{KVTokens: 420921, TotalKVBlocks: 822, KVSizing: "profile", GPUMemoryUtilization: 0.9}, ""},
-		{[]string{"--worker-kv-tokens", "auto", "--gpu-memory-utilization", "0.5"}, replay.ClusterConfig{KVTokens: 161464, TotalKVBlocks: 315, KVSizing: "profile", GPUMemoryUtilization: 0.5}, ""},
-		{[]string{"--worker-kv-tokens", "4096", "--worker-kv-blocks", "8"}, replay.ClusterConfig{}, "--worker-kv-blocks and --worker-kv-tokens"},
-		{[]string{"--gpu-memory-utilization", "0.5"}, replay.ClusterConfig{}, "--gpu-memory-utilization sizes the KV cache from the engine profile's memory: give --worker-kv-tokens auto"},
-		{[]string{"--worker-kv-tokens", "auto", "--engine", "simple"}, replay.ClusterConfig{}, "--worker-kv-tokens auto"},
-		{[]string{"--worker-kv-tokens", "lots"}, replay.ClusterConfig{}, `invalid argument "lots" for "--worker-kv-tokens"`},
+		{[]string{"--block-size", "16"}, cluster.Config{KVTokens: 466944, TotalKVBlocks: 29184, KVSizing: "tokens"}, ""},
+		{[]string{"--worker-kv-tokens", "100000"}, cluster.Config{KVTokens: 100000, TotalKVBlocks: 195, KVSizing: "tokens"}, ""},
+		{[]string{"--block-size", "16", "--worker-kv-blocks", "100"}, cluster.Config{KVTokens: 1600, TotalKVBlocks: 100, KVSizing: "blocks"}, ""},
+		{[]string{"--worker-kv-tokens", "auto"}, cluster.Config{KVTokens: 420921, TotalKVBlocks: 822, KVSizing: "profile", GPUMemoryUtilization: 0.9}, ""},
+		{[]string{"--worker-kv-tokens", "auto", "--gpu-memory-utilization", "0.5"}, cluster.Config{KVTokens: 161464, TotalKVBlocks: 315, KVSizing: "profile", GPUMemoryUtilization: 0.5}, ""},
+		{[]string{"--worker-kv-tokens", "4096", "--worker-kv-blocks", "8"}, cluster.Config{}, "--worker-kv-blocks and --worker-kv-tokens"},
+		{[]string{"--gpu-memory-utilization", "0.5"}, cluster.Config{}, "--gpu-memory-utilization sizes the KV cache from the engine profile's memory: give --worker-kv-tokens auto"},
+		{[]string{"--worker-kv-tokens", "auto", "--engine", "simple"}, cluster.Config{}, "--worker-kv-tokens auto"},
+		{[]string{"--worker-kv-tokens", "lots"}, cluster.Config{}, `invalid argument "lots" for "--worker-kv-tokens"`},
 	} {
 		report := filepath.Join(t.TempDir(), "r.json")
 		_, stderr, code := run(t, "", append([]string{"replay", "--sessions", "3", "-q", "--report", report}, tc.args...)...)
@@ -45,7 +46,7 @@ func TestKVCapacityFlags(t *testing.T) {
 			t.Fatalf("%q: exit %d: %s", tc.args, code, stderr)
 		}
 		c := readReport(t, report).Deterministic.Cluster
-		got := replay.ClusterConfig{KVTokens: c.KVTokens, TotalKVBlocks: c.TotalKVBlocks, KVSizing: c.KVSizing, GPUMemoryUtilization: c.GPUMemoryUtilization}
+		got := cluster.Config{KVTokens: c.KVTokens, TotalKVBlocks: c.TotalKVBlocks, KVSizing: c.KVSizing, GPUMemoryUtilization: c.GPUMemoryUtilization}
 		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%q: cluster %+v, want %+v", tc.args, got, tc.want)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/figure"
 	"github.com/offline-router/offline-router/internal/outfile"
 	"github.com/offline-router/offline-router/internal/protocol"
@@ -34,7 +35,7 @@ const maxSessions = 200_000
 
 type replayOptions struct {
 	serve         serveOptions // the router's config file and flags (bindConfig only)
-	cluster       replay.ClusterConfig
+	cluster       cluster.Config
 	replicas      replay.Replicas
 	workload      replay.Workload
 	synthetic     replay.Synthetic
@@ -66,7 +67,7 @@ func newReplayCommand() *cobra.Command {
 
 // replayCommand is the replay command and the options its flags fill.
 func replayCommand() (*cobra.Command, *replayOptions) {
-	o := &replayOptions{cluster: replay.DefaultCluster(8), workload: replay.Workload{ArrivalSpeedupRatio: 1, BuiltinSessions: 300},
+	o := &replayOptions{cluster: cluster.Default(8), workload: replay.Workload{ArrivalSpeedupRatio: 1, BuiltinSessions: 300},
 		search: replay.CapacitySearch{MaxProbes: replay.DefaultCapacityProbes}}
 	cmd := &cobra.Command{
 		Use:   "replay [TRACE] [--goodput ttft:MS tpot:MS e2el:MS]",
@@ -162,7 +163,7 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 	f.Float64Var(&o.replicas.Rate, "replica-sync-rate", 1, "router replicas: fraction of sync messages delivered (0 = no sync; which are dropped is seeded by --seed)")
 	f.IntVar(&o.cluster.DPSize, "dp-size", o.cluster.DPSize, "attention data-parallel ranks per worker, each its own KV cache and batch (the --worker-* sizes are each rank's): 1 to 1024, and at most 65536 ranks in all")
 	f.Var(kvTokensFlag{&o.cluster}, "worker-kv-tokens", "KV cache capacity of each worker, in tokens (whole blocks of --block-size: floor(tokens / block size) blocks), or auto: from the engine profile's GPU memory, as vLLM sizes its cache")
-	f.Float64Var(&o.cluster.GPUMemoryUtilization, "gpu-memory-utilization", replay.DefaultGPUMemoryUtilization, "with --worker-kv-tokens auto: the share of the GPU's memory the worker takes, as vLLM's flag")
+	f.Float64Var(&o.cluster.GPUMemoryUtilization, "gpu-memory-utilization", cluster.DefaultGPUMemoryUtilization, "with --worker-kv-tokens auto: the share of the GPU's memory the worker takes, as vLLM's flag")
 	f.IntVar(&o.cluster.TotalKVBlocks, "worker-kv-blocks", o.cluster.TotalKVBlocks, "KV cache capacity of each worker, in blocks, overriding --worker-kv-tokens (default: the whole blocks its tokens make)")
 	f.Lookup("worker-kv-blocks").DefValue = "0" // none: made from --worker-kv-tokens, whatever the block size
 	f.IntVar(&o.cluster.MaxNumSeqs, "worker-max-num-seqs", o.cluster.MaxNumSeqs, "requests running at once on a worker")
@@ -276,7 +277,7 @@ func (o *replayOptions) plan(cmd *cobra.Command, args []string) (*replayPlan, er
 	}
 	o.cluster.BlockSize = cfg.BlockSize
 	if err := o.cluster.SizeKV(); err != nil {
-		return nil, err
+		return nil, clusterFlagError(err)
 	}
 	return &replayPlan{args: args, cfg: cfg, contenders: contenders, slo: slo}, nil
 }
@@ -592,7 +593,7 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 		return err
 	}
 	if err := o.cluster.Check(); err != nil {
-		return err
+		return clusterFlagError(err)
 	}
 	if o.plotFile != "" {
 		if err := figure.CheckFormat(o.plotFile); err != nil {
@@ -663,13 +664,13 @@ func (o *replayOptions) checkCapacity(flags *pflag.FlagSet) error {
 // iteration engine's profile.
 func (o *replayOptions) checkEngine(flags *pflag.FlagSet) error {
 	switch o.cluster.Engine {
-	case replay.EngineSimple:
+	case cluster.EngineSimple:
 		if flags.Changed("engine-profile") {
 			return fmt.Errorf("--engine-profile times the iteration engine, and --engine simple runs: drop one of them")
 		}
 		o.cluster.Profile = nil
 		return nil
-	case replay.EngineIteration:
+	case cluster.EngineIteration:
 	default:
 		return fmt.Errorf("--engine %q: expected iteration or simple", o.cluster.Engine)
 	}
@@ -681,13 +682,13 @@ func (o *replayOptions) checkEngine(flags *pflag.FlagSet) error {
 			return fmt.Errorf("--%s sets the simple engine's speed; the iteration engine's steps are timed by --engine-profile (or give --engine simple)", name)
 		}
 	}
-	p := replay.DefaultProfile()
+	p := cluster.DefaultProfile()
 	if o.profileFile != "" {
 		data, err := os.ReadFile(o.profileFile)
 		if err != nil {
 			return fmt.Errorf("--engine-profile: %w", err)
 		}
-		if p, err = replay.ParseProfile(data); err != nil {
+		if p, err = cluster.ParseProfile(data); err != nil {
 			return fmt.Errorf("--engine-profile %s: %w", o.profileFile, err)
 		}
 	}
@@ -713,7 +714,7 @@ func (o *replayOptions) checkPools(flags *pflag.FlagSet) error {
 		return fmt.Errorf("--prefill-workers and --decode-workers replace --workers: drop it")
 	case c.PrefillWorkers < 1 || c.DecodeWorkers < 1 || c.PrefillWorkers > protocol.MaxRanks || c.DecodeWorkers > protocol.MaxRanks:
 		return fmt.Errorf("--prefill-workers %d, --decode-workers %d: expected 1 to %d each", c.PrefillWorkers, c.DecodeWorkers, protocol.MaxRanks)
-	case c.Engine != replay.EngineIteration:
+	case c.Engine != cluster.EngineIteration:
 		return fmt.Errorf("disaggregated serving runs the iteration engine: drop --engine simple")
 	case c.Profile.CheckModel() != nil:
 		return fmt.Errorf("disaggregated serving sizes the KV it sends by the profile's model shape: --engine-profile %s: %v", o.profileFile, c.Profile.CheckModel())
@@ -733,9 +734,9 @@ func (o *replayOptions) checkKV(flags *pflag.FlagSet) error {
 		if flags.Changed("worker-kv-tokens") {
 			return fmt.Errorf("--worker-kv-blocks and --worker-kv-tokens both size the KV cache: give one of them")
 		}
-		c.KVSizing = replay.KVSizingBlocks
+		c.KVSizing = cluster.KVSizingBlocks
 	}
-	if c.KVSizing != replay.KVSizingProfile {
+	if c.KVSizing != cluster.KVSizingProfile {
 		if flags.Changed("gpu-memory-utilization") {
 			return fmt.Errorf("--gpu-memory-utilization sizes the KV cache from the engine profile's memory: give --worker-kv-tokens auto too")
 		}
@@ -744,11 +745,33 @@ func (o *replayOptions) checkKV(flags *pflag.FlagSet) error {
 	return nil
 }
 
+// clusterFlags are the flags that set the cluster's fields, by the
+// field's JSON key.
+var clusterFlags = map[string]string{
+	"workers": "workers", "dp_size": "dp-size", "worker_kv_blocks": "worker-kv-blocks", "worker_kv_tokens": "worker-kv-tokens",
+	"worker_max_num_seqs": "worker-max-num-seqs", "worker_prefill_tokens_per_ms": "worker-prefill-tokens-per-ms",
+	"worker_decode_ms_per_token": "worker-decode-ms-per-token", "max_gpu_lora_count": "max-gpu-lora-count",
+	"gpu_memory_utilization": "gpu-memory-utilization",
+}
+
+// clusterFlagError names the flag of a cluster field out of range.
+func clusterFlagError(err error) error {
+	var fe *cluster.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	flag, ok := clusterFlags[fe.Field]
+	if !ok {
+		return err
+	}
+	return fmt.Errorf("--%s %v: expected %s", flag, fe.Value, fe.Want)
+}
+
 // kvTokensFlag is --worker-kv-tokens: a number of tokens, or auto.
-type kvTokensFlag struct{ c *replay.ClusterConfig }
+type kvTokensFlag struct{ c *cluster.Config }
 
 func (f kvTokensFlag) String() string {
-	if f.c.KVSizing == replay.KVSizingProfile {
+	if f.c.KVSizing == cluster.KVSizingProfile {
 		return "auto"
 	}
 	return strconv.FormatUint(f.c.KVTokens, 10)
@@ -756,14 +779,14 @@ func (f kvTokensFlag) String() string {
 
 func (f kvTokensFlag) Set(s string) error {
 	if s == "auto" {
-		f.c.KVSizing = replay.KVSizingProfile
+		f.c.KVSizing = cluster.KVSizingProfile
 		return nil
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
 		return fmt.Errorf("expected a number of tokens or auto")
 	}
-	f.c.KVTokens, f.c.KVSizing = n, replay.KVSizingTokens
+	f.c.KVTokens, f.c.KVSizing = n, cluster.KVSizingTokens
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/replay"
 )
@@ -204,7 +205,7 @@ func TestSavePD(t *testing.T) {
 	cfg := protocol.DefaultConfig()
 	cfg.BlockSize = 512
 	cfg.Policy = protocol.PolicyKV
-	cluster := replay.DefaultCluster(3)
+	cluster := cluster.Default(3)
 	cluster.PrefillWorkers, cluster.DecodeWorkers, cluster.Workers, cluster.KVTransferGBps = 2, 3, 3, 50 // replay's default bandwidth
 	res, err := replay.Run(replay.Builtin(1, 20, 0, 512), replay.Options{Cluster: cluster, Router: cfg})
 	if err != nil {

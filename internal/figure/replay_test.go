@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/replay"
 )
@@ -30,7 +31,7 @@ func plotResults(t testing.TB, sessions, workers int, stretch float64, policies 
 		for i := range trace {
 			trace[i].Arrival *= stretch // later turns keep their think time
 		}
-		res, err := replay.Run(trace, replay.Options{Cluster: replay.DefaultCluster(workers), Router: cfg})
+		res, err := replay.Run(trace, replay.Options{Cluster: cluster.Default(workers), Router: cfg})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,8 @@ package replay
 import (
 	"os"
 	"testing"
+
+	"github.com/offline-router/offline-router/internal/cluster"
 )
 
 // BenchmarkReplaySharedTrace replays the shared Mooncake trace on 16
@@ -11,7 +13,7 @@ import (
 func BenchmarkReplaySharedTrace(b *testing.B) {
 	trace := readSharedTrace(b)
 	for b.Loop() {
-		if _, err := Run(append([]Request(nil), trace...), Options{Cluster: DefaultCluster(16), Router: routerConfig("kv")}); err != nil {
+		if _, err := Run(append([]Request(nil), trace...), Options{Cluster: cluster.Default(16), Router: routerConfig("kv")}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -20,7 +22,7 @@ func BenchmarkReplaySharedTrace(b *testing.B) {
 // BenchmarkReplaySharedTraceSimple: the same with --engine simple, issue
 // 21's 100,000 simulated requests per second of wall time.
 func BenchmarkReplaySharedTraceSimple(b *testing.B) {
-	benchSimple(b, readSharedTrace(b), SimpleCluster(16))
+	benchSimple(b, readSharedTrace(b), cluster.Simple(16))
 }
 
 // BenchmarkReplayTripledTraceSimple: three copies of the shared trace back
@@ -31,7 +33,7 @@ func BenchmarkReplayTripledTraceSimple(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchSimple(b, trace, SimpleCluster(16))
+	benchSimple(b, trace, cluster.Simple(16))
 }
 
 // BenchmarkReplay16TokenBlocksSimple: the shared trace hashed at the
@@ -43,16 +45,16 @@ func BenchmarkReplay16TokenBlocksSimple(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cluster := SimpleCluster(16)
-	cluster.BlockSize, cluster.TotalKVBlocks = 16, 32*cluster.TotalKVBlocks
-	benchSimple(b, trace, cluster)
+	cc := cluster.Simple(16)
+	cc.BlockSize, cc.TotalKVBlocks = 16, 32*cc.TotalKVBlocks
+	benchSimple(b, trace, cc)
 }
 
-func benchSimple(b *testing.B, trace []Request, cluster ClusterConfig) {
+func benchSimple(b *testing.B, trace []Request, cc cluster.Config) {
 	router := routerConfig("kv")
-	router.BlockSize = cluster.BlockSize
+	router.BlockSize = cc.BlockSize
 	for b.Loop() {
-		if _, err := Run(append([]Request(nil), trace...), Options{Cluster: cluster, Router: router}); err != nil {
+		if _, err := Run(append([]Request(nil), trace...), Options{Cluster: cc, Router: router}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -77,8 +79,8 @@ func readSharedTrace(b *testing.B) []Request {
 // replay of the same trace.
 func BenchmarkHeadroomSharedTrace(b *testing.B) {
 	trace := readSharedTrace(b)
-	cluster := DefaultCluster(8)
+	cc := cluster.Default(8)
 	for b.Loop() {
-		headroomOf(trace, &cluster, false)
+		headroomOf(trace, &cc, false)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
@@ -113,7 +114,7 @@ func TestSearchCapacityOutOfReach(t *testing.T) {
 // requests away when busy: rejected requests are misses.
 func capacityExperiment(repeats, jobs int) *Experiment {
 	e := experiment(40, repeats, "round_robin", policy("kv", protocol.PolicyKV), policy("round_robin", protocol.PolicyRoundRobin))
-	e.Cluster = DefaultCluster(2)
+	e.Cluster = cluster.Default(2)
 	e.Goodput = SLO{TTFTMS: 200}
 	e.Jobs = jobs
 	for i := range e.Contenders {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
@@ -62,7 +63,7 @@ func TestTraceClassesAreCheckedBeforeTheRun(t *testing.T) {
 // taken on (a panic, or a request counted in no class).
 func TestRunRefusesAnUnknownClass(t *testing.T) {
 	_, err := Run([]Request{{ID: "a", InputTokens: 10, OutputTokens: 1}, {ID: "b", InputTokens: 10, OutputTokens: 1, PolicyClass: "gold"}},
-		Options{Cluster: SimpleCluster(1), Router: withClasses(routerConfig(protocol.PolicyKV))})
+		Options{Cluster: cluster.Simple(1), Router: withClasses(routerConfig(protocol.PolicyKV))})
 	if err == nil || !strings.Contains(err.Error(), `request b: field "policy_class": "gold" is not one of`) {
 		t.Fatalf("got %v", err)
 	}
@@ -78,9 +79,9 @@ func TestRunRefusesAnUnknownClass(t *testing.T) {
 // first, classes in trace order, placed counted as completed or as
 // requests, TTFT or goodput over the wrong requests.
 func TestClassMetricsSplitTheRun(t *testing.T) {
-	cluster := iterCluster(40, 8, 4096, StepModel{BaseMS: 1, PerPrefillTokenMS: 0.01})
+	cc := iterCluster(40, 8, 4096, cluster.StepModel{BaseMS: 1, PerPrefillTokenMS: 0.01})
 	router := withClasses(routerConfig(protocol.PolicyKV))
-	router.BlockSize = cluster.BlockSize
+	router.BlockSize = cc.BlockSize
 	classes := []string{"", "premium", "regular", "premium", "", "premium", "regular", ""}
 	var trace []Request
 	for i, c := range classes {
@@ -90,7 +91,7 @@ func TestClassMetricsSplitTheRun(t *testing.T) {
 	trace[3].Role = protocol.RoleDecode // no decode worker: no_eligible_worker at its place
 	trace[6].InputTokens = 1000         // more blocks than the worker has: exceeds_kv_cache once placed
 	slo := SLO{TTFTMS: 5}
-	res, err := Run(trace, Options{Cluster: cluster, Router: router, Goodput: slo, Records: true})
+	res, err := Run(trace, Options{Cluster: cc, Router: router, Goodput: slo, Records: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +208,7 @@ func TestClassRowsInTheTable(t *testing.T) {
 // renamed without the schema, and goodput written 0 when no level is set.
 func TestClassFiguresInTheReportJSON(t *testing.T) {
 	res, err := Run([]Request{{ID: "a", InputTokens: 10, OutputTokens: 1, PolicyClass: "premium"}},
-		Options{Cluster: SimpleCluster(1), Router: withClasses(routerConfig(protocol.PolicyKV))})
+		Options{Cluster: cluster.Simple(1), Router: withClasses(routerConfig(protocol.PolicyKV))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestClassFiguresInTheReportJSON(t *testing.T) {
 func TestPlaceCarriesTheClass(t *testing.T) {
 	var cmds bytes.Buffer
 	_, err := Run([]Request{{ID: "a", InputTokens: 10, OutputTokens: 1, PolicyClass: "premium"}, {ID: "b", Arrival: 1, InputTokens: 10, OutputTokens: 1}},
-		Options{Cluster: SimpleCluster(1), Router: withClasses(routerConfig(protocol.PolicyKV)), Commands: &cmds})
+		Options{Cluster: cluster.Simple(1), Router: withClasses(routerConfig(protocol.PolicyKV)), Commands: &cmds})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +276,7 @@ func TestClassRejectionsByReason(t *testing.T) {
 		{ID: "a", Arrival: 1, InputTokens: 32, OutputTokens: 1, PolicyClass: "latency"},
 		{ID: "b", Arrival: 2, InputTokens: 32, OutputTokens: 1, PolicyClass: "latency"},
 		{ID: "after", Arrival: 300, InputTokens: 32, OutputTokens: 1, PolicyClass: "standard"},
-	}, Options{Cluster: SimpleCluster(1), Router: router})
+	}, Options{Cluster: cluster.Simple(1), Router: router})
 	if err != nil {
 		t.Fatal(err)
 	}

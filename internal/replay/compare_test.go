@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
@@ -16,7 +17,7 @@ import (
 func experiment(sessions, repeats int, baseline string, contenders ...Contender) *Experiment {
 	cfg := protocol.DefaultConfig()
 	cfg.BlockSize = 512
-	e := &Experiment{Workload: Workload{BuiltinSessions: sessions, ArrivalSpeedupRatio: 1}, Cluster: DefaultCluster(4),
+	e := &Experiment{Workload: Workload{BuiltinSessions: sessions, ArrivalSpeedupRatio: 1}, Cluster: cluster.Default(4),
 		Router: cfg, Goodput: SLO{TTFTMS: 60}, Repeats: repeats, Baseline: baseline, Jobs: 2}
 	for _, c := range contenders {
 		r := cfg

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/protocol"
 	"golang.org/x/sync/errgroup"
 )
@@ -22,7 +23,7 @@ type Experiment struct {
 	// workload (Workload says which).
 	TracePath    string
 	MaxLineBytes int // a longer trace line is refused by its number
-	Cluster      ClusterConfig
+	Cluster      cluster.Config
 	Replicas     Replicas
 	// Router is the config every contender starts from; each runs its own.
 	Router     protocol.Config

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"cmp"
+	"github.com/offline-router/offline-router/internal/cluster"
 	"math"
 	"slices"
 
@@ -45,7 +46,7 @@ const (
 // any run) on cluster c; closedLoop says the arrival order is not known.
 // One pass over the requests in the LRU's order serves both rates: the
 // bound does not depend on the order.
-func headroomOf(trace []Request, c *ClusterConfig, closedLoop bool) *Headroom {
+func headroomOf(trace []Request, c *cluster.Config, closedLoop bool) *Headroom {
 	bs := c.BlockSize
 	hr := &Headroom{LRUOrder: lruOrderArrival}
 	for _, p := range c.PoolSizes() {
@@ -71,7 +72,10 @@ func headroomOf(trace []Request, c *ClusterConfig, closedLoop bool) *Headroom {
 // headroomRates takes trace's requests in order through the bound and an
 // LRU cache of capacity blocks, and returns both rates.
 func headroomRates(trace []Request, order []int, bs, capacity uint64) (infinite, lru float64) {
-	h := headroomPass{seen: newHeadroomCache(math.MaxInt), lru: newHeadroomCache(int(capacity))}
+	h := headroomPass{seen: cluster.NewReferenceCache(math.MaxInt)}
+	if capacity > 0 {
+		h.lru = cluster.NewReferenceCache(int(capacity))
+	}
 	for _, i := range order {
 		h.add(&trace[i], bs)
 	}
@@ -120,7 +124,8 @@ func estimatedArrivals(trace []Request) []float64 {
 // leaves when a request references its cached prefix, adds the rest
 // (evicting the least recently used idle blocks) and releases them at once.
 type headroomPass struct {
-	seen, lru headroomCache
+	// seen is never full; lru is the cluster's LRU bound, nil for none.
+	seen, lru *cluster.ReferenceCache
 	input     uint64
 	// tokens is every block occurrence's tokens (a prompt's hit cap: a
 	// block past its input tokens holds none), distinct the blocks seen.
@@ -134,49 +139,26 @@ type headroomPass struct {
 	local   []protocol.LocalBlockHash // the request's ids, unpacked (Request.packed)
 }
 
-// headroomCache is a run cache that takes each request whole: capacity
-// blocks (for seen, none: it is never full), evicted hashes left in
-// scratch.
-type headroomCache struct {
-	*runCache
-	capacity int
-	scratch  []protocol.SequenceHash
-}
-
-func newHeadroomCache(capacity int) headroomCache {
-	return headroomCache{runCache: newRunCache(), capacity: capacity}
-}
-
-// take caches r's blocks as the reference cache does and returns how many
-// of its first blocks were cached before.
-func (c *headroomCache) take(r *simRequest) int {
-	_, found := c.match(r.seq)
-	c.scratch, _ = c.runCache.take(r, found, c.capacity, c.scratch[:0])
-	c.store(r, found)
-	c.release(r)
-	return found
-}
-
 // add takes request r through both caches, which copy what they keep of
 // its sequence hashes or keep a window on at least half (runcache.go).
 func (h *headroomPass) add(r *Request, bs uint64) {
 	h.input += r.InputTokens
 	h.local = r.appendIDs(h.local[:0])
-	sr := simRequest{Request: r, local: h.local, seq: kvindex.SequenceHashes(h.local)}
-	n := len(sr.seq)
+	seq := kvindex.SequenceHashes(h.local)
+	n := len(seq)
 	h.tokens += min(uint64(n)*bs, r.InputTokens)
-	h.distinct += uint64(n - h.seen.take(&sr))
+	h.distinct += uint64(n - h.seen.Take(seq))
 	for k := int(r.InputTokens / bs); k < n; k++ {
 		w := blockWeight(k, bs, r.InputTokens)
 		if h.short == nil {
 			h.short = map[protocol.SequenceHash]uint64{}
 		}
-		if v, ok := h.short[sr.seq[k]]; !ok || w < v {
-			h.short[sr.seq[k]] = w
+		if v, ok := h.short[seq[k]]; !ok || w < v {
+			h.short[seq[k]] = w
 		}
 	}
-	if h.lru.capacity > 0 {
-		h.lruHits += min(uint64(h.lru.take(&sr))*bs, r.InputTokens)
+	if h.lru != nil {
+		h.lruHits += min(uint64(h.lru.Take(seq))*bs, r.InputTokens)
 	}
 }
 

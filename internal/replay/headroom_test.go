@@ -8,13 +8,14 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // tinyCluster is one worker of one rank holding blocks blocks of 4 tokens.
-func tinyCluster(blocks int) ClusterConfig {
-	c := SimpleCluster(1)
+func tinyCluster(blocks int) cluster.Config {
+	c := cluster.Simple(1)
 	c.BlockSize, c.TotalKVBlocks = 4, blocks
 	return c
 }
@@ -103,12 +104,12 @@ func TestClusterLRUTakesRequestsInArrivalOrder(t *testing.T) {
 // prefills, and not the decode pool's. It catches the decode pool
 // counted, DP ranks left out, and the larger pool's size taken.
 func TestLRUCapacityIsThePrefillPools(t *testing.T) {
-	pd := DefaultCluster(1)
+	pd := cluster.Default(1)
 	pd.PrefillWorkers, pd.DecodeWorkers, pd.Workers, pd.DPSize, pd.TotalKVBlocks = 2, 3, 3, 2, 10
-	agg := DefaultCluster(3)
+	agg := cluster.Default(3)
 	agg.DPSize, agg.TotalKVBlocks = 2, 10
 	for _, c := range []struct {
-		cluster ClusterConfig
+		cluster cluster.Config
 		want    uint64
 	}{{pd, 40}, {agg, 60}} {
 		if got := headroomOf(nil, &c.cluster, false).LRUCapacityBlocks; got != c.want {
@@ -127,29 +128,29 @@ func TestLRUCapacityIsThePrefillPools(t *testing.T) {
 // block's tokens left out, move it too little: the hand-made trace pins
 // those).
 func TestNoRouterBeatsTheInfiniteCache(t *testing.T) {
-	small := DefaultCluster(4)
+	small := cluster.Default(4)
 	small.TotalKVBlocks, small.DPSize = 60, 2
-	simple := SimpleCluster(4)
+	simple := cluster.Simple(4)
 	simple.TotalKVBlocks = 100
-	pd := DefaultCluster(1)
+	pd := cluster.Default(1)
 	pd.PrefillWorkers, pd.DecodeWorkers, pd.KVTransferGBps, pd.TotalKVBlocks = 2, 2, 50, 40
 	type setting struct {
 		name    string
 		trace   []Request
-		cluster ClusterConfig
+		cluster cluster.Config
 		busy    bool // a threshold that turns requests away
 	}
 	builtin := Builtin(5, 150, 0, 512)
 	SpeedUp(builtin, 4)
 	settings := []setting{
-		{"builtin, default", builtin, DefaultCluster(8), false},
+		{"builtin, default", builtin, cluster.Default(8), false},
 		{"builtin, small caches, dp 2", builtin, small, false},
 		{"builtin, simple", builtin, simple, false},
 		{"builtin, disaggregated", builtin, pd, false},
-		{"builtin, busy", builtin, DefaultCluster(2), true},
+		{"builtin, busy", builtin, cluster.Default(2), true},
 		// replay's own built-in workload: sglang_cache_aware comes within
 		// 0.0003 of the bound
-		{"builtin as replay runs it, simple", Builtin(0, 300, 0, 512), SimpleCluster(8), false},
+		{"builtin as replay runs it, simple", Builtin(0, 300, 0, 512), cluster.Simple(8), false},
 	}
 	if f, err := os.Open(sharedTrace); err == nil {
 		shared, err := ReadMooncake(f, 512)
@@ -157,8 +158,8 @@ func TestNoRouterBeatsTheInfiniteCache(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		settings = append(settings, setting{"shared", shared, DefaultCluster(8), false},
-			setting{"shared, simple", shared, SimpleCluster(8), false})
+		settings = append(settings, setting{"shared", shared, cluster.Default(8), false},
+			setting{"shared, simple", shared, cluster.Simple(8), false})
 	} else {
 		t.Log("../shared/traces is absent: the built-in workload only")
 	}
@@ -203,7 +204,7 @@ func TestNoRouterBeatsTheInfiniteCache(t *testing.T) {
 // left out of the report, computed on a later repeat's requests, or in the
 // digest.
 func TestReportHasTheHeadroomOnce(t *testing.T) {
-	e := &Experiment{Workload: Workload{ArrivalSpeedupRatio: 1, BuiltinSessions: 30}, Cluster: DefaultCluster(4),
+	e := &Experiment{Workload: Workload{ArrivalSpeedupRatio: 1, BuiltinSessions: 30}, Cluster: cluster.Default(4),
 		Router: routerConfig(protocol.PolicyKV), Repeats: 2,
 		Contenders: []Contender{{Name: "kv", Router: routerConfig(protocol.PolicyKV)}, {Name: "round_robin", Router: routerConfig(protocol.PolicyRoundRobin)}}}
 	trace, _, err := e.Load()

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/engine"
 	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/protocol"
@@ -18,7 +19,7 @@ import (
 
 // Options configures one replay.
 type Options struct {
-	Cluster ClusterConfig
+	Cluster cluster.Config
 	Router  protocol.Config
 	Goodput SLO // the service levels a request must meet to count in request_goodput
 	// Replicas runs each router as several instances (Count 0 or 1: one).
@@ -46,9 +47,9 @@ type Options struct {
 // (events sent to the router, and the blocks they name), and the ranks of
 // the routers' indexes that came to keep a table entry a block.
 type replayOps struct {
-	cache               cacheOps
-	events, eventBlocks int
-	indexTables         int
+	cacheRuns, cacheBlocks int
+	events, eventBlocks    int
+	indexTables            int
 }
 
 // ErrStopped is Run's error when Options.Stop ended it.
@@ -66,7 +67,6 @@ type placement struct {
 	overlap, best uint64
 	sentAt        float64 // when it was sent to the router
 	replica       int     // the router replica it was sent to
-	admittedAt    float64 // on a decode worker: when its KV was in place and it joined the batch
 	sent          bool    // it reached the pool's router
 }
 
@@ -75,32 +75,19 @@ type simRequest struct {
 	*Request
 	placement           // on its worker (its prefill worker when disaggregated)
 	dec       placement // on its decode worker, when disaggregated
-	// local are its hash ids, from its first place to its end, and seq
-	// their sequence hashes, from its dispatch to a worker: only the
-	// requests in flight hold theirs, which at 16-token blocks are each as
-	// large as the trace's ids were (a run cache copies what it keeps of
-	// them, or keeps a window on at least half: runcache.go).
-	local []protocol.LocalBlockHash
-	seq   []protocol.SequenceHash
-	// runs are the cache runs it holds on its worker under the simple
-	// model, its first cachedBlocks blocks.
-	runs         []heldRun
-	cachedBlocks int
-	hitBlocks    int
-	uncached     uint64 // input tokens its worker had to prefill
-	class        int    // its policy class's index in the config (0 without classes)
-
-	prefillStart, firstToken, doneAt float64
-	islBlocks                        uint64
-	rejected                         protocol.Code // why the router turned it away; "" if it did not
-	sentSeq                          int           // its place was the sentSeq-th sent, from 1
-	preemptions                      int           // times a worker took its blocks back to compute it again
-	idx                              int32         // in trace order
-	// gaps are the times between its output tokens, runs of equal ones
-	// as one sample (the iteration engine; the simple one spreads decode
-	// evenly and keeps none); lastToken is when its latest came.
-	gaps      []sample
-	lastToken float64
+	// work is it as its workers see it, and what they made of it. Its
+	// hash ids (work.Local) are held from its first place to its end, and
+	// their sequence hashes (work.Seq) from its dispatch to a worker: only
+	// the requests in flight hold theirs, which at 16-token blocks are each
+	// as large as the trace's ids were.
+	work cluster.Request
+	// on is the worker it runs on now, whose timers name it.
+	on        *simWorker
+	class     int // its policy class's index in the config (0 without classes)
+	doneAt    float64
+	islBlocks uint64
+	rejected  protocol.Code // why the router turned it away; "" if it did not
+	sentSeq   int           // its place was the sentSeq-th sent, from 1
 	// next is the session's turn that follows this one's end, after its
 	// delay_ms (nil when none does).
 	next *simRequest
@@ -212,6 +199,25 @@ type pool struct {
 	order    []*simWorker // in (id, rank) order
 }
 
+// poolSpec is one pool to bring up: its role, its workers, its streams.
+type poolSpec struct {
+	role                protocol.Role
+	workers             int
+	commands, responses io.Writer
+}
+
+// poolSpecs are the pools the cluster runs: the whole cluster, or a
+// prefill pool (on opt's streams) and a decode pool (on its decode
+// streams).
+func poolSpecs(opt Options) []poolSpec {
+	c := &opt.Cluster
+	if !c.Disaggregated() {
+		return []poolSpec{{"", c.Workers, opt.Commands, opt.Responses}}
+	}
+	return []poolSpec{{protocol.RolePrefill, c.PrefillWorkers, opt.Commands, opt.Responses},
+		{protocol.RoleDecode, c.DecodeWorkers, opt.DecodeCommands, opt.DecodeResponses}}
+}
+
 // replica is one router instance of a pool, and what the host knows of it
 // from its answers.
 type replica struct {
@@ -239,7 +245,7 @@ func Run(trace []Request, opt Options) (*Result, error) {
 	if slices.ContainsFunc(trace, func(r Request) bool { return r.LoRAName != "" }) {
 		h.loraCapacity = ptr(opt.Cluster.LoRACapacity())
 	}
-	for _, spec := range opt.Cluster.pools(opt) {
+	for _, spec := range poolSpecs(opt) {
 		p := &pool{role: spec.role, workers: map[rankKey]*simWorker{}}
 		h.pools = append(h.pools, p)
 		for i := range max(opt.Replicas.Count, 1) {
@@ -265,7 +271,8 @@ func Run(trace []Request, opt Options) (*Result, error) {
 		h.announce(p, spec.workers)
 	}
 	for i := range trace {
-		r := &simRequest{Request: &trace[i], idx: int32(len(h.reqs))}
+		r := &simRequest{Request: &trace[i]}
+		r.work.Tag, r.work.InputTokens = int32(len(h.reqs)), r.InputTokens
 		h.reqs = append(h.reqs, r)
 		if _, dup := h.byID[r.ID]; dup {
 			return nil, fmt.Errorf("request id %s appears twice", r.ID)
@@ -310,10 +317,9 @@ func Run(trace []Request, opt Options) (*Result, error) {
 	}
 	if opt.ops != nil {
 		for _, w := range h.order {
-			if w.cache != nil {
-				opt.ops.cache.runs += w.cache.ops.runs
-				opt.ops.cache.blocks += w.cache.ops.blocks
-			}
+			n := w.Counts()
+			opt.ops.cacheRuns += n.CacheRunOps
+			opt.ops.cacheBlocks += n.CacheBlockOps
 		}
 		opt.ops.events, opt.ops.eventBlocks = h.kvEvents, h.kvEventBlocks
 		for _, p := range h.pools {
@@ -333,13 +339,7 @@ func (h *host) announce(p *pool, workers int) {
 	for i := range workers {
 		id := uint64(i + 1)
 		for rank := range dp {
-			w := &simWorker{id: id}
-			w.idx, w.dpRank, w.pool = int32(len(h.order)), rank, p
-			if c.Engine == EngineIteration {
-				w.iter = newIterEngine(c, &c.Profile.Step)
-			} else {
-				w.cache = newRunCache()
-			}
+			w := &simWorker{Worker: cluster.NewWorker(c, id, rank), id: id, dpRank: rank, idx: int32(len(h.order)), pool: p}
 			p.workers[rankKey{id, rank}] = w
 			p.order, h.order = append(p.order, w), append(h.order, w)
 		}
@@ -368,7 +368,7 @@ func (h *host) schedule(at float64, kind eventKind, r *simRequest) {
 		h.err = fmt.Errorf("request %s: simulated time would reach %.0f ms, past the router's clock (2^53 ms): the trace's timestamps and delays, --arrival-speedup-ratio, or a slow --worker-prefill-tokens-per-ms take it too far", r.ID, at)
 	}
 	h.nextSeq++
-	h.events.push(event{at: at, seq: h.nextSeq, kind: kind, idx: r.idx})
+	h.events.push(event{at: at, seq: h.nextSeq, kind: kind, idx: r.work.Tag})
 }
 
 // loop runs events in time order, waking the router at next_wakeup_ms
@@ -402,17 +402,16 @@ func (h *host) loop(total int) error {
 		switch ev.kind {
 		case evArrival:
 			h.arrive(ev.at, h.reqs[ev.idx])
-		case evPrefillDone:
-			h.prefillDone(ev.at, h.reqs[ev.idx])
-		case evDecodeDone:
-			h.decodeDone(ev.at, h.reqs[ev.idx])
+		case evPrefillDone, evDecodeDone:
+			r := h.reqs[ev.idx]
+			h.fire(ev.at, r.on, cluster.Timer{At: ev.at, Kind: timerOf[ev.kind], Req: &r.work})
 		case evTransferred:
 			h.place(h.pools[1], ev.at, h.reqs[ev.idx])
 		case evSync:
 			h.deliver(ev.at, ev.idx)
 		case evStepDone:
-			if w := h.order[ev.idx]; ev.seq == w.iter.endSeq { // else stale: its run was cut
-				h.stepDone(ev.at, w)
+			if w := h.order[ev.idx]; ev.seq == w.stepSeq { // else stale: its run was cut
+				h.fire(ev.at, w, cluster.Timer{At: ev.at, Kind: cluster.StepDone})
 			}
 		}
 	}
@@ -491,10 +490,10 @@ func (h *host) arrive(t float64, r *simRequest) {
 
 // place asks the pool's router (the replica r falls to) to place r.
 func (h *host) place(p *pool, t float64, r *simRequest) {
-	if r.local == nil { // its first place: its ids, packed in the trace, until its end
-		r.local = r.HashIDs
+	if r.work.Local == nil { // its first place: its ids, packed in the trace, until its end
+		r.work.Local = r.HashIDs
 		if r.packed != nil { // a read trace's, one id a block
-			r.local = r.appendIDs(make([]protocol.LocalBlockHash, 0, r.islBlocks))
+			r.work.Local = r.appendIDs(make([]protocol.LocalBlockHash, 0, r.islBlocks))
 		}
 	}
 	ph := r.phase(p)
@@ -616,15 +615,12 @@ func (h *host) toOwner(p *pool, r *simRequest, c *protocol.Command) {
 
 // dispatch hands r to its worker.
 func (h *host) dispatch(t float64, w *simWorker, r *simRequest) {
-	if r.seq == nil { // its first worker (a decode worker has them from its prefill)
-		r.seq = kvindex.SequenceHashes(r.local)
+	if r.work.Seq == nil { // its first worker (a decode worker has them from its prefill)
+		r.work.Seq = kvindex.SequenceHashes(r.work.Local)
 	}
-	if w.iter == nil {
-		w.waiting = append(w.waiting, r)
-		h.admitWaiting(t, w)
-		return
-	}
-	if !w.iter.enqueue(r, h.outputsOn(w.pool, r), w.pool.role == protocol.RoleDecode) {
+	r.on = w
+	decode := w.pool.role == protocol.RoleDecode
+	if !w.Enqueue(&r.work, h.outputsOn(w.pool, r), decode) {
 		// Its prompt and output need more blocks than the worker has: no
 		// engine could run it. The router's booking is released.
 		r.rejected, r.doneAt = tooLongForCache, t
@@ -632,16 +628,11 @@ func (h *host) dispatch(t float64, w *simWorker, r *simRequest) {
 		h.ended(t, r)
 		return
 	}
-	if w.pool.role == protocol.RoleDecode {
+	if decode {
 		// Its prompt's KV is here: no prefill is left to book.
 		h.toOwner(w.pool, r, &protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
 	}
-	switch {
-	case !w.iter.busy: // an idle engine starts a step at once
-		h.startStep(t, w)
-	case w.iter.cut(t): // a run of decode steps ends with the step under way
-		h.scheduleStepEnd(w)
-	}
+	h.start(t, w)
 }
 
 // outputsOn is how many of r's output tokens a worker of pool p makes: a
@@ -653,54 +644,64 @@ func (h *host) outputsOn(p *pool, r *simRequest) uint64 {
 	return r.OutputTokens
 }
 
-// startStep starts the worker's next step, if it has work; its results,
-// KV events included, come when it ends.
-func (h *host) startStep(t float64, w *simWorker) {
-	started := w.iter.startStep(t)
-	w.util.kv.set(t, w.iter.live)
-	if started {
-		w.iter.startRun()
-		h.scheduleStepEnd(w)
-	}
-}
-
-// scheduleStepEnd schedules the end of the worker's step (or run) under
-// way; an end scheduled before it, for a run since cut, goes stale.
-func (h *host) scheduleStepEnd(w *simWorker) {
-	h.nextSeq++
-	w.iter.endSeq = h.nextSeq
-	h.events.push(event{at: w.iter.end(), seq: h.nextSeq, kind: evStepDone, idx: w.idx})
-}
-
 // tooLongForCache is the rejection reason of a request whose prompt and
 // output need more KV blocks than a worker has.
 const tooLongForCache protocol.Code = "exceeds_kv_cache"
 
-// stepDone applies a step's end: blocks stored, first tokens, requests
-// done; then the next step starts.
-func (h *host) stepDone(t float64, w *simWorker) {
-	w.util.busyMS += t - w.iter.start
-	res := w.iter.endStep(w, t)
-	w.util.kv.set(t, w.iter.live)
-	p := w.pool
-	for i := range res.events {
-		h.observe(t, w, &res.events[i])
+// timerOf is the worker timer an event kind ends.
+var timerOf = [...]cluster.TimerKind{evPrefillDone: cluster.PrefillDone, evDecodeDone: cluster.DecodeDone, evStepDone: cluster.StepDone}
+
+// start has the worker start what it can at t.
+func (h *host) start(t float64, w *simWorker) {
+	for {
+		res, more := w.Start(t)
+		h.apply(t, w, res)
+		if !more {
+			return
+		}
 	}
-	for _, r := range res.firstTokens {
-		r.firstToken, r.lastToken = t, t
+}
+
+// fire ends a timer of the worker's at t, then has it start what it can.
+func (h *host) fire(t float64, w *simWorker, tm cluster.Timer) {
+	h.apply(t, w, w.Fire(t, tm))
+	h.start(t, w)
+}
+
+// apply acts on what a worker did at t: its KV events go to the router,
+// its first tokens and ends to the request's router, and the timer it asks
+// for is scheduled.
+func (h *host) apply(t float64, w *simWorker, res cluster.Result) {
+	p := w.pool
+	for i := range res.Events {
+		h.observe(t, w, &res.Events[i])
+	}
+	for _, x := range res.First {
+		r := h.reqs[x.Tag]
 		h.toOwner(p, r, &protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
 	}
-	for _, r := range res.finished {
+	for _, x := range res.Finished {
+		r := h.reqs[x.Tag]
 		h.toOwner(p, r, &protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
 		if p.role == protocol.RolePrefill && r.OutputTokens > 1 {
 			// Its KV goes to a decode worker, which makes the rest.
-			h.schedule(t+h.opt.Cluster.transferMS(r.InputTokens), evTransferred, r)
+			h.schedule(t+h.opt.Cluster.TransferMS(r.InputTokens), evTransferred, r)
 			continue
 		}
 		r.doneAt = t
 		h.ended(t, r)
 	}
-	h.startStep(t, w)
+	switch tm := res.Timer; tm.Kind {
+	case cluster.PrefillDone:
+		h.schedule(tm.At, evPrefillDone, h.reqs[tm.Req.Tag])
+	case cluster.DecodeDone:
+		h.schedule(tm.At, evDecodeDone, h.reqs[tm.Req.Tag])
+	case cluster.StepDone:
+		// An end scheduled before it, for a run since cut, goes stale.
+		h.nextSeq++
+		w.stepSeq = h.nextSeq
+		h.events.push(event{at: tm.At, seq: h.nextSeq, kind: evStepDone, idx: w.idx})
+	}
 }
 
 // turnedAway are the place errors a serving frontend answers with a
@@ -718,7 +719,7 @@ var turnedAway = map[protocol.Code]bool{
 // mode: there a host has no event stream, and the router learns from its
 // own placements.
 func (h *host) observe(t float64, w *simWorker, ev *protocol.KVEvent) {
-	if ev == nil || !h.opt.Router.KVEvents {
+	if !h.opt.Router.KVEvents {
 		return
 	}
 	h.kvEvents++
@@ -742,53 +743,12 @@ func (h *host) observe(t float64, w *simWorker, ev *protocol.KVEvent) {
 	h.toAll(w.pool, &protocol.Command{Op: protocol.OpObserve, NowMS: ptr(t), Events: []protocol.KVEvent{*ev}})
 }
 
-// admitWaiting starts the worker's waiting requests, in order, while they fit.
-func (h *host) admitWaiting(t float64, w *simWorker) {
-	for len(w.waiting) > 0 {
-		r := w.waiting[0]
-		evicted, ok := w.admit(r, &h.opt.Cluster)
-		if !ok {
-			return
-		}
-		w.waiting = w.waiting[1:]
-		if len(evicted) > 0 {
-			h.observe(t, w, w.removedEvent(evicted))
-		}
-		r.prefillStart = math.Max(t, w.prefillFreeAt)
-		w.prefillFreeAt = r.prefillStart + float64(r.uncached)/h.opt.Cluster.PrefillTokensPerMS
-		h.schedule(w.prefillFreeAt, evPrefillDone, r)
-		w.util.kv.set(t, w.blocksInUse())
-		w.util.spans.add(r.prefillStart, w.prefillFreeAt+h.opt.Cluster.decodeMS(r.OutputTokens))
-	}
-}
-
-func (h *host) prefillDone(t float64, r *simRequest) {
-	r.firstToken = t
-	r.worker.backlog -= r.uncached
-	// The backlog shrank: waiting requests may fit now.
-	defer h.admitWaiting(t, r.worker)
-	h.observe(t, r.worker, r.worker.store(r))
-	h.toOwner(r.worker.pool, r, &protocol.Command{Op: protocol.OpPrefillCompleted, NowMS: ptr(t), RequestID: r.ID})
-	// Prefill made the first output token, as in vLLM; each later one takes
-	// a decode step.
-	h.schedule(t+h.opt.Cluster.decodeMS(r.OutputTokens), evDecodeDone, r)
-}
-
-func (h *host) decodeDone(t float64, r *simRequest) {
-	r.doneAt = t
-	r.worker.release(r)
-	r.worker.util.kv.set(t, r.worker.blocksInUse())
-	h.toOwner(r.worker.pool, r, &protocol.Command{Op: protocol.OpRequestTerminal, NowMS: ptr(t), RequestID: r.ID})
-	h.ended(t, r)
-	h.admitWaiting(t, r.worker)
-}
-
 // hashes are r's block hashes for a place command: none when it has none.
 func (r *simRequest) hashes() []protocol.LocalBlockHash {
-	if len(r.local) == 0 {
+	if len(r.work.Local) == 0 {
 		return nil
 	}
-	return r.local
+	return r.work.Local
 }
 
 // policyClass is r's policy_class for a place command: none when it names
@@ -817,37 +777,11 @@ func (r *simRequest) phase(p *pool) *placement {
 	return &r.placement
 }
 
-// tokensEvery records n more output tokens, each gap ms after the one
-// before.
-func (r *simRequest) tokensEvery(gap float64, n int) {
-	if n > 0 {
-		r.lastToken += float64(float64(n) * gap)
-		r.addGaps(gap, uint64(n))
-	}
-}
-
-// tokenAt records an output token after the first, made at t.
-func (r *simRequest) tokenAt(t float64) {
-	gap := t - r.lastToken
-	r.lastToken = t
-	r.addGaps(gap, 1)
-}
-
-// addGaps records n gaps of gap ms, in the run before it when it is one of
-// equal gaps.
-func (r *simRequest) addGaps(gap float64, n uint64) {
-	if k := len(r.gaps); k > 0 && r.gaps[k-1].v == gap {
-		r.gaps[k-1].n += n
-		return
-	}
-	r.gaps = append(r.gaps, sample{gap, n})
-}
-
 // ended schedules the session's next turn, if any, after its think time;
 // in a closed loop, a session that ended makes room for the next one.
 func (h *host) ended(t float64, r *simRequest) {
 	h.finished++
-	r.local, r.seq = nil, nil
+	r.work.Drop()
 	if r.next != nil {
 		h.schedule(t+*r.next.DelayMS, evArrival, r.next)
 		return
@@ -893,6 +827,18 @@ func (h *host) closeLoop(trace []Request) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// simWorker is one rank of the simulated cluster, as the host drives it.
+type simWorker struct {
+	cluster.Worker
+	id     uint64
+	dpRank uint32
+	idx    int32 // in (pool, id, rank) order
+	pool   *pool
+	// stepSeq is the host's event for the end of its step under way: an
+	// earlier one is stale.
+	stepSeq uint64
+}
 
 // rankKey names a simulated rank: a worker and its DP rank.
 type rankKey struct {

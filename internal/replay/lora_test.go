@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/kvindex"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
@@ -63,7 +64,7 @@ func TestAdaptersShareNoBlock(t *testing.T) {
 		t.Errorf("trace info %+v: want 3 requests under 2 adapters", info)
 	}
 	// Only a's second prompt hits: 3 blocks of the 12.
-	c := SimpleCluster(2)
+	c := cluster.Simple(2)
 	if hr := headroomOf(reqs, &c, false); hr.InfiniteCacheHitRate != 0.25 {
 		t.Errorf("infinite-cache hit rate %v, want 0.25", hr.InfiniteCacheHitRate)
 	}
@@ -82,10 +83,10 @@ func TestHostSendsAdapters(t *testing.T) {
 		capacity *int
 		want     string
 	}{{nil, `"max_gpu_lora_count":4`}, {&two, `"max_gpu_lora_count":2`}} {
-		cluster := SimpleCluster(2)
-		cluster.MaxGPULoRACount = c.capacity
+		cc := cluster.Simple(2)
+		cc.MaxGPULoRACount = c.capacity
 		var cmds, resps bytes.Buffer
-		if _, err := Run(slices.Clone(reqs), Options{Cluster: cluster, Router: routerConfig(protocol.PolicyKV), Commands: &cmds, Responses: &resps}); err != nil {
+		if _, err := Run(slices.Clone(reqs), Options{Cluster: cc, Router: routerConfig(protocol.PolicyKV), Commands: &cmds, Responses: &resps}); err != nil {
 			t.Fatal(err)
 		}
 		var names []string
@@ -113,7 +114,7 @@ func TestHostSendsAdapters(t *testing.T) {
 	}
 	base, _ := loadTrace(t, strings.ReplaceAll(loraTrace, `"lora_name"`, `"other"`))
 	var cmds bytes.Buffer
-	if _, err := Run(base, Options{Cluster: SimpleCluster(2), Router: routerConfig(protocol.PolicyKV), Commands: &cmds}); err != nil {
+	if _, err := Run(base, Options{Cluster: cluster.Simple(2), Router: routerConfig(protocol.PolicyKV), Commands: &cmds}); err != nil {
 		t.Fatal(err)
 	}
 	if s := cmds.String(); strings.Contains(s, "lora") {

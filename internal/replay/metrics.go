@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
@@ -271,6 +272,14 @@ type sample struct {
 // stats are the five figures reported for each latency.
 type stats struct{ mean, median, std, p90, p99 float64 }
 
+// appendGaps appends a request's gaps between output tokens to samples.
+func appendGaps(samples []sample, gaps []cluster.Gap) []sample {
+	for _, g := range gaps {
+		samples = append(samples, sample{g.MS, g.N})
+	}
+	return samples
+}
+
 // summarize computes the statistics over the samples (sorting them). The
 // percentiles are numpy's default: the value at rank p/100 * (N - 1) of the
 // N sorted observations, interpolated linearly between its neighbours.
@@ -341,8 +350,7 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 		m.EventsApplied += applied
 	}
 	for _, w := range h.order {
-		_, evicted := w.counts()
-		m.EvictedBlocks += evicted
+		m.EvictedBlocks += w.Counts().Evicted
 	}
 	if !h.opt.Router.KVEvents {
 		m.Mode = "approximate"
@@ -389,8 +397,8 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 		regretTokens += float64(best - chosen)
 		if rec.OutputTokens > 1 {
 			tpot = append(tpot, sample{rec.TPOTMS, 1})
-			if len(r.gaps) > 0 {
-				itl = append(itl, r.gaps...)
+			if len(r.work.Gaps) > 0 {
+				itl = appendGaps(itl, r.work.Gaps)
 			} else { // the simple engine: every gap is the same
 				itl = append(itl, sample{rec.TPOTMS, rec.OutputTokens - 1})
 			}
@@ -462,9 +470,9 @@ func (h *host) poolMetrics(p *pool, trace []Request) PoolMetrics {
 	pm := PoolMetrics{Role: string(p.role), WorkerRequests: make([]int, len(p.order)), RejectedByReason: map[string]int{}}
 	pm.RouterCommands, pm.EventsApplied = p.counts()
 	for _, w := range p.order {
-		preemptions, evicted := w.counts()
-		pm.NumPreemptions += preemptions
-		pm.EvictedBlocks += evicted
+		n := w.Counts()
+		pm.NumPreemptions += n.Preemptions
+		pm.EvictedBlocks += n.Evicted
 	}
 	decode := p.role == protocol.RoleDecode
 	var overlap, islBlocks, regret, overlapTokens, regretTokens, hit, input float64
@@ -483,7 +491,7 @@ func (h *host) poolMetrics(p *pool, trace []Request) PoolMetrics {
 		default:
 			pm.Completed++
 			if !decode {
-				hit += float64(min(uint64(r.hitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens))
+				hit += float64(min(uint64(r.work.HitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens))
 				input += float64(r.InputTokens)
 			}
 		}
@@ -498,12 +506,12 @@ func (h *host) poolMetrics(p *pool, trace []Request) PoolMetrics {
 		overlapTokens += float64(chosen)
 		regretTokens += float64(best - chosen)
 		if p.role == protocol.RoleDecode {
-			wait = append(wait, sample{ph.admittedAt - ph.sentAt, 1})
-			transfer = append(transfer, sample{ph.sentAt - r.firstToken, 1})
-			itl = append(itl, r.gaps...)
-		} else if r.prefillStart > 0 || r.firstToken > 0 {
-			wait = append(wait, sample{r.prefillStart - r.Arrival, 1})
-			first = append(first, sample{r.firstToken - r.Arrival, 1})
+			wait = append(wait, sample{r.work.AdmittedAt - ph.sentAt, 1})
+			transfer = append(transfer, sample{ph.sentAt - r.work.FirstToken, 1})
+			itl = appendGaps(itl, r.work.Gaps)
+		} else if r.work.PrefillStart > 0 || r.work.FirstToken > 0 {
+			wait = append(wait, sample{r.work.PrefillStart - r.Arrival, 1})
+			first = append(first, sample{r.work.FirstToken - r.Arrival, 1})
 		}
 	}
 	if !decode {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
@@ -48,7 +49,7 @@ func near(a, b stats) bool {
 func TestOneRequestClosedForm(t *testing.T) {
 	one := func(slo SLO) Metrics {
 		trace := []Request{{ID: "a", InputTokens: 1000, OutputTokens: 5, HashIDs: []protocol.LocalBlockHash{1, 2}}}
-		res, err := Run(trace, Options{Cluster: SimpleCluster(2), Router: routerConfig(protocol.PolicyKV), Goodput: slo})
+		res, err := Run(trace, Options{Cluster: cluster.Simple(2), Router: routerConfig(protocol.PolicyKV), Goodput: slo})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,15 +138,15 @@ func TestWindows(t *testing.T) {
 // partial block too) places the same prompt on one worker, then the other
 // (overlap 0 where the first had all 3), then the first again (overlap 3).
 func TestOverlapAndRegretInTokens(t *testing.T) {
-	cluster := SimpleCluster(2)
-	cluster.BlockSize = 16
+	cc := cluster.Simple(2)
+	cc.BlockSize = 16
 	router := routerConfig(protocol.PolicyRoundRobin)
 	router.BlockSize = 16
 	var trace []Request
 	for i, id := range []string{"a", "b", "c"} {
 		trace = append(trace, Request{ID: id, Arrival: float64(i) * 10000, InputTokens: 40, OutputTokens: 2, HashIDs: []protocol.LocalBlockHash{1, 2, 3}})
 	}
-	res, err := Run(trace, Options{Cluster: cluster, Router: router})
+	res, err := Run(trace, Options{Cluster: cc, Router: router})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,15 +165,15 @@ func TestOverlapAndRegretInTokens(t *testing.T) {
 // reports them too. The iteration engine caches only full blocks, so here
 // (2 of the 3) the tokens are the blocks times 16.
 func TestPoolOverlapAndRegretInTokens(t *testing.T) {
-	cluster := DefaultCluster(2)
-	cluster.BlockSize, cluster.PrefillWorkers, cluster.DecodeWorkers, cluster.KVTransferGBps = 16, 2, 2, 50
+	cc := cluster.Default(2)
+	cc.BlockSize, cc.PrefillWorkers, cc.DecodeWorkers, cc.KVTransferGBps = 16, 2, 2, 50
 	router := routerConfig(protocol.PolicyRoundRobin)
 	router.BlockSize = 16
 	var trace []Request
 	for i, id := range []string{"a", "b", "c"} {
 		trace = append(trace, Request{ID: id, Arrival: float64(i) * 10000, InputTokens: 40, OutputTokens: 2, HashIDs: []protocol.LocalBlockHash{1, 2, 3}})
 	}
-	res, err := Run(trace, Options{Cluster: cluster, Router: router})
+	res, err := Run(trace, Options{Cluster: cc, Router: router})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
@@ -15,7 +16,7 @@ func TestApproximateModeSendsNoEvents(t *testing.T) {
 	cfg := routerConfig(protocol.PolicyKV)
 	cfg.KVEvents = false
 	var cmds bytes.Buffer
-	res, err := Run(Builtin(1, 60, 0, 512), Options{Cluster: DefaultCluster(4), Router: cfg, Commands: &cmds})
+	res, err := Run(Builtin(1, 60, 0, 512), Options{Cluster: cluster.Default(4), Router: cfg, Commands: &cmds})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func TestApproximateModeSendsNoEvents(t *testing.T) {
 	if m.Completed != m.Requests || m.RouterOverlapRate == 0 {
 		t.Fatalf("completed %d of %d, router overlap rate %v", m.Completed, m.Requests, m.RouterOverlapRate)
 	}
-	events, err := Run(Builtin(1, 60, 0, 512), Options{Cluster: DefaultCluster(4), Router: routerConfig(protocol.PolicyKV)})
+	events, err := Run(Builtin(1, 60, 0, 512), Options{Cluster: cluster.Default(4), Router: routerConfig(protocol.PolicyKV)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func TestApproximateModeSendsNoEvents(t *testing.T) {
 func TestBusyRequestsAreRejectedNotFatal(t *testing.T) {
 	cfg := routerConfig(protocol.PolicyKV)
 	cfg.ActivePrefillTokensThreshold = ptr(100.0)
-	res, err := Run(Builtin(2, 60, 0, 512), Options{Cluster: DefaultCluster(2), Router: cfg})
+	res, err := Run(Builtin(2, 60, 0, 512), Options{Cluster: cluster.Default(2), Router: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestBusyRequestsAreRejectedNotFatal(t *testing.T) {
 	}
 	cfg.QueueThreshold, cfg.QueueTimeoutMS = ptr(0.0), ptr(50.0)
 	cfg.ActivePrefillTokensThreshold = nil
-	res, err = Run(Builtin(2, 60, 0, 512), Options{Cluster: DefaultCluster(2), Router: cfg})
+	res, err = Run(Builtin(2, 60, 0, 512), Options{Cluster: cluster.Default(2), Router: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestBusyRequestsAreRejectedNotFatal(t *testing.T) {
 // when the request was sent (here: nothing queues, so TTFT is prefill).
 func TestClosedLoop(t *testing.T) {
 	trace := Builtin(4, 12, 0, 512)
-	res, err := Run(trace, Options{Cluster: DefaultCluster(4), Router: routerConfig(protocol.PolicyKV), Concurrency: 1})
+	res, err := Run(trace, Options{Cluster: cluster.Default(4), Router: routerConfig(protocol.PolicyKV), Concurrency: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestClosedLoop(t *testing.T) {
 			t.Fatalf("request %d arrived at %v, before request %d ended at %v", i, res.ends[i].arrival, i-1, res.ends[i-1].done)
 		}
 	}
-	two, err := Run(Builtin(4, 12, 0, 512), Options{Cluster: DefaultCluster(4), Router: routerConfig(protocol.PolicyKV), Concurrency: 2})
+	two, err := Run(Builtin(4, 12, 0, 512), Options{Cluster: cluster.Default(4), Router: routerConfig(protocol.PolicyKV), Concurrency: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestTraceFieldsReachTheRouter(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cmds bytes.Buffer
-	if _, err := Run(reqs, Options{Cluster: DefaultCluster(1), Router: routerConfig(protocol.PolicyKV), Commands: &cmds}); err != nil {
+	if _, err := Run(reqs, Options{Cluster: cluster.Default(1), Router: routerConfig(protocol.PolicyKV), Commands: &cmds}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{`"parent_session_id":"root"`, `"priority":2.5`, `"strict_priority":1`, `"role":"aggregated"`} {
@@ -168,7 +169,7 @@ func TestRejectedTurnsKeepTheirTime(t *testing.T) {
 	cfg := routerConfig(protocol.PolicyKV)
 	cfg.ActiveDecodeBlocksThreshold = ptr(0.001)
 	trace := Builtin(5, 80, 0, 512)
-	res, err := Run(trace, Options{Cluster: DefaultCluster(2), Router: cfg})
+	res, err := Run(trace, Options{Cluster: cluster.Default(2), Router: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +193,7 @@ func TestLaterTurnFollowsThePreviousTurn(t *testing.T) {
 		{ID: "b", Session: "s", Arrival: 5000, InputTokens: 100, OutputTokens: 2},
 		{ID: "c", Session: "s", DelayMS: &delay, InputTokens: 100, OutputTokens: 2},
 	}
-	if _, err := Run(trace, Options{Cluster: DefaultCluster(1), Router: routerConfig(protocol.PolicyKV)}); err != nil {
+	if _, err := Run(trace, Options{Cluster: cluster.Default(1), Router: routerConfig(protocol.PolicyKV)}); err != nil {
 		t.Fatal(err)
 	}
 	if trace[2].Arrival < 5000 {
@@ -213,7 +214,7 @@ func TestRequestsWithNowhereToGoAreRefused(t *testing.T) {
 		{ID: "a", Session: "s", InputTokens: 100, OutputTokens: 2, Role: protocol.RolePrefill},
 		{ID: "b", Session: "s", DelayMS: &delay, InputTokens: 100, OutputTokens: 2},
 	}
-	res, err := Run(trace, Options{Cluster: DefaultCluster(1), Router: cfg})
+	res, err := Run(trace, Options{Cluster: cluster.Default(1), Router: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,10 +235,10 @@ func TestDPRanksHaveTheirOwnCaches(t *testing.T) {
 		}
 	}
 	hitRate := func(dp int) (float64, string) {
-		cluster := DefaultCluster(1)
-		cluster.DPSize = dp
+		cc := cluster.Default(1)
+		cc.DPSize = dp
 		var cmds bytes.Buffer
-		res, err := Run(trace(), Options{Cluster: cluster, Router: routerConfig(protocol.PolicyRoundRobin), Commands: &cmds})
+		res, err := Run(trace(), Options{Cluster: cc, Router: routerConfig(protocol.PolicyRoundRobin), Commands: &cmds})
 		if err != nil {
 			t.Fatal(err)
 		}

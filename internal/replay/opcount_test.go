@@ -2,6 +2,8 @@ package replay
 
 import (
 	"testing"
+
+	"github.com/offline-router/offline-router/internal/cluster"
 )
 
 // TestReplayOperationCounts replays one small trace of shared prefixes
@@ -20,28 +22,28 @@ func TestReplayOperationCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	count := func(trace []Request, blockSize uint64, iteration bool) replayOps {
-		cluster := SimpleCluster(4)
+		cc := cluster.Simple(4)
 		if iteration {
-			cluster = DefaultCluster(4)
+			cc = cluster.Default(4)
 		}
-		cluster.BlockSize = blockSize
-		cluster.TotalKVBlocks = 40 * 512 / int(blockSize) // small: requests evict
+		cc.BlockSize = blockSize
+		cc.TotalKVBlocks = 40 * 512 / int(blockSize) // small: requests evict
 		router := routerConfig("kv")
 		router.BlockSize = blockSize
 		var ops replayOps
-		if _, err := Run(append([]Request(nil), trace...), Options{Cluster: cluster, Router: router, ops: &ops}); err != nil {
+		if _, err := Run(append([]Request(nil), trace...), Options{Cluster: cc, Router: router, ops: &ops}); err != nil {
 			t.Fatal(err)
 		}
 		return ops
 	}
 	at512, at16 := count(trace, 512, false), count(split, 16, false)
 	t.Logf("%d requests; 512-token blocks: %+v; 16-token blocks: %+v", len(trace), at512, at16)
-	if at16.cache.blocks < 16*at512.cache.blocks || at16.eventBlocks < 16*at512.eventBlocks {
+	if at16.cacheBlocks < 16*at512.cacheBlocks || at16.eventBlocks < 16*at512.eventBlocks {
 		t.Fatalf("the split trace's block operations (cache %d, events %d) are not about 32 times the 512-token trace's (%d, %d): the counts miss blocks",
-			at16.cache.blocks, at16.eventBlocks, at512.cache.blocks, at512.eventBlocks)
+			at16.cacheBlocks, at16.eventBlocks, at512.cacheBlocks, at512.eventBlocks)
 	}
-	if at16.cache.runs > at512.cache.runs*3/2 {
-		t.Errorf("the cache's run operations grow with the blocks: %d at 16-token blocks, %d at 512", at16.cache.runs, at512.cache.runs)
+	if at16.cacheRuns > at512.cacheRuns*3/2 {
+		t.Errorf("the cache's run operations grow with the blocks: %d at 16-token blocks, %d at 512", at16.cacheRuns, at512.cacheRuns)
 	}
 	if at16.events > at512.events*3/2 {
 		t.Errorf("the KV events grow with the blocks: %d at 16-token blocks, %d at 512", at16.events, at512.events)
@@ -50,7 +52,7 @@ func TestReplayOperationCounts(t *testing.T) {
 	if n := at512.indexTables + at16.indexTables + iter512.indexTables + iter16.indexTables; n > 0 {
 		t.Errorf("router index ranks keeping a table of block hashes: %d, simple engine at 512-token blocks %+v, at 16 %+v, iteration engine %+v, %+v", n, at512, at16, iter512, iter16)
 	}
-	if perRequest := at16.cache.runs / len(trace); perRequest > 40 {
+	if perRequest := at16.cacheRuns / len(trace); perRequest > 40 {
 		t.Errorf("%d run operations a request: more than a few a run", perRequest)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
@@ -15,15 +16,15 @@ import (
 // miscounted, and a digest that moves with the stated pools (a resumed
 // sweep would then run its points again).
 func TestReportStatesEachPool(t *testing.T) {
-	pd := DefaultCluster(1)
+	pd := cluster.Default(1)
 	pd.PrefillWorkers, pd.DecodeWorkers, pd.Workers, pd.DPSize = 3, 2, 3, 2
-	agg := DefaultCluster(8)
+	agg := cluster.Default(8)
 	for _, c := range []struct {
-		cluster ClusterConfig
-		want    []PoolSize
+		cluster cluster.Config
+		want    []cluster.PoolSize
 	}{
-		{pd, []PoolSize{{"prefill", 3, 2}, {"decode", 2, 2}}},
-		{agg, []PoolSize{{"aggregated", 8, 1}}},
+		{pd, []cluster.PoolSize{{Role: "prefill", Workers: 3, DPSize: 2}, {Role: "decode", Workers: 2, DPSize: 2}}},
+		{agg, []cluster.PoolSize{{Role: "aggregated", Workers: 8, DPSize: 1}}},
 	} {
 		e := &Experiment{Cluster: c.cluster, Router: routerConfig(protocol.PolicyKV)}
 		d := e.Setup(TraceInfo{})

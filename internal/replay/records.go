@@ -82,7 +82,7 @@ func (s SLO) Meets(r *Record) bool {
 func (h *host) record(r *simRequest) Record {
 	rec := Record{RequestID: r.ID, SessionID: r.Session, ArrivalMS: r.Arrival, Pool: PoolAggregated,
 		WorkerID: -1, DPRank: -1, PrefillWorkerID: -1, PrefillDPRank: -1,
-		InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, Preemptions: r.preemptions, Rejected: string(r.rejected)}
+		InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, Preemptions: r.work.Preemptions, Rejected: string(r.rejected)}
 	last := r.worker // where it ended
 	if h.opt.Cluster.Disaggregated() {
 		rec.Pool = PoolPrefill
@@ -93,13 +93,13 @@ func (h *host) record(r *simRequest) Record {
 			rec.Pool, last = PoolDecode, r.dec.worker
 		}
 	}
-	rec.CachedTokens = min(uint64(r.hitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens) // 0 if it never started
+	rec.CachedTokens = min(uint64(r.work.HitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens) // 0 if it never started
 	if r.rejected != "" || last == nil {
 		return rec
 	}
 	rec.WorkerID, rec.DPRank = int(last.id), int(last.dpRank)
-	rec.QueueWaitMS = r.prefillStart - r.Arrival
-	rec.TTFTMS, rec.E2ELMS = r.firstToken-r.Arrival, r.doneAt-r.Arrival
+	rec.QueueWaitMS = r.work.PrefillStart - r.Arrival
+	rec.TTFTMS, rec.E2ELMS = r.work.FirstToken-r.Arrival, r.doneAt-r.Arrival
 	if r.OutputTokens > 1 {
 		rec.TPOTMS = (rec.E2ELMS - rec.TTFTMS) / float64(r.OutputTokens-1)
 	}

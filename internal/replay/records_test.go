@@ -6,13 +6,14 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
 // recordCase is a replay with rejections (prompts past a small cache),
 // preemptions and evictions, its arrivals sped up.
 type recordCase struct {
-	cluster ClusterConfig
+	cluster cluster.Config
 	speedUp float64
 	// what the case must show for the test to mean anything
 	rejects, preempts, decodeRejects bool
@@ -22,13 +23,13 @@ type recordCase struct {
 // rejecting some, and with preemptions) and simple-engine replays with DP
 // ranks (which never rejects nor preempts, but evicts).
 func recordCases() map[string]recordCase {
-	agg := DefaultCluster(3)
+	agg := cluster.Default(3)
 	agg.TotalKVBlocks = 14
-	pd := DefaultCluster(1)
+	pd := cluster.Default(1)
 	pd.PrefillWorkers, pd.DecodeWorkers, pd.KVTransferGBps, pd.TotalKVBlocks = 2, 2, 50, 20
 	pdSmall := pd
 	pdSmall.TotalKVBlocks = 14
-	simple := SimpleCluster(2)
+	simple := cluster.Simple(2)
 	simple.DPSize, simple.TotalKVBlocks = 2, 14
 	return map[string]recordCase{"aggregated": {agg, 1, true, true, false}, "disaggregated": {pd, 16, true, true, false},
 		"disaggregated, decode rejects": {pdSmall, 1, true, false, true}, "simple": {simple, 1, false, false, false}}
@@ -74,8 +75,8 @@ func TestMetricsRecomputeFromRecords(t *testing.T) {
 	slo := SLO{TTFTMS: 400, TPOTMS: 8}
 	for name, c := range recordCases() {
 		t.Run(name, func(t *testing.T) {
-			trace, cluster := c.trace(), c.cluster
-			res, err := Run(append([]Request(nil), trace...), Options{Cluster: cluster, Router: routerConfig(protocol.PolicyKV), Goodput: slo, Records: true})
+			trace, cc := c.trace(), c.cluster
+			res, err := Run(append([]Request(nil), trace...), Options{Cluster: cc, Router: routerConfig(protocol.PolicyKV), Goodput: slo, Records: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,16 +147,16 @@ func TestMetricsRecomputeFromRecords(t *testing.T) {
 			// Per rank, in the report's (pool, worker id, rank) order.
 			var fromRows []int
 			pools := []int{1}
-			if cluster.Disaggregated() {
+			if cc.Disaggregated() {
 				pools = []int{0, 1}
 			}
 			for _, p := range pools {
-				workers := cluster.Workers
-				if cluster.Disaggregated() {
-					workers = []int{cluster.PrefillWorkers, cluster.DecodeWorkers}[p]
+				workers := cc.Workers
+				if cc.Disaggregated() {
+					workers = []int{cc.PrefillWorkers, cc.DecodeWorkers}[p]
 				}
 				for w := 1; w <= workers; w++ {
-					for rank := range cluster.DPSize {
+					for rank := range cc.DPSize {
 						fromRows = append(fromRows, ranks[[3]int{p, w, rank}])
 					}
 				}
@@ -173,12 +174,12 @@ func TestMetricsRecomputeFromRecords(t *testing.T) {
 // on whether rows are kept.
 func TestRecordsCostNothingUnasked(t *testing.T) {
 	c := recordCases()["aggregated"]
-	trace, cluster := c.trace(), c.cluster
-	off, err := Run(append([]Request(nil), trace...), Options{Cluster: cluster, Router: routerConfig(protocol.PolicyKV)})
+	trace, cc := c.trace(), c.cluster
+	off, err := Run(append([]Request(nil), trace...), Options{Cluster: cc, Router: routerConfig(protocol.PolicyKV)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	on, err := Run(append([]Request(nil), trace...), Options{Cluster: cluster, Router: routerConfig(protocol.PolicyKV), Records: true})
+	on, err := Run(append([]Request(nil), trace...), Options{Cluster: cc, Router: routerConfig(protocol.PolicyKV), Records: true})
 	if err != nil {
 		t.Fatal(err)
 	}

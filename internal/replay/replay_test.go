@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/engine"
 	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
@@ -22,7 +23,7 @@ func routerConfig(policy protocol.Policy) protocol.Config {
 func TestKVBeatsRoundRobinOnTheBuiltinWorkload(t *testing.T) {
 	trace := Builtin(7, 200, 0, 512)
 	run := func(policy protocol.Policy) *Metrics {
-		res, err := Run(append([]Request(nil), trace...), Options{Cluster: DefaultCluster(8), Router: routerConfig(policy)})
+		res, err := Run(append([]Request(nil), trace...), Options{Cluster: cluster.Default(8), Router: routerConfig(policy)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,10 +56,10 @@ func TestEmittedCommandsReplayByteForByte(t *testing.T) {
 	cfg.PrefillLoadModel, cfg.PrefillTokensPerMS = "linear", ptr(20.0)
 	cfg.Temperature, cfg.Seed = 0.3, 5
 	var cmds, resps bytes.Buffer
-	cluster := DefaultCluster(4)
-	cluster.TotalKVBlocks = 200        // small caches: evictions, removed events
-	cluster.MaxNumBatchedTokens = 2048 // busy from 2048 prefill tokens: the queue fills
-	if _, err := Run(Builtin(3, 80, 0, 512), Options{Cluster: cluster, Router: cfg, Commands: &cmds, Responses: &resps}); err != nil {
+	cc := cluster.Default(4)
+	cc.TotalKVBlocks = 200        // small caches: evictions, removed events
+	cc.MaxNumBatchedTokens = 2048 // busy from 2048 prefill tokens: the queue fills
+	if _, err := Run(Builtin(3, 80, 0, 512), Options{Cluster: cc, Router: cfg, Commands: &cmds, Responses: &resps}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{`"removed"`, `"op":"advance_clock"`, `"session_id"`} {
@@ -114,7 +115,7 @@ func TestSmallMooncakeTrace(t *testing.T) {
 	if reqs[3].Session != "42" || *reqs[3].DelayMS != 100 {
 		t.Fatalf("the later turn: %+v", reqs[3])
 	}
-	res, err := Run(reqs, Options{Cluster: DefaultCluster(2), Router: routerConfig(protocol.PolicyKV)})
+	res, err := Run(reqs, Options{Cluster: cluster.Default(2), Router: routerConfig(protocol.PolicyKV)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestSharedTraceReplays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(reqs, Options{Cluster: DefaultCluster(16), Router: routerConfig(protocol.PolicyKV)})
+	res, err := Run(reqs, Options{Cluster: cluster.Default(16), Router: routerConfig(protocol.PolicyKV)})
 	if err != nil {
 		t.Fatal(err)
 	}

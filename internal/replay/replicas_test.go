@@ -3,6 +3,7 @@ package replay
 import (
 	"testing"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
@@ -20,7 +21,7 @@ func TestReplicasShareBookingsThroughTheSyncChannel(t *testing.T) {
 		}
 		cfg := routerConfig(protocol.PolicyLeastLoaded)
 		cfg.Seed = seed
-		res, err := Run(trace, Options{Cluster: DefaultCluster(2), Router: cfg,
+		res, err := Run(trace, Options{Cluster: cluster.Default(2), Router: cfg,
 			Replicas: Replicas{Count: 2, Assign: AssignRoundRobin, DelayMS: 0.5, Rate: rate}})
 		if err != nil {
 			t.Fatal(err)
@@ -50,7 +51,7 @@ func TestReplicasShareBookingsThroughTheSyncChannel(t *testing.T) {
 // that of replicas that learn of nothing.
 func TestLossySyncLeavesNoBooking(t *testing.T) {
 	hit := func(rate float64) float64 {
-		res, err := Run(Builtin(3, 120, 0, 512), Options{Cluster: DefaultCluster(4), Router: routerConfig(protocol.PolicyKV),
+		res, err := Run(Builtin(3, 120, 0, 512), Options{Cluster: cluster.Default(4), Router: routerConfig(protocol.PolicyKV),
 			Replicas: Replicas{Count: 3, Assign: AssignRoundRobin, DelayMS: 5, Rate: rate}})
 		if err != nil {
 			t.Fatal(err)

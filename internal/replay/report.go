@@ -13,6 +13,7 @@ import (
 
 	gojson "github.com/goccy/go-json"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
@@ -37,7 +38,7 @@ type Deterministic struct {
 	Follows  protocol.Follows `json:"follows"`
 	Trace    TraceInfo        `json:"trace"`
 	Workload Workload         `json:"workload"`
-	Cluster  ClusterConfig    `json:"cluster"`
+	Cluster  cluster.Config   `json:"cluster"`
 	Replicas Replicas         `json:"router_replicas"`
 	// Headroom is how far any router could take the prefix hit rate on
 	// repeat 0's requests and this cluster (absent from reports made

@@ -49,8 +49,8 @@ func (h *host) result(trace []Request, wall time.Duration) *Result {
 			continue
 		}
 		o := outcome{worker: int(r.worker.idx), arrival: r.Arrival, placed: r.placedAt,
-			start: r.prefillStart, first: r.firstToken, done: r.doneAt,
-			hitTokens: min(uint64(r.hitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens), inputTokens: r.InputTokens}
+			start: r.work.PrefillStart, first: r.work.FirstToken, done: r.doneAt,
+			hitTokens: min(uint64(r.work.HitBlocks)*h.opt.Cluster.BlockSize, r.InputTokens), inputTokens: r.InputTokens}
 		if r.dec.worker != nil {
 			o.decWorker, o.decPlaced = int(r.dec.worker.idx)+1, r.dec.placedAt
 		}

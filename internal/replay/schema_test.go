@@ -5,12 +5,14 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"testing"
 
 	"github.com/goccy/go-json"
 	"github.com/invopop/jsonschema"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
@@ -21,8 +23,15 @@ var updateSchema = flag.Bool("update-schema", false, "rewrite docs/report.schema
 // anew without regenerating it fails here (go test ./internal/replay/
 // -run TestReportSchemaIsCurrent -update-schema).
 func TestReportSchemaIsCurrent(t *testing.T) {
-	r := &jsonschema.Reflector{}
-	for pkg, dir := range map[string]string{"replay": ".", "protocol": "../protocol"} {
+	// cluster.Config and protocol.Config would share one definition by
+	// name: the cluster's keeps the name it had in replay.
+	r := &jsonschema.Reflector{Namer: func(t reflect.Type) string {
+		if t == reflect.TypeFor[cluster.Config]() {
+			return "ClusterConfig"
+		}
+		return t.Name()
+	}}
+	for pkg, dir := range map[string]string{"replay": ".", "protocol": "../protocol", "cluster": "../cluster"} {
 		if err := r.AddGoComments("github.com/offline-router/offline-router/internal/"+pkg, dir); err != nil {
 			t.Fatal(err)
 		}

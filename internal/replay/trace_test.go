@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/costtest"
 	"github.com/offline-router/offline-router/internal/protocol"
 	"github.com/offline-router/offline-router/internal/wire"
@@ -342,8 +343,8 @@ func FuzzReadMooncake(f *testing.F) {
 		if len(reqs) > 50 {
 			return
 		}
-		cluster := DefaultCluster(2)
-		res, err := Run(reqs, Options{Cluster: cluster, Router: routerConfig(protocol.PolicyKV)})
+		cc := cluster.Default(2)
+		res, err := Run(reqs, Options{Cluster: cc, Router: routerConfig(protocol.PolicyKV)})
 		if err != nil {
 			t.Fatalf("an accepted trace fails the replay: %v", err)
 		}

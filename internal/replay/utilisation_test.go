@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/offline-router/offline-router/internal/cluster"
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
@@ -23,12 +24,12 @@ func TestSimpleBusyShareIsTheUnionOfRequests(t *testing.T) {
 		{ID: "b", Arrival: 100, InputTokens: 1000, OutputTokens: 1, HashIDs: []protocol.LocalBlockHash{3, 4}},
 		{ID: "c", Arrival: 300, InputTokens: 1000, OutputTokens: 1, HashIDs: []protocol.LocalBlockHash{5, 6}},
 	}
-	res, err := Run(trace, Options{Cluster: SimpleCluster(1), Router: routerConfig(protocol.PolicyKV)})
+	res, err := Run(trace, Options{Cluster: cluster.Simple(1), Router: routerConfig(protocol.PolicyKV)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := res.Metrics
-	capacity := float64(SimpleCluster(1).TotalKVBlocks)
+	capacity := float64(cluster.Simple(1).TotalKVBlocks)
 	for name, got := range map[string][2]float64{
 		"busy share":      {m.WorkerBusyShare[0], 200.0 / 350},
 		"mean busy share": {m.MeanBusyShare, 200.0 / 350},
@@ -53,8 +54,8 @@ func TestIterationBusyShare(t *testing.T) {
 		{ID: "a", Arrival: 0, InputTokens: 1000, OutputTokens: 5, HashIDs: []protocol.LocalBlockHash{1, 2}},
 		{ID: "b", Arrival: 10000, InputTokens: 1000, OutputTokens: 5, HashIDs: []protocol.LocalBlockHash{3, 4}},
 	}
-	cluster := DefaultCluster(3)
-	res, err := Run(trace, Options{Cluster: cluster, Router: routerConfig(protocol.PolicyRoundRobin), Records: true})
+	cc := cluster.Default(3)
+	res, err := Run(trace, Options{Cluster: cc, Router: routerConfig(protocol.PolicyRoundRobin), Records: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestIterationBusyShare(t *testing.T) {
 	slices.Reverse(got)
 	slices.Sort(want[:2])
 	slices.Reverse(want[:2])
-	capacity := float64(cluster.TotalKVBlocks)
+	capacity := float64(cc.TotalKVBlocks)
 	for i := range want {
 		if math.Abs(got[i]-want[i]) > 1e-12 {
 			t.Errorf("busy shares %v, want %v in some order", m.WorkerBusyShare, want)
@@ -167,7 +168,7 @@ func TestOfferedRateIsTheArrivals(t *testing.T) {
 		return out
 	}
 	run := func(tr []Request, concurrency int) *Result {
-		res, err := Run(tr, Options{Cluster: DefaultCluster(2), Router: routerConfig(protocol.PolicyKV), Concurrency: concurrency, Records: true})
+		res, err := Run(tr, Options{Cluster: cluster.Default(2), Router: routerConfig(protocol.PolicyKV), Concurrency: concurrency, Records: true})
 		if err != nil {
 			t.Fatal(err)
 		}

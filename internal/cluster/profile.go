@@ -1,4 +1,4 @@
-package replay
+package cluster
 
 import (
 	_ "embed"
@@ -36,7 +36,8 @@ type ModelShape struct {
 	DTypeBytes uint64 `json:"dtype_bytes"`
 }
 
-func (m ModelShape) kvBytesPerToken() uint64 {
+// KVBytesPerToken is the KV a token of the model takes, in bytes.
+func (m ModelShape) KVBytesPerToken() uint64 {
 	return 2 * m.Layers * m.KVHeads * m.HeadDim * m.DTypeBytes
 }
 

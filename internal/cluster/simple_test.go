@@ -1,4 +1,4 @@
-package replay
+package cluster
 
 import (
 	"testing"
@@ -13,14 +13,14 @@ import (
 // event carries them. (The model once released by hash, dropping them
 // before they were computed.)
 func TestReleaseDropsOnlyWhatTheRequestHolds(t *testing.T) {
-	cfg := &ClusterConfig{BlockSize: 16, TotalKVBlocks: 6, MaxNumSeqs: 8, MaxNumBatchedTokens: 1 << 20}
-	w := &simWorker{id: 1, cache: newRunCache()}
-	request := func(local ...protocol.LocalBlockHash) *simRequest {
-		return &simRequest{Request: &Request{InputTokens: 16 * uint64(len(local))}, local: local, seq: kvindex.SequenceHashes(local)}
+	cfg := &Config{BlockSize: 16, TotalKVBlocks: 6, MaxNumSeqs: 8, MaxNumBatchedTokens: 1 << 20}
+	w := newSimpleWorker(cfg, publisher{id: 1})
+	request := func(local ...protocol.LocalBlockHash) *Request {
+		return &Request{InputTokens: 16 * uint64(len(local)), Local: local, Seq: kvindex.SequenceHashes(local)}
 	}
-	admit := func(r *simRequest) {
+	admit := func(r *Request) {
 		t.Helper()
-		if _, ok := w.admit(r, cfg); !ok {
+		if _, ok := w.admit(r); !ok {
 			t.Fatal("not admitted")
 		}
 	}
@@ -45,16 +45,15 @@ func TestReleaseDropsOnlyWhatTheRequestHolds(t *testing.T) {
 	}
 	w.release(a)
 	blocks, _ := w.cache.snapshot()
-	for i, h := range b.seq {
+	for i, h := range b.Seq {
 		if blk, ok := blocks[h]; !ok || blk.refs != 1 {
 			t.Fatalf("after the first request ended, block %d of the second is gone or not held once", i)
 		}
 	}
-	ev := w.store(b)
-	if ev == nil || len(ev.Data.(protocol.Stored).Blocks) != 4 {
-		t.Fatalf("the second request stored %v, want its 4 blocks after the cached 2", ev)
+	if !w.store(b) || len(w.events[0].Data.(protocol.Stored).Blocks) != 4 {
+		t.Fatalf("the second request stored %v, want its 4 blocks after the cached 2", w.events[0])
 	}
 }
 
 // cachedBlocks is how many of r's positions hold a block.
-func cachedBlocks(r *simRequest) int { return r.cachedBlocks }
+func cachedBlocks(r *Request) int { return r.cachedBlocks }

@@ -1,4 +1,4 @@
-package replay
+package cluster
 
 import "github.com/offline-router/offline-router/internal/protocol"
 

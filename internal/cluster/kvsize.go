@@ -1,4 +1,4 @@
-package replay
+package cluster
 
 import (
 	"fmt"
@@ -8,11 +8,11 @@ import (
 	"github.com/offline-router/offline-router/internal/protocol"
 )
 
-// How a worker's KV capacity is given (ClusterConfig.KVSizing).
+// How a worker's KV capacity is given (Config.KVSizing).
 const (
-	KVSizingTokens  = "tokens"  // --worker-kv-tokens N
-	KVSizingProfile = "profile" // --worker-kv-tokens auto: the profile's memory, as vLLM sizes its cache
-	KVSizingBlocks  = "blocks"  // --worker-kv-blocks N, an override
+	KVSizingTokens  = "tokens"  // worker_kv_tokens given
+	KVSizingProfile = "profile" // worker_kv_tokens auto: the profile's memory, as vLLM sizes its cache
+	KVSizingBlocks  = "blocks"  // worker_kv_blocks given, an override
 )
 
 // DefaultKVTokens is a worker's KV capacity unless told otherwise: 912
@@ -28,39 +28,37 @@ const DefaultGPUMemoryUtilization = 0.9
 // whole blocks its tokens hold, floor(tokens / block size). Tokens past
 // the last whole block are left unused, as vLLM leaves the memory past its
 // last whole block. With blocks given (KVSizingBlocks), KVTokens becomes
-// what they hold. Every error names its flag.
-func (c *ClusterConfig) SizeKV() error {
+// what they hold. An error is a *FieldError.
+func (c *Config) SizeKV() error {
 	const maxTokens = protocol.MaxNumber // what the router and a report hold exactly
 	switch c.KVSizing {
 	case KVSizingBlocks:
 		if c.TotalKVBlocks < 1 || uint64(c.TotalKVBlocks) > maxTokens/c.BlockSize {
-			return fmt.Errorf("--worker-kv-blocks %d: expected 1 to %d blocks at --block-size %d (at most 2^53 tokens)",
-				c.TotalKVBlocks, maxTokens/c.BlockSize, c.BlockSize)
+			return &FieldError{"worker_kv_blocks", c.TotalKVBlocks, fmt.Sprintf("1 to %d blocks at a block size of %d (at most 2^53 tokens)", maxTokens/c.BlockSize, c.BlockSize)}
 		}
 		c.KVTokens = uint64(c.TotalKVBlocks) * c.BlockSize
 		return nil
 	case KVSizingProfile:
 		if c.Profile == nil {
-			return fmt.Errorf("--worker-kv-tokens auto sizes the cache from the engine profile, which the simple engine has none of: give a number of tokens")
+			return &FieldError{"worker_kv_tokens", "auto", "a number of tokens: auto sizes the cache from the engine profile, which the simple engine has none of"}
 		}
 		if u := c.GPUMemoryUtilization; !(u > 0 && u <= 1) {
-			return fmt.Errorf("--gpu-memory-utilization %v: expected a share above 0 and at most 1", u)
+			return &FieldError{"gpu_memory_utilization", u, "a share above 0 and at most 1"}
 		}
 		tokens, err := c.Profile.KVTokens(c.GPUMemoryUtilization)
 		if err != nil {
-			return fmt.Errorf("--worker-kv-tokens auto at --gpu-memory-utilization %v: the engine profile's %w", c.GPUMemoryUtilization, err)
+			return &FieldError{"worker_kv_tokens", "auto", fmt.Sprintf("a profile that sizes the cache at a memory utilization of %v: the engine profile's %v", c.GPUMemoryUtilization, err)}
 		}
 		if tokens < c.BlockSize {
-			return fmt.Errorf("--worker-kv-tokens auto: the profile's memory leaves room for %d tokens of KV, less than one block of %d (--block-size)", tokens, c.BlockSize)
+			return &FieldError{"worker_kv_tokens", "auto", fmt.Sprintf("room for a block of %d tokens: the profile's memory leaves room for %d tokens of KV", c.BlockSize, tokens)}
 		}
 		c.KVTokens = min(tokens, maxTokens)
 	case KVSizingTokens:
 		if c.KVTokens < c.BlockSize || c.KVTokens > maxTokens {
-			return fmt.Errorf("--worker-kv-tokens %d: expected one block (%d tokens at --block-size %d) to 2^53 tokens, or auto",
-				c.KVTokens, c.BlockSize, c.BlockSize)
+			return &FieldError{"worker_kv_tokens", c.KVTokens, fmt.Sprintf("one block (%d tokens at a block size of %d) to 2^53 tokens, or auto", c.BlockSize, c.BlockSize)}
 		}
 	default:
-		return fmt.Errorf("worker_kv_sizing %q: expected %s, %s or %s", c.KVSizing, KVSizingTokens, KVSizingProfile, KVSizingBlocks)
+		return &FieldError{"worker_kv_sizing", fmt.Sprintf("%q", c.KVSizing), fmt.Sprintf("%s, %s or %s", KVSizingTokens, KVSizingProfile, KVSizingBlocks)}
 	}
 	c.TotalKVBlocks = int(c.KVTokens / c.BlockSize)
 	return nil
@@ -98,5 +96,5 @@ func (p Profile) KVTokens(util float64) (uint64, error) {
 		return 0, fmt.Errorf("field \"memory\": %.0f of its %d GPU bytes leave nothing for the KV cache after %.0f bytes of weights, activation and non-torch memory",
 			float64(float64(m.GPUBytes)*util), m.GPUBytes, taken)
 	}
-	return uint64(math.Floor(free / float64(p.Model.kvBytesPerToken()))), nil
+	return uint64(math.Floor(free / float64(p.Model.KVBytesPerToken()))), nil
 }

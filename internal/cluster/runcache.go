@@ -1,4 +1,4 @@
-package replay
+package cluster
 
 import (
 	"slices"
@@ -123,11 +123,11 @@ func (c *runCache) match(seq []protocol.SequenceHash) (hit, found int) {
 	return hit, found
 }
 
-// take gives r the blocks the last match found (r.seq's first found) and
+// take gives r the blocks the last match found (r.Seq's first found) and
 // caches as many of the rest as fit in total blocks, evicting idle blocks,
 // least recently used first, to make room. It returns evicted with the
 // evicted hashes appended, and how many of r's blocks it holds.
-func (c *runCache) take(r *simRequest, found, total int, evicted []protocol.SequenceHash) ([]protocol.SequenceHash, int) {
+func (c *runCache) take(r *Request, found, total int, evicted []protocol.SequenceHash) ([]protocol.SequenceHash, int) {
 	r.runs = r.runs[:0]
 	for _, p := range c.path {
 		if int(p.n) < len(c.runs[p.run].seq) {
@@ -136,14 +136,14 @@ func (c *runCache) take(r *simRequest, found, total int, evicted []protocol.Sequ
 		c.ref(p.run)
 		r.runs = append(r.runs, p)
 	}
-	missing := len(r.seq) - found
+	missing := len(r.Seq) - found
 	if over := c.used + missing - total; over > 0 {
 		evicted = c.evict(min(over, c.idle), evicted)
 	}
 	n := min(missing, max(total-c.used, 0))
 	if n > 0 {
-		seq := r.seq[found : found+n]
-		if 2*n < len(r.seq) {
+		seq := r.Seq[found : found+n]
+		if 2*n < len(r.Seq) {
 			seq = slices.Clone(seq)
 		}
 		ri := c.add(seq)
@@ -153,7 +153,7 @@ func (c *runCache) take(r *simRequest, found, total int, evicted []protocol.Sequ
 }
 
 // store marks r's blocks from position from on as computed.
-func (c *runCache) store(r *simRequest, from int) {
+func (c *runCache) store(r *Request, from int) {
 	pos := 0
 	for _, ri := range c.held(r) {
 		run := &c.runs[ri]
@@ -167,7 +167,7 @@ func (c *runCache) store(r *simRequest, from int) {
 
 // release drops r's references, deepest run first, so that among blocks
 // freed together a child is evicted before its parent.
-func (c *runCache) release(r *simRequest) {
+func (c *runCache) release(r *Request) {
 	held := c.held(r)
 	for i := len(held) - 1; i >= 0; i-- {
 		c.unref(held[i])
@@ -176,7 +176,7 @@ func (c *runCache) release(r *simRequest) {
 }
 
 // held lists the runs r holds, head first, in c.scratch.
-func (c *runCache) held(r *simRequest) []int32 {
+func (c *runCache) held(r *Request) []int32 {
 	c.scratch = c.scratch[:0]
 	for _, h := range r.runs {
 		for ri, n := h.run, int(h.n); n > 0; ri = c.runs[ri].cont {

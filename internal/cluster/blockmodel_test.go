@@ -1,4 +1,4 @@
-package replay
+package cluster
 
 import "github.com/offline-router/offline-router/internal/protocol"
 
@@ -124,11 +124,11 @@ func (c *blockCache) evictOldest() protocol.SequenceHash {
 // (noBlock where none), looked up one position at a time.
 type blockModel struct {
 	c      *blockCache
-	blocks map[*simRequest][]int32
+	blocks map[*Request][]int32
 }
 
 func newBlockModel() *blockModel {
-	return &blockModel{c: newBlockCache(), blocks: map[*simRequest][]int32{}}
+	return &blockModel{c: newBlockCache(), blocks: map[*Request][]int32{}}
 }
 
 // match is how many of seq's first blocks are cached and computed, and
@@ -167,9 +167,9 @@ func (m *blockModel) admits(seq []protocol.SequenceHash, total int, running bool
 
 // take references r's cached blocks and caches the rest that fit,
 // returning the evicted hashes.
-func (m *blockModel) take(r *simRequest, total int) []protocol.SequenceHash {
+func (m *blockModel) take(r *Request, total int) []protocol.SequenceHash {
 	c := m.c
-	_, blocks := m.match(r.seq)
+	_, blocks := m.match(r.Seq)
 	for _, b := range blocks {
 		if b != noBlock {
 			c.ref(b)
@@ -186,7 +186,7 @@ func (m *blockModel) take(r *simRequest, total int) []protocol.SequenceHash {
 		if c.used >= total {
 			break
 		}
-		blocks[i] = c.add(r.seq[i], r.local[i])
+		blocks[i] = c.add(r.Seq[i], r.Local[i])
 	}
 	m.blocks[r] = blocks
 	return evicted
@@ -194,7 +194,7 @@ func (m *blockModel) take(r *simRequest, total int) []protocol.SequenceHash {
 
 // store marks r's blocks from position from on computed, up to the first
 // that did not fit, and returns where it stopped.
-func (m *blockModel) store(r *simRequest, from int) int {
+func (m *blockModel) store(r *Request, from int) int {
 	blocks := m.blocks[r]
 	for i := from; i < len(blocks); i++ {
 		if blocks[i] == noBlock {
@@ -206,7 +206,7 @@ func (m *blockModel) store(r *simRequest, from int) int {
 }
 
 // release drops r's references, deepest first.
-func (m *blockModel) release(r *simRequest) {
+func (m *blockModel) release(r *Request) {
 	blocks := m.blocks[r]
 	for i := len(blocks) - 1; i >= 0; i-- {
 		if b := blocks[i]; b != noBlock {

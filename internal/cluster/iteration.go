@@ -1,4 +1,4 @@
-package replay
+package cluster
 
 import (
 	"math"
@@ -30,8 +30,9 @@ import (
 // order among waiting requests, and long_prefill_token_threshold is off
 // (vLLM's default).
 type iterEngine struct {
-	cfg     *ClusterConfig
-	model   *StepModel
+	cfg   *Config
+	model *StepModel
+	publisher
 	waiting []*iterSeq // FIFO; a preempted request goes back to the front
 	running []*iterSeq
 	// blocks are the worker's blocks used so far, by index; cached finds
@@ -54,11 +55,12 @@ type iterEngine struct {
 	start, step float64
 	preempted   bool                    // the step under way preempted (so it admitted none)
 	sink        int32                   // where admit leaves the slots it warms, so that the loads stay
-	endSeq      uint64                  // the host's event for the end under way
 	removed     []protocol.SequenceHash // evicted in the step under way
-	stored      []protocol.KVEvent      // cached in the step under way
+	stored      []protocol.Stored       // cached in the step under way
 	// preemptions and evicted are counted over the run, for the report.
 	preemptions, evicted int
+	kv                   kvGauge
+	busyMS               float64
 }
 
 // kvBlock is one block of a worker's KV cache: 24 bytes, for the
@@ -76,7 +78,7 @@ const noBlock int32 = -1
 
 // iterSeq is a request on an iteration-level worker.
 type iterSeq struct {
-	r        *simRequest
+	r        *Request
 	outputs  uint64  // tokens it makes here: all, or 1 on a prefill worker
 	received bool    // its prompt's KV came from a prefill worker: nothing to prefill
 	target   uint64  // tokens to prefill: the prompt, or prompt and outputs after a preemption
@@ -94,24 +96,13 @@ type scheduled struct {
 	prefill uint64 // prompt tokens computed this step; 0 for a decode token
 }
 
-// stepResult is what a step's end brings the host: the KV events the step
-// queued (published at its end, as vLLM does: evictions, then blocks
-// cached), the requests whose prefill ended (the first output token) and
-// those that ended.
-type stepResult struct {
-	events      []protocol.KVEvent
-	firstTokens []*simRequest
-	finished    []*simRequest
+func newIterEngine(cfg *Config, model *StepModel, pub publisher) *iterEngine {
+	return &iterEngine{cfg: cfg, model: model, publisher: pub, fresh: cfg.TotalKVBlocks, freeHead: noBlock, freeTail: noBlock}
 }
 
-func newIterEngine(cfg *ClusterConfig, model *StepModel) *iterEngine {
-	return &iterEngine{cfg: cfg, model: model, fresh: cfg.TotalKVBlocks, freeHead: noBlock, freeTail: noBlock}
-}
-
-// enqueue adds a dispatched request to the waiting queue, to make outputs
-// tokens (received: with its prompt's KV sent by a prefill worker, its
-// first token made there), or reports that it could never fit the cache.
-func (e *iterEngine) enqueue(r *simRequest, outputs uint64, received bool) bool {
+// Enqueue adds a dispatched request to the waiting queue, or reports that
+// its prompt and output could never fit the cache.
+func (e *iterEngine) Enqueue(r *Request, outputs uint64, received bool) bool {
 	if e.blocksFor(max(r.InputTokens, 1)+outputs) > e.cfg.TotalKVBlocks {
 		return false
 	}
@@ -237,12 +228,12 @@ func (e *iterEngine) admit(s *iterSeq, t float64, budget uint64) bool {
 		return e.receive(s, t)
 	}
 	r := s.r
-	full := min(int(r.InputTokens/e.cfg.BlockSize), len(r.seq)) // only full prompt blocks are ever cached
-	e.sink = e.cached.warm(r.seq[:full])
+	full := min(int(r.InputTokens/e.cfg.BlockSize), len(r.Seq)) // only full prompt blocks are ever cached
+	e.sink = e.cached.warm(r.Seq[:full])
 	// hits holds the hit blocks' indices, in the space s.blocks will take.
 	hits := s.blocks[:0]
 	for len(hits) < full {
-		b := e.cached.find(r.seq[len(hits)])
+		b := e.cached.find(r.Seq[len(hits)])
 		if b == noBlock {
 			break
 		}
@@ -272,7 +263,7 @@ func (e *iterEngine) admit(s *iterSeq, t float64, budget uint64) bool {
 	s.computed, s.kv = hitTokens, hitTokens
 	if !s.admitted {
 		s.admitted = true
-		r.hitBlocks, r.uncached, r.prefillStart = hit, r.InputTokens-hitTokens, t
+		r.HitBlocks, r.Uncached, r.PrefillStart = hit, r.InputTokens-hitTokens, t
 	}
 	return e.grow(s, chunk)
 }
@@ -286,7 +277,7 @@ func (e *iterEngine) receive(s *iterSeq, t float64) bool {
 	}
 	e.cacheFull(s, s.target)
 	s.computed, s.kv, s.out = s.target, s.target, 1
-	s.admitted, s.r.dec.admittedAt = true, t
+	s.admitted, s.r.AdmittedAt = true, t
 	return true
 }
 
@@ -381,7 +372,7 @@ func (e *iterEngine) release(s *iterSeq) {
 // (vLLM's num_tokens: the last sampled one is not in the cache yet).
 func (e *iterEngine) preempt(s *iterSeq) {
 	e.preemptions++
-	s.r.preemptions++
+	s.r.Preemptions++
 	e.release(s)
 	e.running = e.running[:len(e.running)-1]
 	if s.computed >= s.target {
@@ -410,10 +401,48 @@ func (e *iterEngine) stepTime() float64 {
 	return m.BaseMS + float64(m.PerPrefillTokenMS*prefill) + float64(m.PerDecodeSeqMS*decodes) + float64(m.PerKVTokenReadMS*read)
 }
 
+// Start starts the next step at t, if there is work and none is under
+// way; with a run of decode steps under way, it cuts the run short after
+// the step under way, for a request enqueued at t to join the next.
+func (e *iterEngine) Start(t float64) (Result, bool) {
+	if e.busy {
+		if e.cut(t) {
+			return Result{Timer: Timer{At: e.end(), Kind: StepDone}}, false
+		}
+		return Result{}, false
+	}
+	started := e.startStep(t)
+	e.kv.set(t, e.live)
+	if !started {
+		return Result{}, false
+	}
+	e.startRun()
+	return Result{Timer: Timer{At: e.end(), Kind: StepDone}}, false
+}
+
+// Fire ends the step (or run of steps) under way at t: its KV events,
+// queued as the step ran, are published at its end, as vLLM does
+// (evictions, then blocks cached); its requests whose prefill ended made
+// their first token, and some ended.
+func (e *iterEngine) Fire(t float64, _ Timer) Result {
+	e.busyMS += t - e.start
+	res := e.endStep(t)
+	e.kv.set(t, e.live)
+	return res
+}
+
+func (e *iterEngine) Counts() Counts {
+	return Counts{Preemptions: e.preemptions, Evicted: e.evicted}
+}
+
+func (e *iterEngine) Usage() Usage {
+	return Usage{BusyMS: e.busyMS, KVArea: e.kv.area, KVPeak: e.kv.peak}
+}
+
 // endStep applies the step's tokens, made at t, and says what came of
 // them.
-func (e *iterEngine) endStep(w *simWorker, t float64) stepResult {
-	var res stepResult
+func (e *iterEngine) endStep(t float64) Result {
+	var res Result
 	for _, b := range e.batch {
 		s, r := b.s, b.s.r
 		if b.prefill > 0 {
@@ -425,7 +454,8 @@ func (e *iterEngine) endStep(w *simWorker, t float64) stepResult {
 			// The step that ends a prefill samples a token: the first, or
 			// the next one after a recomputation.
 			if s.out++; s.out == 1 {
-				res.firstTokens = append(res.firstTokens, r)
+				r.FirstToken, r.LastToken = t, t
+				res.First = append(res.First, r)
 			} else {
 				r.tokenAt(t)
 			}
@@ -437,21 +467,19 @@ func (e *iterEngine) endStep(w *simWorker, t float64) stepResult {
 			r.tokensEvery(e.step, e.steps-1)
 		}
 		if s.out >= s.outputs {
-			res.finished = append(res.finished, r)
+			res.Finished = append(res.Finished, r)
 			s.done = true
 		}
 	}
 	e.busy = false
-	if len(res.finished) > 0 {
+	if len(res.Finished) > 0 {
 		e.dropFinished()
 	}
 	if len(e.removed) > 0 {
-		res.events = append(res.events, *w.removedEvent(e.removed))
+		res.Events = append(res.Events, e.event(protocol.Removed{BlockHashes: e.removed}))
 	}
-	for _, ev := range e.stored {
-		w.eventID++
-		ev.WorkerID, ev.DPRank, ev.EventID = w.id, w.dpRank, w.eventID
-		res.events = append(res.events, ev)
+	for _, st := range e.stored {
+		res.Events = append(res.Events, e.event(st))
 	}
 	e.removed, e.stored = nil, e.stored[:0]
 	return res
@@ -463,27 +491,27 @@ func (e *iterEngine) endStep(w *simWorker, t float64) stepResult {
 // cached first breaks the run, and stays this request's own).
 func (e *iterEngine) cacheFull(s *iterSeq, upto uint64) {
 	r, bs := s.r, e.cfg.BlockSize
-	last := min(int(upto/bs), int(r.InputTokens/bs), len(r.seq))
+	last := min(int(upto/bs), int(r.InputTokens/bs), len(r.Seq))
 	var run protocol.Stored
 	flush := func() {
 		if len(run.Blocks) > 0 {
-			e.stored = append(e.stored, protocol.KVEvent{StorageTier: "device", Data: run})
+			e.stored = append(e.stored, run)
 			run = protocol.Stored{}
 		}
 	}
 	for i := int(s.computed / bs); i < last; i++ {
 		b := &e.blocks[s.blocks[i]]
-		if b.cached || e.cached.find(r.seq[i]) != noBlock {
+		if b.cached || e.cached.find(r.Seq[i]) != noBlock {
 			flush()
 			continue
 		}
-		b.cached, b.hash = true, r.seq[i]
+		b.cached, b.hash = true, r.Seq[i]
 		e.cached.insert(b.hash, s.blocks[i])
 		if len(run.Blocks) == 0 && i > 0 {
-			p := r.seq[i-1]
-			run.ParentHash, run.Path = &p, r.local[:i]
+			p := r.Seq[i-1]
+			run.ParentHash, run.Path = &p, r.Local[:i]
 		}
-		run.Blocks = append(run.Blocks, protocol.StoredBlock{BlockHash: b.hash, TokensHash: r.local[i]})
+		run.Blocks = append(run.Blocks, protocol.StoredBlock{BlockHash: b.hash, TokensHash: r.Local[i]})
 	}
 	flush()
 }

@@ -1,4 +1,4 @@
-package replay
+package cluster
 
 import (
 	"math"
@@ -26,12 +26,12 @@ func TestSizeKVKeepsTheClusterAcrossBlockSizes(t *testing.T) {
 		{KVSizingTokens, 1000, DefaultKVTokens, 0, 466, DefaultKVTokens, ""}, // 944 tokens unused
 		{KVSizingTokens, 1, DefaultKVTokens, 0, DefaultKVTokens, DefaultKVTokens, ""},
 		{KVSizingBlocks, 16, 0, 100, 100, 1600, ""},
-		{KVSizingTokens, 512, 511, 0, 0, 0, "--worker-kv-tokens 511"},
-		{KVSizingTokens, 16, 1<<53 + 1, 0, 0, 0, "--worker-kv-tokens"},
-		{KVSizingBlocks, 512, 0, 0, 0, 0, "--worker-kv-blocks 0"},
-		{KVSizingBlocks, 1 << 20, 0, 1 << 34, 0, 0, "--worker-kv-blocks"}, // 2^54 tokens
+		{KVSizingTokens, 512, 511, 0, 0, 0, "worker_kv_tokens 511"},
+		{KVSizingTokens, 16, 1<<53 + 1, 0, 0, 0, "worker_kv_tokens"},
+		{KVSizingBlocks, 512, 0, 0, 0, 0, "worker_kv_blocks 0"},
+		{KVSizingBlocks, 1 << 20, 0, 1 << 34, 0, 0, "worker_kv_blocks"}, // 2^54 tokens
 	} {
-		c := DefaultCluster(2)
+		c := Default(2)
 		c.KVSizing, c.BlockSize, c.KVTokens = tc.sizing, tc.blockSize, tc.tokens
 		if tc.sizing == KVSizingBlocks {
 			c.TotalKVBlocks = tc.blocks
@@ -50,7 +50,7 @@ func TestSizeKVKeepsTheClusterAcrossBlockSizes(t *testing.T) {
 	}
 }
 
-// TestShippedProfileSizesTheCacheAsVLLM: --worker-kv-tokens auto on the
+// TestShippedProfileSizesTheCacheAsVLLM: worker_kv_tokens auto on the
 // shipped profile gives the KV memory vLLM logged for it (51.38 GiB, to the
 // log's 0.01 GiB), in tokens of 128 KiB; each part of vLLM's sum counts,
 // and the share scales only the GPU's memory.
@@ -78,16 +78,16 @@ func TestShippedProfileSizesTheCacheAsVLLM(t *testing.T) {
 	if full-tokens != 64864 {
 		t.Errorf("at utilization 1, %d tokens more, want 64864", full-tokens)
 	}
-	c := DefaultCluster(1)
+	c := Default(1)
 	c.KVSizing, c.GPUMemoryUtilization, c.BlockSize = KVSizingProfile, 0.9, 16
 	if err := c.SizeKV(); err != nil || c.KVTokens != 420921 || c.TotalKVBlocks != 26307 {
 		t.Errorf("auto at 16-token blocks: %d tokens, %d blocks (%v), want 420921 and 26307", c.KVTokens, c.TotalKVBlocks, err)
 	}
 	for util, want := range map[float64]string{
 		0.2:        "leave nothing for the KV cache",
-		0:          "--gpu-memory-utilization 0: expected",
-		1.01:       "--gpu-memory-utilization 1.01: expected",
-		math.NaN(): "--gpu-memory-utilization NaN: expected",
+		0:          "gpu_memory_utilization 0: expected",
+		1.01:       "gpu_memory_utilization 1.01: expected",
+		math.NaN(): "gpu_memory_utilization NaN: expected",
 	} {
 		c.GPUMemoryUtilization = util
 		if err := c.SizeKV(); err == nil || !strings.Contains(err.Error(), want) {

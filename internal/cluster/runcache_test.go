@@ -1,4 +1,4 @@
-package replay
+package cluster
 
 import (
 	"slices"
@@ -35,15 +35,15 @@ func TestRunCacheMatchesBlockModel(t *testing.T) {
 			prompts = append(prompts, p)
 		}
 		rc, bm := newRunCache(), newBlockModel()
-		var admitted, stored []*simRequest
+		var admitted, stored []*Request
 		for step := range rapid.IntRange(1, 200).Draw(t, "steps") {
 			switch rapid.IntRange(0, 2).Draw(t, "op") {
 			case 0:
 				local := prompts[rapid.IntRange(0, len(prompts)-1).Draw(t, "prompt")]
-				r := &simRequest{local: local, seq: kvindex.SequenceHashes(local)}
+				r := &Request{Local: local, Seq: kvindex.SequenceHashes(local)}
 				running := len(admitted)+len(stored) > 0
-				hit, found := rc.match(r.seq)
-				hitM, blocks := bm.match(r.seq)
+				hit, found := rc.match(r.Seq)
+				hitM, blocks := bm.match(r.Seq)
 				foundM := slices.Index(blocks, noBlock)
 				if foundM < 0 {
 					foundM = len(blocks)
@@ -54,14 +54,14 @@ func TestRunCacheMatchesBlockModel(t *testing.T) {
 				if hit != hitM || found != foundM {
 					t.Fatalf("step %d: match %d hit, %d found; the model %d, %d", step, hit, found, hitM, foundM)
 				}
-				ok := !running || len(r.seq)-found <= total-rc.used+rc.idle
-				if okM := bm.admits(r.seq, total, running); ok != okM {
+				ok := !running || len(r.Seq)-found <= total-rc.used+rc.idle
+				if okM := bm.admits(r.Seq, total, running); ok != okM {
 					t.Fatalf("step %d: admits %v, the model %v", step, ok, okM)
 				}
 				if !ok {
 					continue
 				}
-				r.hitBlocks = hit
+				r.HitBlocks = hit
 				var evicted []protocol.SequenceHash
 				evicted, r.cachedBlocks = rc.take(r, found, total, nil)
 				evictedM := bm.take(r, total)
@@ -76,10 +76,10 @@ func TestRunCacheMatchesBlockModel(t *testing.T) {
 				i := rapid.IntRange(0, len(admitted)-1).Draw(t, "store")
 				r := admitted[i]
 				admitted = slices.Delete(admitted, i, i+1)
-				if r.cachedBlocks > r.hitBlocks {
-					rc.store(r, r.hitBlocks)
+				if r.cachedBlocks > r.HitBlocks {
+					rc.store(r, r.HitBlocks)
 				}
-				if end := bm.store(r, r.hitBlocks); end != r.cachedBlocks {
+				if end := bm.store(r, r.HitBlocks); end != r.cachedBlocks {
 					t.Fatalf("step %d: stored up to %d, the model %d", step, r.cachedBlocks, end)
 				}
 				stored = append(stored, r)
@@ -156,17 +156,17 @@ func TestRunCacheCopiesAFewBlocks(t *testing.T) {
 	for i := range ids {
 		ids[i] = protocol.LocalBlockHash(i + 1)
 	}
-	serve := func(r *simRequest) {
-		_, found := c.match(r.seq)
+	serve := func(r *Request) {
+		_, found := c.match(r.Seq)
 		_, r.cachedBlocks = c.take(r, found, 100, nil)
 		c.store(r, found)
 		c.release(r)
 	}
-	serve(&simRequest{local: ids[:8], seq: kvindex.SequenceHashes(ids[:8])})
-	b := &simRequest{local: ids, seq: kvindex.SequenceHashes(ids)}
-	want := slices.Clone(b.seq)
+	serve(&Request{Local: ids[:8], Seq: kvindex.SequenceHashes(ids[:8])})
+	b := &Request{Local: ids, Seq: kvindex.SequenceHashes(ids)}
+	want := slices.Clone(b.Seq)
 	serve(b) // its last 2 blocks are a run of their own
-	clear(b.seq)
+	clear(b.Seq)
 	if hit, found := c.match(want); hit != 10 || found != 10 {
 		t.Fatalf("after the request's hashes were overwritten: %d blocks hit, %d found, want 10", hit, found)
 	}

@@ -1,0 +1,75 @@
+package cluster
+
+import "github.com/offline-router/offline-router/internal/protocol"
+
+// Request is a request as a worker sees it: its prompt, and what the
+// workers it visits made of it. A disaggregated request visits a prefill
+// worker, then a decode worker, one at a time, with the one view.
+type Request struct {
+	Tag         int32 // the host's handle on it
+	InputTokens uint64
+	// Local are its prompt's block ids and Seq their sequence hashes, as
+	// the router has them: the host's, which a worker never writes (the
+	// simple model's cache keeps windows on Seq: runcache.go).
+	Local []protocol.LocalBlockHash
+	Seq   []protocol.SequenceHash
+
+	// Written by the worker that admits it first (its prefill worker, when
+	// disaggregated): its prompt blocks found cached, the prompt tokens it
+	// computed, and when its prefill started.
+	HitBlocks    int
+	Uncached     uint64
+	PrefillStart float64
+	// AdmittedAt is when a decode worker took it in, its KV received.
+	AdmittedAt float64
+	// Preemptions are the times a worker took its blocks back to compute
+	// it again.
+	Preemptions int
+	// FirstToken is when its first output token came, LastToken its
+	// latest, and Gaps the times between its output tokens, runs of equal
+	// ones as one Gap (the iteration engine; the simple one spreads decode
+	// evenly and keeps none).
+	FirstToken, LastToken float64
+	Gaps                  []Gap
+
+	outputs uint64 // the tokens it makes on the worker it is on
+	// runs are the cache runs it holds on its worker under the simple
+	// model, its first cachedBlocks blocks.
+	runs         []heldRun
+	cachedBlocks int
+}
+
+// Gap is N equal times of MS between output tokens.
+type Gap struct {
+	MS float64
+	N  uint64
+}
+
+// Drop lets go of r's hashes once it has ended.
+func (r *Request) Drop() { r.Local, r.Seq = nil, nil }
+
+// tokensEvery records n more output tokens, each gap ms after the one
+// before.
+func (r *Request) tokensEvery(gap float64, n int) {
+	if n > 0 {
+		r.LastToken += float64(float64(n) * gap)
+		r.addGaps(gap, uint64(n))
+	}
+}
+
+// tokenAt records an output token after the first, made at t.
+func (r *Request) tokenAt(t float64) {
+	gap := t - r.LastToken
+	r.LastToken = t
+	r.addGaps(gap, 1)
+}
+
+// addGaps records n gaps of gap ms, in the run before it when it is one of
+// equal gaps.
+func (r *Request) addGaps(gap float64, n uint64) {
+	if k := len(r.Gaps); k > 0 && r.Gaps[k-1].MS == gap {
+		r.Gaps[k-1].N += n
+		return
+	}
+	r.Gaps = append(r.Gaps, Gap{gap, n})
+}
