@@ -52,6 +52,10 @@ type Config struct {
 	// runs under an adapter; nil for Dynamo's default (LoRACapacity).
 	MaxGPULoRACount *int     `json:"max_gpu_lora_count,omitempty"`
 	Profile         *Profile `json:"profile,omitempty"` // the iteration engine's
+	// HostTier and DiskTier, when set, are each rank's lower tiers of KV
+	// cache (offload.go).
+	HostTier *TierConfig `json:"host_tier,omitempty"`
+	DiskTier *TierConfig `json:"disk_tier,omitempty"`
 	// Pools are the pools the cluster runs, as a report states them (from
 	// the fields above): the aggregated one, or prefill then decode.
 	Pools []PoolSize `json:"pools,omitempty"`

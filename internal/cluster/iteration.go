@@ -61,6 +61,12 @@ type iterEngine struct {
 	preemptions, evicted int
 	kv                   kvGauge
 	busyMS               float64
+	// off is the rank's lower tiers, nil without; meta holds, by block
+	// index, each cached block's parent and id for its offload (with off
+	// only).
+	off  *offload
+	meta []tierBlock
+	now  float64 // the step's start, as it is chosen
 }
 
 // kvBlock is one block of a worker's KV cache: 24 bytes, for the
@@ -97,7 +103,8 @@ type scheduled struct {
 }
 
 func newIterEngine(cfg *Config, model *StepModel, pub publisher) *iterEngine {
-	return &iterEngine{cfg: cfg, model: model, publisher: pub, fresh: cfg.TotalKVBlocks, freeHead: noBlock, freeTail: noBlock}
+	return &iterEngine{cfg: cfg, model: model, publisher: pub, fresh: cfg.TotalKVBlocks, freeHead: noBlock, freeTail: noBlock,
+		off: newOffload(cfg)}
 }
 
 // Enqueue adds a dispatched request to the waiting queue, or reports that
@@ -123,6 +130,10 @@ func (e *iterEngine) blocksFor(n uint64) int {
 // when the step ends.
 func (e *iterEngine) startStep(t float64) bool {
 	e.batch = e.batch[:0]
+	e.now = t
+	if e.off != nil {
+		e.off.begin(t)
+	}
 	budget := e.cfg.MaxNumBatchedTokens
 	preempted := false
 	for i := 0; i < len(e.running) && budget > 0; i++ {
@@ -170,6 +181,14 @@ func (e *iterEngine) startStep(t float64) bool {
 	}
 	e.busy = true
 	e.steps, e.start, e.step = 1, t, e.stepTime()
+	if e.off != nil {
+		// Its loads before it; its end no earlier than its writes'.
+		e.step += e.off.restoreMS
+		if stall := e.off.writeEnd - (t + e.step); stall > 0 {
+			e.step += stall
+			e.off.tiers[0].counts.StallMS += stall
+		}
+	}
 	return true
 }
 
@@ -183,7 +202,7 @@ func (e *iterEngine) startStep(t float64) bool {
 // per_kv_token_read_ms 0 (the shipped profile's).
 func (e *iterEngine) startRun() {
 	// A step that queued KV events publishes them at its own end.
-	if e.preempted || e.model.PerKVTokenReadMS != 0 || len(e.removed) > 0 || len(e.stored) > 0 {
+	if e.preempted || e.model.PerKVTokenReadMS != 0 || len(e.removed) > 0 || len(e.stored) > 0 || (e.off != nil && e.off.busy()) {
 		return
 	}
 	n := math.MaxInt
@@ -240,10 +259,28 @@ func (e *iterEngine) admit(s *iterSeq, t float64, budget uint64) bool {
 		hits = append(hits, b)
 	}
 	hit := len(hits)
-	hitTokens := min(uint64(hit)*e.cfg.BlockSize, s.target)
-	if hitTokens == s.target { // at least one token is computed
-		hit--
-		hitTokens = uint64(hit) * e.cfg.BlockSize
+	// lower[i]: the blocks tier i holds past those above it, to restore.
+	var lower [len(tierNames)]int
+	if e.off != nil {
+		pos := hit
+		for i, t := range e.off.tiers {
+			lower[i] = t.match(r.Seq, pos, full)
+			pos += lower[i]
+		}
+	}
+	restored := lower[0] + lower[1]
+	hitTokens := min(uint64(hit+restored)*e.cfg.BlockSize, s.target)
+	if hitTokens == s.target { // at least one token is computed: the deepest hit block is not one
+		switch {
+		case lower[1] > 0:
+			lower[1]--
+		case lower[0] > 0:
+			lower[0]--
+		default:
+			hit--
+		}
+		restored = lower[0] + lower[1]
+		hitTokens = uint64(hit+restored) * e.cfg.BlockSize
 	}
 	chunk := min(s.target-hitTokens, budget)
 	fromFree := 0 // hit blocks in the free queue: taking them leaves fewer to allocate from
@@ -260,12 +297,60 @@ func (e *iterEngine) admit(s *iterSeq, t float64, budget uint64) bool {
 		e.hold(b)
 	}
 	s.blocks = hits[:hit]
+	if restored > 0 {
+		e.restore(s, lower)
+	}
 	s.computed, s.kv = hitTokens, hitTokens
 	if !s.admitted {
 		s.admitted = true
-		r.HitBlocks, r.Uncached, r.PrefillStart = hit, r.InputTokens-hitTokens, t
+		r.HitBlocks, r.LowerHits, r.Uncached, r.PrefillStart = hit, lower, r.InputTokens-hitTokens, t
 	}
 	return e.grow(s, chunk)
+}
+
+// restore loads the blocks of s's prompt found in the lower tiers (lower,
+// by tier, past its GPU hits in s.blocks) into new GPU blocks, cached
+// there as they are, and queues their stored event, as one run after its
+// GPU hits. The step waits for the loads.
+func (e *iterEngine) restore(s *iterSeq, lower [len(tierNames)]int) {
+	r := s.r
+	from := len(s.blocks)
+	pos := from
+	for i, t := range e.off.tiers {
+		e.off.restoreMS += t.restore(r.Seq, pos, lower[i])
+		pos += lower[i]
+	}
+	var run protocol.Stored
+	if from > 0 {
+		p := r.Seq[from-1]
+		run.ParentHash, run.Path = &p, r.Local[:from]
+	}
+	for i := from; i < pos; i++ {
+		b := e.take()
+		s.blocks = append(s.blocks, b)
+		if e.cached.find(r.Seq[i]) != noBlock {
+			continue // cached on the GPU past a gap, by another request: this copy stays its own
+		}
+		e.cacheBlock(b, r, i)
+		run.Blocks = append(run.Blocks, protocol.StoredBlock{BlockHash: r.Seq[i], TokensHash: r.Local[i]})
+	}
+	if len(run.Blocks) > 0 {
+		e.stored = append(e.stored, run)
+	}
+}
+
+// cacheBlock caches GPU block b as position i of r's prompt.
+func (e *iterEngine) cacheBlock(b int32, r *Request, i int) {
+	x := &e.blocks[b]
+	x.cached, x.hash = true, r.Seq[i]
+	e.cached.insert(x.hash, b)
+	if e.off != nil {
+		m := tierBlock{hash: x.hash, local: r.Local[i], rooted: i == 0}
+		if i > 0 {
+			m.parent = r.Seq[i-1]
+		}
+		e.meta[b] = m
+	}
 }
 
 // receive admits a request whose prompt's KV a prefill worker sent: it
@@ -304,6 +389,9 @@ func (e *iterEngine) take() int32 {
 	if e.fresh > 0 {
 		e.fresh--
 		e.blocks = append(e.blocks, kvBlock{refs: 1, prev: noBlock, next: noBlock})
+		if e.off != nil {
+			e.meta = append(e.meta, tierBlock{})
+		}
 		return int32(len(e.blocks) - 1)
 	}
 	b := e.freeHead
@@ -313,6 +401,9 @@ func (e *iterEngine) take() int32 {
 		e.cached.remove(x.hash)
 		e.removed = append(e.removed, x.hash)
 		e.evicted++
+		if e.off != nil {
+			e.off.evicted(e.now, e.meta[b])
+		}
 	}
 	*x = kvBlock{refs: 1, prev: noBlock, next: noBlock}
 	return b
@@ -432,7 +523,13 @@ func (e *iterEngine) Fire(t float64, _ Timer) Result {
 }
 
 func (e *iterEngine) Counts() Counts {
-	return Counts{Preemptions: e.preemptions, Evicted: e.evicted}
+	n := Counts{Preemptions: e.preemptions, Evicted: e.evicted}
+	if e.off != nil {
+		for _, t := range e.off.tiers {
+			n.Tiers = append(n.Tiers, t.counts)
+		}
+	}
+	return n
 }
 
 func (e *iterEngine) Usage() Usage {
@@ -478,6 +575,12 @@ func (e *iterEngine) endStep(t float64) Result {
 	if len(e.removed) > 0 {
 		res.Events = append(res.Events, e.event(protocol.Removed{BlockHashes: e.removed}))
 	}
+	if e.off != nil {
+		for _, ev := range e.off.events {
+			res.Events = append(res.Events, e.eventOn(ev.tier, ev.data))
+		}
+		e.off.events = e.off.events[:0]
+	}
 	for _, st := range e.stored {
 		res.Events = append(res.Events, e.event(st))
 	}
@@ -505,13 +608,12 @@ func (e *iterEngine) cacheFull(s *iterSeq, upto uint64) {
 			flush()
 			continue
 		}
-		b.cached, b.hash = true, r.Seq[i]
-		e.cached.insert(b.hash, s.blocks[i])
+		e.cacheBlock(s.blocks[i], r, i)
 		if len(run.Blocks) == 0 && i > 0 {
 			p := r.Seq[i-1]
 			run.ParentHash, run.Path = &p, r.Local[:i]
 		}
-		run.Blocks = append(run.Blocks, protocol.StoredBlock{BlockHash: b.hash, TokensHash: r.Local[i]})
+		run.Blocks = append(run.Blocks, protocol.StoredBlock{BlockHash: r.Seq[i], TokensHash: r.Local[i]})
 	}
 	flush()
 }

@@ -78,10 +78,32 @@ func (e *iterEngine) invariants() error {
 	return nil
 }
 
-// drive runs requests through one engine by its Worker methods, all
-// enqueued at time 0, checking the invariants after every step; it
-// returns each request's first-token and end times and the events.
+// drive runs requests through one engine (run) and counts its stored and
+// removed events.
 func drive(t *testing.T, cfg Config, reqs []*job) (first, done map[string]float64, stored, removed int) {
+	t.Helper()
+	d := run(t, cfg, reqs)
+	for _, ev := range d.events {
+		if _, ok := ev.Data.(protocol.Removed); ok {
+			removed++
+		} else {
+			stored++
+		}
+	}
+	return d.first, d.done, stored, removed
+}
+
+// driven is what a run made: each request's first-token and end times,
+// the events in order, and the engine.
+type driven struct {
+	first, done map[string]float64
+	events      []protocol.KVEvent
+	e           *iterEngine
+}
+
+// run runs requests through one engine by its Worker methods, all
+// enqueued at time 0, checking the invariants after every step.
+func run(t *testing.T, cfg Config, reqs []*job) driven {
 	t.Helper()
 	e := newIterEngine(&cfg, &cfg.Profile.Step, publisher{id: 1})
 	names := map[*Request]string{}
@@ -92,7 +114,7 @@ func drive(t *testing.T, cfg Config, reqs []*job) (first, done map[string]float6
 			t.Fatalf("%s could never fit", j.id)
 		}
 	}
-	first, done = map[string]float64{}, map[string]float64{}
+	d := driven{first: map[string]float64{}, done: map[string]float64{}, e: e}
 	now := 0.0
 	for steps := 0; ; steps++ {
 		res, _ := e.Start(now)
@@ -107,24 +129,18 @@ func drive(t *testing.T, cfg Config, reqs []*job) (first, done map[string]float6
 		if err := e.invariants(); err != nil {
 			t.Fatalf("step %d, ended: %v", steps, err)
 		}
-		for _, ev := range res.Events {
-			if _, ok := ev.Data.(protocol.Removed); ok {
-				removed++
-			} else {
-				stored++
-			}
-		}
+		d.events = append(d.events, res.Events...)
 		for _, r := range res.First {
-			first[names[r]] = now
+			d.first[names[r]] = now
 		}
 		for _, r := range res.Finished {
-			done[names[r]] = now
+			d.done[names[r]] = now
 		}
 	}
-	if len(done) != len(reqs) || !e.idle() || e.live != 0 {
-		t.Fatalf("%d of %d requests ended; idle %v, %d blocks still held", len(done), len(reqs), e.idle(), e.live)
+	if len(d.done) != len(reqs) || !e.idle() || e.live != 0 {
+		t.Fatalf("%d of %d requests ended; idle %v, %d blocks still held", len(d.done), len(reqs), e.idle(), e.live)
 	}
-	return first, done, stored, removed
+	return d
 }
 
 // job is a test's request: its name, the tokens it makes, and its view.

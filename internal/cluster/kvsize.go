@@ -37,7 +37,6 @@ func (c *Config) SizeKV() error {
 			return &FieldError{"worker_kv_blocks", c.TotalKVBlocks, fmt.Sprintf("1 to %d blocks at a block size of %d (at most 2^53 tokens)", maxTokens/c.BlockSize, c.BlockSize)}
 		}
 		c.KVTokens = uint64(c.TotalKVBlocks) * c.BlockSize
-		return nil
 	case KVSizingProfile:
 		if c.Profile == nil {
 			return &FieldError{"worker_kv_tokens", "auto", "a number of tokens: auto sizes the cache from the engine profile, which the simple engine has none of"}
@@ -61,7 +60,10 @@ func (c *Config) SizeKV() error {
 		return &FieldError{"worker_kv_sizing", fmt.Sprintf("%q", c.KVSizing), fmt.Sprintf("%s, %s or %s", KVSizingTokens, KVSizingProfile, KVSizingBlocks)}
 	}
 	c.TotalKVBlocks = int(c.KVTokens / c.BlockSize)
-	return nil
+	if err := c.sizeTiers(); err != nil {
+		return err
+	}
+	return c.checkTiers()
 }
 
 // Memory is what a worker's GPU holds besides its KV cache, in bytes, as

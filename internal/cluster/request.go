@@ -15,9 +15,12 @@ type Request struct {
 	Seq   []protocol.SequenceHash
 
 	// Written by the worker that admits it first (its prefill worker, when
-	// disaggregated): its prompt blocks found cached, the prompt tokens it
-	// computed, and when its prefill started.
-	HitBlocks    int
+	// disaggregated): its prompt blocks found cached on the GPU, the prompt
+	// tokens it computed, and when its prefill started.
+	HitBlocks int
+	// LowerHits are the blocks past those restored from each lower tier
+	// (host, then disk), past its HitBlocks.
+	LowerHits    [len(tierNames)]int
 	Uncached     uint64
 	PrefillStart float64
 	// AdmittedAt is when a decode worker took it in, its KV received.

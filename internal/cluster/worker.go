@@ -65,6 +65,8 @@ type Counts struct {
 	// and block operations: runcache.go), which the replay's operation
 	// counts bound.
 	CacheRunOps, CacheBlockOps int
+	// Tiers are its lower tiers', in walk order; nil without.
+	Tiers []TierCounts
 }
 
 // NewWorker is rank rank of worker id under cfg's worker model.
@@ -85,6 +87,11 @@ type publisher struct {
 
 // event is data as the rank's next event on the device tier.
 func (p *publisher) event(data protocol.EventData) protocol.KVEvent {
+	return p.eventOn(protocol.TierDevice, data)
+}
+
+// eventOn is data as the rank's next event, on tier.
+func (p *publisher) eventOn(tier string, data protocol.EventData) protocol.KVEvent {
 	p.eventID++
-	return protocol.KVEvent{WorkerID: p.id, DPRank: p.rank, StorageTier: protocol.TierDevice, EventID: p.eventID, Data: data}
+	return protocol.KVEvent{WorkerID: p.id, DPRank: p.rank, StorageTier: tier, EventID: p.eventID, Data: data}
 }
