@@ -101,6 +101,14 @@ var replayBadValues = []badValue{
 	{"max-line-bytes", "0", nil},
 	{"max-gpu-lora-count", "-1", nil},
 	{"max-gpu-lora-count", "1025", nil},
+	{"host-kv-tokens", "0", nil},
+	{"host-kv-gb", "-1", nil},
+	{"host-read-gbps", "0", []string{"--host-kv-tokens", "100000"}},
+	{"host-write-gbps", "-1", []string{"--host-kv-gb", "10"}},
+	{"disk-kv-tokens", "100", nil}, // less than one block of 512
+	{"disk-kv-gb", "NaN", nil},
+	{"disk-read-gbps", "1e7", []string{"--disk-kv-tokens", "100000"}},
+	{"disk-write-gbps", "0", []string{"--disk-kv-tokens", "100000", "--host-kv-tokens", "100000"}},
 }
 
 // noRange are the replay flags that take any value of their type.

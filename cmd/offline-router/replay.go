@@ -54,10 +54,14 @@ type replayOptions struct {
 	profileFile   string
 	maxLineBytes  int
 	maxLoRAs      int // --max-gpu-lora-count, the cluster's when given
-	cpuProfile    string
-	quiet         bool
-	capacity      bool
-	search        replay.CapacitySearch
+	// host and disk are the lower tiers' flags, the cluster's when a
+	// capacity is given; hostGB and diskGB their capacities in GB.
+	host, disk     cluster.TierConfig
+	hostGB, diskGB float64
+	cpuProfile     string
+	quiet          bool
+	capacity       bool
+	search         replay.CapacitySearch
 }
 
 func newReplayCommand() *cobra.Command {
@@ -168,6 +172,19 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 	f.Lookup("worker-kv-blocks").DefValue = "0" // none: made from --worker-kv-tokens, whatever the block size
 	f.IntVar(&o.cluster.MaxNumSeqs, "worker-max-num-seqs", o.cluster.MaxNumSeqs, "requests running at once on a worker")
 	f.Uint64Var(&o.cluster.MaxNumBatchedTokens, "worker-max-num-batched-tokens", o.cluster.MaxNumBatchedTokens, "tokens a step may compute (iteration; the simple engine's prefill backlog); reported to the router for its busy and queue thresholds")
+	for _, t := range []struct {
+		name, medium string
+		cfg          *cluster.TierConfig
+		gb           *float64
+		gbps         float64
+		source       string
+	}{{"host", "host memory (Dynamo's host_pinned tier, KVBM's G2)", &o.host, &o.hostGB, cluster.DefaultHostGBps, "PCIe Gen4 x16"},
+		{"disk", "local disk (Dynamo's disk tier, KVBM's G3), below the host tier if any", &o.disk, &o.diskGB, cluster.DefaultDiskGBps, "one local NVMe"}} {
+		f.Uint64Var(&t.cfg.KVTokens, t.name+"-kv-tokens", 0, "iteration engine: a lower KV tier in "+t.medium+" on each rank, this many tokens (whole blocks); the GPU's evicted blocks are written to it and restored from it (0 = none; docs/replay.md)")
+		f.Float64Var(t.gb, t.name+"-kv-gb", 0, "the --"+t.name+"-kv-tokens tier's capacity in GB (1e9 bytes) instead, in tokens by the engine profile's model shape")
+		f.Float64Var(&t.cfg.ReadGBps, t.name+"-read-gbps", t.gbps, "the "+t.name+" tier's bandwidth to the GPU, a restore's, in GB/s (Dynamo's mocker's default: "+t.source+")")
+		f.Float64Var(&t.cfg.WriteGBps, t.name+"-write-gbps", t.gbps, "the "+t.name+" tier's write bandwidth, an offload's, in GB/s (Dynamo's mocker's default: "+t.source+")")
+	}
 	f.StringVar(&o.cluster.Engine, "engine", o.cluster.Engine, "worker model: iteration (vLLM's scheduler step by step, timed by --engine-profile) or simple (a FIFO prefill server and a fixed time per token)")
 	f.StringVar(&o.profileFile, "engine-profile", "", "iteration engine: the step-time profile, a JSON file (default: the shipped one, docs/replay.md)")
 	f.Float64Var(&o.cluster.PrefillTokensPerMS, "worker-prefill-tokens-per-ms", o.cluster.PrefillTokensPerMS, "simple engine: prefill speed for uncached tokens")
@@ -730,6 +747,9 @@ func (o *replayOptions) checkPools(flags *pflag.FlagSet) error {
 // with auto. Its blocks are made once the block size is known (SizeKV).
 func (o *replayOptions) checkKV(flags *pflag.FlagSet) error {
 	c := &o.cluster
+	if err := o.checkTiers(flags); err != nil {
+		return err
+	}
 	if flags.Changed("worker-kv-blocks") {
 		if flags.Changed("worker-kv-tokens") {
 			return fmt.Errorf("--worker-kv-blocks and --worker-kv-tokens both size the KV cache: give one of them")
@@ -752,6 +772,8 @@ var clusterFlags = map[string]string{
 	"worker_max_num_seqs": "worker-max-num-seqs", "worker_prefill_tokens_per_ms": "worker-prefill-tokens-per-ms",
 	"worker_decode_ms_per_token": "worker-decode-ms-per-token", "max_gpu_lora_count": "max-gpu-lora-count",
 	"gpu_memory_utilization": "gpu-memory-utilization",
+	"host_tier.kv_tokens":    "host-kv-tokens", "host_tier.kv_bytes": "host-kv-gb", "host_tier.read_gbps": "host-read-gbps", "host_tier.write_gbps": "host-write-gbps",
+	"disk_tier.kv_tokens": "disk-kv-tokens", "disk_tier.kv_bytes": "disk-kv-gb", "disk_tier.read_gbps": "disk-read-gbps", "disk_tier.write_gbps": "disk-write-gbps",
 }
 
 // clusterFlagError names the flag of a cluster field out of range.
@@ -764,7 +786,43 @@ func clusterFlagError(err error) error {
 	if !ok {
 		return err
 	}
-	return fmt.Errorf("--%s %v: expected %s", flag, fe.Value, fe.Want)
+	value := fe.Value
+	if strings.HasSuffix(fe.Field, ".kv_bytes") {
+		value = float64(fe.Value.(uint64)) / 1e9 // the flag's GB
+	}
+	return fmt.Errorf("--%s %v: expected %s", flag, value, fe.Want)
+}
+
+// checkTiers makes the cluster's lower tiers from their flags: a tier is
+// on when its capacity is given, in tokens or GB.
+func (o *replayOptions) checkTiers(flags *pflag.FlagSet) error {
+	for _, t := range []struct {
+		name string
+		cfg  *cluster.TierConfig
+		gb   float64
+		to   **cluster.TierConfig
+	}{{"host", &o.host, o.hostGB, &o.cluster.HostTier}, {"disk", &o.disk, o.diskGB, &o.cluster.DiskTier}} {
+		tokens, gb := flags.Changed(t.name+"-kv-tokens"), flags.Changed(t.name+"-kv-gb")
+		switch {
+		case tokens && gb:
+			return fmt.Errorf("--%s-kv-tokens and --%s-kv-gb both size the %s tier: give one of them", t.name, t.name, t.name)
+		case gb && !(t.gb > 0 && t.gb <= 1e9):
+			return fmt.Errorf("--%s-kv-gb %v: expected above 0 and at most 1e9 GB", t.name, t.gb)
+		case gb:
+			t.cfg.KVBytes = uint64(t.gb * 1e9)
+		case tokens && t.cfg.KVTokens == 0:
+			return fmt.Errorf("--%s-kv-tokens 0: expected at least one block's tokens (or leave it out: no %s tier)", t.name, t.name)
+		case !tokens:
+			for _, bw := range []string{"-read-gbps", "-write-gbps"} {
+				if flags.Changed(t.name + bw) {
+					return fmt.Errorf("--%s%s sets the %s tier's bandwidth: give its capacity too, --%s-kv-tokens or --%s-kv-gb", t.name, bw, t.name, t.name, t.name)
+				}
+			}
+			continue
+		}
+		*t.to = t.cfg
+	}
+	return nil
 }
 
 // kvTokensFlag is --worker-kv-tokens: a number of tokens, or auto.

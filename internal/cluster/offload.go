@@ -62,7 +62,7 @@ func (c *Config) checkTiers() error {
 	}
 	field := func(t NamedTier, key string) string { return t.Key + "." + key }
 	if c.Engine != EngineIteration {
-		return &FieldError{field(tiers[0], "kv_tokens"), tiers[0].KVTokens, "no lower tier under the simple engine: the iteration engine runs them"}
+		return &FieldError{field(tiers[0], "kv_tokens"), tiers[0].KVTokens, "the iteration engine, which runs the lower tiers (the simple engine has none)"}
 	}
 	if err := c.Profile.CheckModel(); err != nil {
 		return &FieldError{field(tiers[0], "kv_tokens"), tiers[0].KVTokens, fmt.Sprintf("an engine profile with the model shape, which sizes a block's bytes: its %v", err)}

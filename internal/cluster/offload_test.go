@@ -157,7 +157,7 @@ func TestTierConfigIsChecked(t *testing.T) {
 		edit func(*Config)
 		want string
 	}{
-		"simple engine":  {func(c *Config) { c.Engine = EngineSimple }, "host_tier.kv_tokens 64: expected no lower tier under the simple engine"},
+		"simple engine":  {func(c *Config) { c.Engine = EngineSimple }, "host_tier.kv_tokens 64: expected the iteration engine"},
 		"no model":       {func(c *Config) { c.Profile.Model = ModelShape{} }, "expected an engine profile with the model shape"},
 		"under a block":  {func(c *Config) { c.HostTier.KVTokens = 15 }, "host_tier.kv_tokens 15: expected at least one block (16 tokens)"},
 		"no read":        {func(c *Config) { c.HostTier.ReadGBps = 0 }, "host_tier.read_gbps 0: expected"},

@@ -18,8 +18,8 @@ type Request struct {
 	// disaggregated): its prompt blocks found cached on the GPU, the prompt
 	// tokens it computed, and when its prefill started.
 	HitBlocks int
-	// LowerHits are the blocks past those restored from each lower tier
-	// (host, then disk), past its HitBlocks.
+	// LowerHits are the blocks restored from each lower tier, past its
+	// HitBlocks, by the tiers configured in walk order (host, then disk).
 	LowerHits    [len(tierNames)]int
 	Uncached     uint64
 	PrefillStart float64

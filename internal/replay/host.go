@@ -65,9 +65,12 @@ type placement struct {
 	worker        *simWorker
 	placedAt      float64
 	overlap, best uint64
-	sentAt        float64 // when it was sent to the router
-	replica       int     // the router replica it was sent to
-	sent          bool    // it reached the pool's router
+	// host and disk are the blocks past the device prefix the router found
+	// in the chosen rank's lower tiers (disk: with external).
+	host, disk uint64
+	sentAt     float64 // when it was sent to the router
+	replica    int     // the router replica it was sent to
+	sent       bool    // it reached the pool's router
 }
 
 // simRequest is a trace request on its way through the cluster.
@@ -571,6 +574,7 @@ func (h *host) answered(rp *replica, c *protocol.Command, resp *protocol.Respons
 		ph := r.phase(p)
 		ph.worker = p.workers[rankKey{pl.WorkerID, pl.DPRank}]
 		ph.placedAt, ph.overlap, ph.best = t, pl.OverlapBlocks, pl.BestAvailableOverlapBlocks
+		ph.host, ph.disk = pl.HostOverlapBlocks, pl.DiskOverlapBlocks
 		rp.placed = append(rp.placed, r)
 		if len(p.replicas) > 1 { // the others learn of the booking as a pinned place
 			// Its class's busy threshold decides whether the others can

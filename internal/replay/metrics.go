@@ -139,6 +139,11 @@ type Metrics struct {
 	// disaggregated (prefill, then decode); the figures above are end to
 	// end, worker_requests over the ranks of both pools, prefill's first.
 	Pools []PoolMetrics `json:"pools,omitempty"`
+	// Tiers are the lower tiers' figures (tiers.go), when the cluster has
+	// any, and PrefixHitRateAcrossTiers the input tokens found cached on
+	// the GPU or restored from a lower tier, over all input tokens.
+	Tiers                    []TierMetrics `json:"tiers,omitempty"`
+	PrefixHitRateAcrossTiers *float64      `json:"prefix_hit_rate_across_tiers,omitempty"`
 	// Classes are each policy class's own figures, in the config's order,
 	// when the router's config has policy classes (absent without).
 	Classes []ClassMetrics `json:"classes,omitempty"`
@@ -461,6 +466,19 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 			pm.WorkerPeakKVCacheUsage, pm.MeanKVCacheUsage, pm.PeakKVCacheUsage = f.peakKV, f.meanMeanKV, f.peak
 			m.Pools = append(m.Pools, pm)
 		}
+	}
+	if len(h.opt.Cluster.Tiers()) > 0 {
+		m.Tiers = h.tierMetrics(trace)
+		rate := 0.0
+		if m.TotalInputTokens > 0 {
+			rate = hitTokens / float64(m.TotalInputTokens)
+			for i := range m.Tiers {
+				t := &m.Tiers[i]
+				t.HitRate = float64(t.RestoredTokens) / float64(m.TotalInputTokens)
+				rate += t.HitRate
+			}
+		}
+		m.PrefixHitRateAcrossTiers = &rate
 	}
 	return m, recs
 }

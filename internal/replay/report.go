@@ -148,6 +148,9 @@ func WriteTable(w io.Writer, rep *Report) error {
 		return rejections(&ms[i])
 	})
 	row("prefix hit rate", num("%.3f", "prefix_hit_rate", func(m *Metrics) float64 { return m.PrefixHitRate }))
+	if ms[0].PrefixHitRateAcrossTiers != nil { // the same tiers for every contender
+		writeTierRows(row, num, ms)
+	}
 	row("router overlap rate", num("%.3f", "router_overlap_rate", func(m *Metrics) float64 { return m.RouterOverlapRate }))
 	row("mean overlap regret (blocks)", num("%.2f", "mean_overlap_regret_blocks", func(m *Metrics) float64 { return m.MeanOverlapRegretBlocks }))
 	row("mean router overlap (tokens)", num("%.1f", "mean_router_overlap_tokens", func(m *Metrics) float64 { return m.MeanRouterOverlapTokens }))
@@ -417,4 +420,24 @@ func (d *Deterministic) SetupDigest() string {
 	}
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
+}
+
+// writeTierRows are the lower tiers' rows: the hit rate counted across
+// tiers, then each tier's hits, what restoring them and writing into it
+// cost, and the credit the router gave its blocks against the one they
+// earned (repeat 0's figures).
+func writeTierRows(row func(string, func(int) string), num func(string, string, func(*Metrics) float64) func(int) string, ms []Metrics) {
+	row("prefix hit rate across tiers", num("%.3f", "", func(m *Metrics) float64 { return *m.PrefixHitRateAcrossTiers }))
+	for k, t := range ms[0].Tiers {
+		tier := func(f func(t *TierMetrics) float64) func(*Metrics) float64 {
+			return func(m *Metrics) float64 { return f(&m.Tiers[k]) }
+		}
+		row(t.Tier+": hit rate", num("%.3f", "", tier(func(t *TierMetrics) float64 { return t.HitRate })))
+		row(t.Tier+": restore time (s)", num("%.1f", "", tier(func(t *TierMetrics) float64 { return t.RestoreMS / 1000 })))
+		row(t.Tier+": write stall (s)", num("%.1f", "", tier(func(t *TierMetrics) float64 { return t.WriteStallMS / 1000 })))
+		row(t.Tier+": router overlap (blocks)", num("%.0f", "", tier(func(t *TierMetrics) float64 { return float64(t.RouterOverlapBlocks) })))
+		row(t.Tier+": credit given / earned", func(i int) string {
+			return fmt.Sprintf("%.2f / %.2f", ms[i].Tiers[k].RouterCredit, ms[i].Tiers[k].EarnedCredit)
+		})
+	}
 }
