@@ -56,6 +56,10 @@ type Config struct {
 	// cache (offload.go).
 	HostTier *TierConfig `json:"host_tier,omitempty"`
 	DiskTier *TierConfig `json:"disk_tier,omitempty"`
+	// Hardware, when set (a cluster file), are the aggregated cluster's
+	// pools, each on its own hardware (hardware.go): Workers is their sum,
+	// and the per-worker fields above are each pool's instead.
+	Hardware []Hardware `json:"hardware,omitempty"`
 	// Pools are the pools the cluster runs, as a report states them (from
 	// the fields above): the aggregated one, or prefill then decode.
 	Pools []PoolSize `json:"pools,omitempty"`
@@ -130,6 +134,8 @@ func (c *Config) Check() error {
 	case c.DPSize < 1 || c.DPSize > min(protocol.MaxDPSize, protocol.MaxRanks/c.Workers):
 		return &FieldError{"dp_size", c.DPSize, fmt.Sprintf("1 to %d (a worker has at most %d DP ranks, and the router holds at most %d ranks, %d workers × dp size)",
 			min(protocol.MaxDPSize, protocol.MaxRanks/c.Workers), protocol.MaxDPSize, protocol.MaxRanks, c.Workers)}
+	case len(c.Hardware) > 0:
+		return nil // each pool's is checked as it is sized
 	case c.TotalKVBlocks < 1:
 		return &FieldError{"worker_kv_blocks", c.TotalKVBlocks, "at least 1"}
 	case c.MaxNumSeqs < 1:

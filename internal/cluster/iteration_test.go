@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -306,7 +307,7 @@ func TestDeepProfile(t *testing.T) {
 		"model":  `field "model": expected an object, got an array`,
 		"name":   `field "name": expected a string, got an array`,
 		"memory": `field "memory": expected an object, got an array`,
-		"zzz":    `field "zzz": is not a profile key (name, source, step, model, memory)`,
+		"zzz":    `field "zzz": is not a profile key (name, source, licence, step, model, memory)`,
 	} {
 		data := []byte(`{"name": "x", "` + key + `": ` + deep + `}`)
 		if key == "name" {
@@ -369,5 +370,37 @@ func TestIterationCachesAtSchedule(t *testing.T) {
 	drive(t, iterCluster(20, 2, 4096, step), []*job{a, b})
 	if b.HitBlocks != 3 {
 		t.Fatalf("b hit %d blocks, want 3 (all but the last of a's, cached in the same step)", b.HitBlocks)
+	}
+}
+
+// TestShippedProfiles: each shipped profile reads strictly under its own
+// name, says its source and licence, sizes its cache from its memory, and
+// the A100 fit of each model is the slower of its two GPUs at a full
+// prefill step and a decode step of 64.
+func TestShippedProfiles(t *testing.T) {
+	names := ShippedProfiles()
+	if len(names) < 4 || !slices.Contains(names, DefaultProfileName) {
+		t.Fatalf("shipped %v", names)
+	}
+	step := map[string][2]float64{}
+	for _, name := range names {
+		p, ok := ShippedProfile(name)
+		if !ok || p.Name != name || p.Source == "" || p.Licence == "" || p.Memory == nil {
+			t.Fatalf("%s: %+v", name, p)
+		}
+		if tokens, err := p.KVTokens(DefaultGPUMemoryUtilization); err != nil || tokens < 100000 {
+			t.Errorf("%s: %d KV tokens at 0.9 (%v)", name, tokens, err)
+		}
+		s := p.Step
+		step[name] = [2]float64{s.BaseMS + 8192*s.PerPrefillTokenMS, s.BaseMS + 64*s.PerDecodeSeqMS}
+	}
+	for _, model := range []string{"llama-3.1-8b-instruct-%s-tp1-vllm-0.8.4", "mistral-small-24b-instruct-2501-%s-tp4-vllm-0.8.4"} {
+		h100, a100 := step[fmt.Sprintf(model, "h100")], step[fmt.Sprintf(model, "a100-80")]
+		if !(a100[0] > h100[0] && a100[1] > h100[1]) {
+			t.Errorf("%s: A100 steps %v, H100 %v", model, a100, h100)
+		}
+	}
+	if _, ok := ShippedProfile("../profile"); ok {
+		t.Error("a path is not a shipped profile's name")
 	}
 }

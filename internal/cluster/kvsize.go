@@ -31,6 +31,9 @@ const DefaultGPUMemoryUtilization = 0.9
 // what they hold. An error is a *FieldError.
 func (c *Config) SizeKV() error {
 	const maxTokens = protocol.MaxNumber // what the router and a report hold exactly
+	if len(c.Hardware) > 0 {
+		return c.sizeHardware()
+	}
 	switch c.KVSizing {
 	case KVSizingBlocks:
 		if c.TotalKVBlocks < 1 || uint64(c.TotalKVBlocks) > maxTokens/c.BlockSize {

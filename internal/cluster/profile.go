@@ -1,7 +1,7 @@
 package cluster
 
 import (
-	_ "embed"
+	"embed"
 	"fmt"
 	"slices"
 	"strconv"
@@ -16,9 +16,10 @@ import (
 // loads one (JSON, these keys); DefaultProfile is the one shipped.
 type Profile struct {
 	Name string `json:"name"`
-	// Source says where the numbers come from.
-	Source string    `json:"source"`
-	Step   StepModel `json:"step"`
+	// Source says where the numbers come from, Licence under what terms.
+	Source  string    `json:"source"`
+	Licence string    `json:"licence,omitempty"`
+	Step    StepModel `json:"step"`
 	// Model is the served model's shape, which sizes a token's KV (what a
 	// disaggregated cluster sends from prefill to decode).
 	Model ModelShape `json:"model"`
@@ -55,16 +56,48 @@ type StepModel struct {
 	PerKVTokenReadMS  float64 `json:"per_kv_token_read_ms"`
 }
 
-//go:embed profiles/default.json
-var defaultProfile []byte
+// shipped are the profiles shipped in profiles/, one file each, named as
+// the profile.
+//
+//go:embed profiles/*.json
+var shipped embed.FS
 
-// DefaultProfile is the shipped profile (profiles/default.json).
+// DefaultProfileName is the profile replay runs unless told otherwise.
+const DefaultProfileName = "llama-3.1-8b-instruct-h100-tp1-vllm-0.8.4"
+
+// DefaultProfile is the shipped profile replay runs unless told otherwise.
 func DefaultProfile() Profile {
-	p, err := ParseProfile(defaultProfile)
-	if err != nil {
-		panic("the shipped profile: " + err.Error())
+	p, ok := ShippedProfile(DefaultProfileName)
+	if !ok {
+		panic("the default profile is not shipped")
 	}
 	return p
+}
+
+// ShippedProfile is the shipped profile of that name, if there is one.
+func ShippedProfile(name string) (Profile, bool) {
+	if strings.ContainsAny(name, "/\\") {
+		return Profile{}, false
+	}
+	data, err := shipped.ReadFile("profiles/" + name + ".json")
+	if err != nil {
+		return Profile{}, false
+	}
+	p, err := ParseProfile(data)
+	if err != nil || p.Name != name {
+		panic(fmt.Sprintf("the shipped profile %s: %v (named %q)", name, err, p.Name))
+	}
+	return p, true
+}
+
+// ShippedProfiles are the shipped profiles' names, sorted.
+func ShippedProfiles() []string {
+	entries, _ := shipped.ReadDir("profiles")
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = strings.TrimSuffix(e.Name(), ".json")
+	}
+	return names
 }
 
 // ParseProfile reads a profile strictly: every key known and given once,
@@ -98,6 +131,8 @@ func ParseProfile(data []byte) (Profile, error) {
 			p.Name, err = v.Str()
 		case "source":
 			p.Source, err = v.Str()
+		case "licence":
+			p.Licence, err = v.Str()
 		case "step":
 			// A nested object: read through the raw text (Raw follows
 			// nesting on a stack, so a deep value costs its length).
@@ -192,7 +227,7 @@ func ParseProfile(data []byte) (Profile, error) {
 				return nil
 			})
 		default:
-			return fmt.Errorf("is not a profile key (name, source, step, model, memory)")
+			return fmt.Errorf("is not a profile key (name, source, licence, step, model, memory)")
 		}
 		return err
 	})

@@ -165,42 +165,9 @@ func (y *yamlReader) fail(n ast.Node, path, msg string) *yamlError {
 func (y *yamlReader) read(data []byte) (protocol.Config, map[string]bool, *yamlError) {
 	cfg := protocol.DefaultConfig()
 	present := map[string]bool{}
-	// goccy reads bytes that are not UTF-8 as U+FFFD; serde refuses them,
-	// and so does every reader here.
-	if !utf8.Valid(data) {
-		at := 0
-		for at < len(data) {
-			r, size := utf8.DecodeRune(data[at:])
-			if r == utf8.RuneError && size == 1 {
-				break
-			}
-			at += size
-		}
-		return cfg, nil, &yamlError{line: 1 + bytes.Count(data[:at], []byte("\n")), msg: "not YAML: not valid UTF-8"}
-	}
-	if line := tooDeep(data); line > 0 {
-		return cfg, nil, &yamlError{line: line, msg: fmt.Sprintf("nested deeper than %d levels (a policy config needs 4)", maxPolicyDepth)}
-	}
-	f, err := parser.ParseBytes(data, 0)
-	if err != nil {
-		var ye yaml.Error
-		if errors.As(err, &ye) && ye.GetToken() != nil {
-			return cfg, nil, &yamlError{line: ye.GetToken().Position.Line, msg: "not YAML: " + ye.GetMessage()}
-		}
-		return cfg, nil, &yamlError{msg: "not YAML: " + err.Error()}
-	}
-	var body ast.Node
-	for _, doc := range f.Docs {
-		if doc.Body == nil {
-			continue
-		}
-		if body != nil { // serde_yaml reads one document
-			return cfg, nil, &yamlError{line: lineOf(doc.Body), msg: "a second YAML document: a policy config is one document"}
-		}
-		body = doc.Body
-	}
-	if body != nil {
-		body = y.resolve(body)
+	body, yerr := y.document(data, "a policy config needs 4", "a policy config")
+	if yerr != nil {
+		return cfg, nil, yerr
 	}
 	if body == nil || body.Type() == ast.NullType {
 		return cfg, nil, &yamlError{msg: "invalid router policy config: " + nothingDefined}
@@ -235,6 +202,49 @@ func (y *yamlReader) read(data []byte) (protocol.Config, map[string]bool, *yamlE
 		return cfg, nil, &yamlError{line: lineOf(body), msg: "invalid router policy config: " + nothingDefined}
 	}
 	return cfg, present, nil
+}
+
+// document parses data and returns its one document's body, resolved (nil
+// when empty); needs says how deep the schema nests, what the file is.
+func (y *yamlReader) document(data []byte, needs, what string) (ast.Node, *yamlError) {
+	// goccy reads bytes that are not UTF-8 as U+FFFD; serde refuses them,
+	// and so does every reader here.
+	if !utf8.Valid(data) {
+		at := 0
+		for at < len(data) {
+			r, size := utf8.DecodeRune(data[at:])
+			if r == utf8.RuneError && size == 1 {
+				break
+			}
+			at += size
+		}
+		return nil, &yamlError{line: 1 + bytes.Count(data[:at], []byte("\n")), msg: "not YAML: not valid UTF-8"}
+	}
+	if line := tooDeep(data); line > 0 {
+		return nil, &yamlError{line: line, msg: fmt.Sprintf("nested deeper than %d levels (%s)", maxPolicyDepth, needs)}
+	}
+	f, err := parser.ParseBytes(data, 0)
+	if err != nil {
+		var ye yaml.Error
+		if errors.As(err, &ye) && ye.GetToken() != nil {
+			return nil, &yamlError{line: ye.GetToken().Position.Line, msg: "not YAML: " + ye.GetMessage()}
+		}
+		return nil, &yamlError{msg: "not YAML: " + err.Error()}
+	}
+	var body ast.Node
+	for _, doc := range f.Docs {
+		if doc.Body == nil {
+			continue
+		}
+		if body != nil { // serde_yaml reads one document
+			return nil, &yamlError{line: lineOf(doc.Body), msg: "a second YAML document: " + what + " is one document"}
+		}
+		body = doc.Body
+	}
+	if body != nil {
+		body = y.resolve(body)
+	}
+	return body, nil
 }
 
 // rootHints suggest the root key a mistyped one meant.
