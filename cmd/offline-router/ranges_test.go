@@ -109,6 +109,7 @@ var replayBadValues = []badValue{
 	{"disk-kv-gb", "NaN", nil},
 	{"disk-read-gbps", "1e7", []string{"--disk-kv-tokens", "100000"}},
 	{"disk-write-gbps", "0", []string{"--disk-kv-tokens", "100000", "--host-kv-tokens", "100000"}},
+	{"cluster", "@dir/no-such-cluster.yaml", nil},
 }
 
 // noRange are the replay flags that take any value of their type.

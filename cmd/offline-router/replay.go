@@ -52,6 +52,7 @@ type replayOptions struct {
 	plotFile      string
 	requestsOut   string
 	profileFile   string
+	clusterFile   string
 	maxLineBytes  int
 	maxLoRAs      int // --max-gpu-lora-count, the cluster's when given
 	// host and disk are the lower tiers' flags, the cluster's when a
@@ -186,7 +187,8 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 		f.Float64Var(&t.cfg.WriteGBps, t.name+"-write-gbps", t.gbps, "the "+t.name+" tier's write bandwidth, an offload's, in GB/s (Dynamo's mocker's default: "+t.source+")")
 	}
 	f.StringVar(&o.cluster.Engine, "engine", o.cluster.Engine, "worker model: iteration (vLLM's scheduler step by step, timed by --engine-profile) or simple (a FIFO prefill server and a fixed time per token)")
-	f.StringVar(&o.profileFile, "engine-profile", "", "iteration engine: the step-time profile, a JSON file (default: the shipped one, docs/replay.md)")
+	f.StringVar(&o.profileFile, "engine-profile", "", "iteration engine: the step-time profile: a shipped one's name ("+strings.Join(cluster.ShippedProfiles(), ", ")+") or a JSON file (default: "+cluster.DefaultProfileName+"; docs/replay.md)")
+	f.StringVar(&o.clusterFile, "cluster", "", "a cluster file (YAML or JSON): an aggregated cluster of pools of workers, each with its own engine profile, count, KV cache and tiers, in place of the one-pool --workers and --worker-* flags (docs/replay.md, \"Mixed hardware\")")
 	f.Float64Var(&o.cluster.PrefillTokensPerMS, "worker-prefill-tokens-per-ms", o.cluster.PrefillTokensPerMS, "simple engine: prefill speed for uncached tokens")
 	f.Float64Var(&o.cluster.DecodeMSPerToken, "worker-decode-ms-per-token", o.cluster.DecodeMSPerToken, "simple engine: decode time per output token after the first (prefill makes the first, as in vLLM)")
 	f.IntVar(&o.workload.BuiltinSessions, "sessions", o.workload.BuiltinSessions, "sessions of the built-in workload (only when no trace and no synthetic workload is given)")
@@ -294,6 +296,9 @@ func (o *replayOptions) plan(cmd *cobra.Command, args []string) (*replayPlan, er
 	}
 	o.cluster.BlockSize = cfg.BlockSize
 	if err := o.cluster.SizeKV(); err != nil {
+		if o.clusterFile != "" {
+			return nil, fmt.Errorf("--cluster %s: %w", o.clusterFile, err)
+		}
 		return nil, clusterFlagError(err)
 	}
 	return &replayPlan{args: args, cfg: cfg, contenders: contenders, slo: slo}, nil
@@ -597,14 +602,20 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 			}
 		}
 	}
-	if err := o.checkEngine(flags); err != nil {
-		return err
-	}
-	if err := o.checkPools(flags); err != nil {
-		return err
-	}
-	if err := o.checkKV(flags); err != nil {
-		return err
+	if o.clusterFile != "" {
+		if err := o.readClusterFile(flags); err != nil {
+			return err
+		}
+	} else {
+		if err := o.checkEngine(flags); err != nil {
+			return err
+		}
+		if err := o.checkPools(flags); err != nil {
+			return err
+		}
+		if err := o.checkKV(flags); err != nil {
+			return err
+		}
 	}
 	if err := o.checkReplicas(flags); err != nil {
 		return err
@@ -629,6 +640,9 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	}
 	if o.profileFile != "" {
 		inputs = append(inputs, output{"--engine-profile", o.profileFile})
+	}
+	if o.clusterFile != "" {
+		inputs = append(inputs, output{"--cluster", o.clusterFile})
 	}
 	if o.serve.configFile != "" {
 		inputs = append(inputs, output{"--config", o.serve.configFile})
@@ -701,15 +715,45 @@ func (o *replayOptions) checkEngine(flags *pflag.FlagSet) error {
 	}
 	p := cluster.DefaultProfile()
 	if o.profileFile != "" {
-		data, err := os.ReadFile(o.profileFile)
-		if err != nil {
+		var err error
+		if p, err = cluster.LoadProfile(o.profileFile, "."); err != nil {
 			return fmt.Errorf("--engine-profile: %w", err)
-		}
-		if p, err = cluster.ParseProfile(data); err != nil {
-			return fmt.Errorf("--engine-profile %s: %w", o.profileFile, err)
 		}
 	}
 	o.cluster.Profile = &p
+	return nil
+}
+
+// onePoolFlags are the flags a cluster file's pools replace.
+var onePoolFlags = []string{"workers", "engine", "engine-profile", "worker-kv-tokens", "worker-kv-blocks", "gpu-memory-utilization",
+	"worker-max-num-seqs", "worker-max-num-batched-tokens", "worker-prefill-tokens-per-ms", "worker-decode-ms-per-token",
+	"prefill-workers", "decode-workers", "kv-transfer-gbps", "host-kv-tokens", "host-kv-gb", "host-read-gbps", "host-write-gbps",
+	"disk-kv-tokens", "disk-kv-gb", "disk-read-gbps", "disk-write-gbps"}
+
+// readClusterFile reads --cluster into the cluster's hardware pools, which
+// the one-pool flags would contradict; they are sized with the block size.
+func (o *replayOptions) readClusterFile(flags *pflag.FlagSet) error {
+	for _, name := range onePoolFlags {
+		if flags.Changed(name) {
+			return fmt.Errorf("--cluster gives each pool's workers, profile and cache: drop --%s (or put it in the file)", name)
+		}
+	}
+	data, err := os.ReadFile(o.clusterFile)
+	if err != nil {
+		return fmt.Errorf("--cluster: %w", err)
+	}
+	pools, err := cluster.ReadClusterFile(o.clusterFile, data)
+	if err != nil {
+		return fmt.Errorf("--cluster %s: %w", o.clusterFile, err)
+	}
+	c := &o.cluster
+	c.Hardware, c.Engine, c.Profile, c.Workers = pools, cluster.EngineIteration, nil, 0
+	for _, p := range pools {
+		c.Workers += p.Workers
+	}
+	// Each pool has its own: none of the cluster's is read.
+	c.KVTokens, c.KVSizing, c.TotalKVBlocks, c.GPUMemoryUtilization, c.MaxNumSeqs, c.MaxNumBatchedTokens = 0, "", 0, 0, 0, 0
+	c.KVTransferGBps = 0 // aggregated: nothing crosses
 	return nil
 }
 

@@ -52,6 +52,12 @@ func headroomOf(trace []Request, c *cluster.Config, closedLoop bool) *Headroom {
 	for _, p := range c.PoolSizes() {
 		if p.Role != PoolDecode {
 			hr.LRUCapacityBlocks = uint64(p.Workers) * uint64(p.DPSize) * uint64(max(c.TotalKVBlocks, 0))
+			if len(c.Hardware) > 0 { // each hardware pool's own blocks
+				hr.LRUCapacityBlocks = 0
+				for _, h := range c.Hardware {
+					hr.LRUCapacityBlocks += uint64(h.Workers) * uint64(p.DPSize) * uint64(h.TotalKVBlocks)
+				}
+			}
 			break
 		}
 	}

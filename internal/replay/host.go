@@ -189,6 +189,10 @@ type host struct {
 	// adapters: nil when no request runs under one, so that a run without
 	// adapters sends what it always did.
 	loraCapacity *uint32
+	// hardware are the aggregated cluster's pools of identical workers,
+	// each with the Config its workers run under (the cluster's own, for
+	// a homogeneous one).
+	hardware []cluster.WorkerPool
 }
 
 // pool is workers behind their router: the whole cluster, or, when prefill
@@ -244,6 +248,7 @@ type replica struct {
 func Run(trace []Request, opt Options) (*Result, error) {
 	start := time.Now()
 	h := &host{opt: opt, byID: map[string]*simRequest{}}
+	h.hardware = h.opt.Cluster.WorkerPools()
 	h.syncRNG = rand.New(rand.NewPCG(opt.Router.Seed, 0x5ec))
 	if slices.ContainsFunc(trace, func(r Request) bool { return r.LoRAName != "" }) {
 		h.loraCapacity = ptr(opt.Cluster.LoRACapacity())
@@ -335,24 +340,34 @@ func Run(trace []Request, opt Options) (*Result, error) {
 }
 
 // announce brings up the pool's workers, each with its DP ranks.
+// announce brings up the pool's workers, each with its DP ranks: an
+// aggregated cluster's hardware pools one after another, ids from 1.
 func (h *host) announce(p *pool, workers int) {
-	c := &h.opt.Cluster
-	mbt, kv, seqs := c.MaxNumBatchedTokens, uint64(c.TotalKVBlocks), uint64(c.MaxNumSeqs)
-	dp := uint32(max(c.DPSize, 1))
-	for i := range workers {
-		id := uint64(i + 1)
-		for rank := range dp {
-			w := &simWorker{Worker: cluster.NewWorker(c, id, rank), id: id, dpRank: rank, idx: int32(len(h.order)), pool: p}
-			p.workers[rankKey{id, rank}] = w
-			p.order, h.order = append(p.order, w), append(h.order, w)
+	pools := []cluster.WorkerPool{{Workers: workers, Config: &h.opt.Cluster}}
+	if p.role == "" {
+		pools = h.hardware
+	}
+	dp := uint32(max(h.opt.Cluster.DPSize, 1))
+	id := uint64(0)
+	for k, wp := range pools {
+		c := wp.Config
+		mbt, kv, seqs := c.MaxNumBatchedTokens, uint64(c.TotalKVBlocks), uint64(c.MaxNumSeqs)
+		for range wp.Workers {
+			id++
+			for rank := range dp {
+				w := &simWorker{Worker: cluster.NewWorker(c, id, rank), id: id, dpRank: rank, idx: int32(len(h.order)), pool: p,
+					hardware: k, kvBlocks: c.TotalKVBlocks}
+				p.workers[rankKey{id, rank}] = w
+				p.order, h.order = append(p.order, w), append(h.order, w)
+			}
+			// The worker's sizes are each rank's.
+			cmd := &protocol.Command{Op: protocol.OpWorkerReady, NowMS: ptr(0.0), WorkerID: ptr(id), Role: p.role,
+				TotalKVBlocks: &kv, MaxNumBatchedTokens: &mbt, MaxNumSeqs: &seqs, MaxGPULoRACount: h.loraCapacity}
+			if dp > 1 {
+				cmd.DPSize = &dp
+			}
+			h.toAll(p, cmd)
 		}
-		// The worker's sizes are each rank's.
-		cmd := &protocol.Command{Op: protocol.OpWorkerReady, NowMS: ptr(0.0), WorkerID: &id, Role: p.role,
-			TotalKVBlocks: &kv, MaxNumBatchedTokens: &mbt, MaxNumSeqs: &seqs, MaxGPULoRACount: h.loraCapacity}
-		if dp > 1 {
-			cmd.DPSize = &dp
-		}
-		h.toAll(p, cmd)
 	}
 }
 
@@ -842,6 +857,10 @@ type simWorker struct {
 	// stepSeq is the host's event for the end of its step under way: an
 	// earlier one is stale.
 	stepSeq uint64
+	// hardware is its pool's index in host.hardware (0 disaggregated),
+	// kvBlocks its KV cache's blocks.
+	hardware int
+	kvBlocks int
 }
 
 // rankKey names a simulated rank: a worker and its DP rank.

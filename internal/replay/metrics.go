@@ -142,8 +142,11 @@ type Metrics struct {
 	// Tiers are the lower tiers' figures (tiers.go), when the cluster has
 	// any, and PrefixHitRateAcrossTiers the input tokens found cached on
 	// the GPU or restored from a lower tier, over all input tokens.
-	Tiers                    []TierMetrics `json:"tiers,omitempty"`
-	PrefixHitRateAcrossTiers *float64      `json:"prefix_hit_rate_across_tiers,omitempty"`
+	Tiers []TierMetrics `json:"tiers,omitempty"`
+	// Hardware are the hardware pools' figures (hardware.go), with a
+	// cluster file.
+	Hardware                 []HardwareMetrics `json:"hardware,omitempty"`
+	PrefixHitRateAcrossTiers *float64          `json:"prefix_hit_rate_across_tiers,omitempty"`
 	// Classes are each policy class's own figures, in the config's order,
 	// when the router's config has policy classes (absent without).
 	Classes []ClassMetrics `json:"classes,omitempty"`
@@ -454,6 +457,7 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 	f := utilFiguresOf(ranks)
 	m.WorkerBusyShare, m.MeanBusyShare, m.WorkerKVCacheUsage = f.busy, f.meanBusy, f.meanKV
 	m.WorkerPeakKVCacheUsage, m.MeanKVCacheUsage, m.PeakKVCacheUsage = f.peakKV, f.meanMeanKV, f.peak
+	m.Hardware = h.hardwareMetrics(trace, ranks)
 	if h.opt.Cluster.Disaggregated() {
 		for _, p := range h.pools {
 			pm := h.poolMetrics(p, trace)
@@ -467,8 +471,7 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 			m.Pools = append(m.Pools, pm)
 		}
 	}
-	if len(h.opt.Cluster.Tiers()) > 0 {
-		m.Tiers = h.tierMetrics(trace)
+	if m.Tiers = h.tierMetrics(trace); len(m.Tiers) > 0 {
 		rate := 0.0
 		if m.TotalInputTokens > 0 {
 			rate = hitTokens / float64(m.TotalInputTokens)

@@ -183,6 +183,9 @@ func WriteTable(w io.Writer, rep *Report) error {
 	for k := range ms[0].Pools { // the same pools for every policy
 		writePoolRows(row, d, ms, k)
 	}
+	for k := range ms[0].Hardware { // the same pools for every contender
+		writeHardwareRows(row, num, ms, k)
+	}
 	for _, class := range classNames(ms) {
 		writeClassRows(row, d, ms, class)
 	}
@@ -432,12 +435,32 @@ func writeTierRows(row func(string, func(int) string), num func(string, string, 
 		tier := func(f func(t *TierMetrics) float64) func(*Metrics) float64 {
 			return func(m *Metrics) float64 { return f(&m.Tiers[k]) }
 		}
-		row(t.Tier+": hit rate", num("%.3f", "", tier(func(t *TierMetrics) float64 { return t.HitRate })))
-		row(t.Tier+": restore time (s)", num("%.1f", "", tier(func(t *TierMetrics) float64 { return t.RestoreMS / 1000 })))
-		row(t.Tier+": write stall (s)", num("%.1f", "", tier(func(t *TierMetrics) float64 { return t.WriteStallMS / 1000 })))
-		row(t.Tier+": router overlap (blocks)", num("%.0f", "", tier(func(t *TierMetrics) float64 { return float64(t.RouterOverlapBlocks) })))
-		row(t.Tier+": credit given / earned", func(i int) string {
+		name := t.Tier
+		if t.Pool != "" {
+			name = t.Pool + " " + t.Tier
+		}
+		row(name+": hit rate", num("%.3f", "", tier(func(t *TierMetrics) float64 { return t.HitRate })))
+		row(name+": restore time (s)", num("%.1f", "", tier(func(t *TierMetrics) float64 { return t.RestoreMS / 1000 })))
+		row(name+": write stall (s)", num("%.1f", "", tier(func(t *TierMetrics) float64 { return t.WriteStallMS / 1000 })))
+		row(name+": router overlap (blocks)", num("%.0f", "", tier(func(t *TierMetrics) float64 { return float64(t.RouterOverlapBlocks) })))
+		row(name+": credit given / earned", func(i int) string {
 			return fmt.Sprintf("%.2f / %.2f", ms[i].Tiers[k].RouterCredit, ms[i].Tiers[k].EarnedCredit)
 		})
 	}
+}
+
+// writeHardwareRows are a hardware pool's rows: how much of the load it
+// served and how those requests fared (repeat 0's figures).
+func writeHardwareRows(row func(string, func(int) string), num func(string, string, func(*Metrics) float64) func(int) string, ms []Metrics, k int) {
+	hw := ms[0].Hardware[k]
+	name := fmt.Sprintf("%s (%d, speed %.2f)", hw.Pool, hw.Workers, hw.RelativeSpeed)
+	pool := func(f func(h *HardwareMetrics) float64) func(*Metrics) float64 {
+		return func(m *Metrics) float64 { return f(&m.Hardware[k]) }
+	}
+	row(name+": request share", num("%.3f", "", pool(func(h *HardwareMetrics) float64 { return h.RequestShare })))
+	row(hw.Pool+": prefix hit rate", num("%.3f", "", pool(func(h *HardwareMetrics) float64 { return h.PrefixHitRate })))
+	row(hw.Pool+": mean TTFT (ms)", num("%.1f", "", pool(func(h *HardwareMetrics) float64 { return h.MeanTTFTMS })))
+	row(hw.Pool+": P99 TTFT (ms)", num("%.1f", "", pool(func(h *HardwareMetrics) float64 { return h.P99TTFTMS })))
+	row(hw.Pool+": mean E2EL (ms)", num("%.1f", "", pool(func(h *HardwareMetrics) float64 { return h.MeanE2ELMS })))
+	row(hw.Pool+": mean busy share", num("%.3f", "", pool(func(h *HardwareMetrics) float64 { return h.MeanBusyShare })))
 }

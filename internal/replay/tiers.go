@@ -7,7 +7,8 @@ import "github.com/offline-router/offline-router/internal/protocol"
 // the credit it earned, so that a team sees whether Dynamo's default
 // credits (host 0.75, disk 0.25) suit its hardware.
 type TierMetrics struct {
-	Tier string `json:"tier"` // Dynamo's StorageTier name: host_pinned or disk
+	Tier string `json:"tier"`           // Dynamo's StorageTier name: host_pinned or disk
+	Pool string `json:"pool,omitempty"` // its hardware pool's name, with hardware pools
 	// HitBlocks are the requests' prompt blocks found in the tier past
 	// those found above it, on the worker that first admitted them, and
 	// RestoredTokens their tokens; HitRate is RestoredTokens over the
@@ -38,27 +39,33 @@ type TierMetrics struct {
 	EarnedCredit float64 `json:"earned_credit"`
 }
 
-// tierMetrics are the cluster's lower tiers' figures.
+// tierMetrics are the cluster's lower tiers' figures: each tier's, or,
+// with hardware pools, each pool's tiers'.
 func (h *host) tierMetrics(trace []Request) []TierMetrics {
-	c := &h.opt.Cluster
-	tiers := c.Tiers()
-	out := make([]TierMetrics, len(tiers))
-	prefill := float64(float64(c.BlockSize) * c.Profile.Step.PerPrefillTokenMS)
-	blockBytes := float64(c.Profile.Model.KVBytesPerToken() * c.BlockSize)
-	for i, t := range tiers {
-		m := &out[i]
-		m.Tier = t.Name
-		m.RouterCredit = h.opt.Router.DiskCacheHitWeight
-		if t.Name == protocol.TierHostPinned {
-			m.RouterCredit = h.opt.Router.HostCacheHitWeight
+	var out []TierMetrics
+	first := make([]int, len(h.hardware)) // each pool's first tier in out
+	for k, wp := range h.hardware {
+		c := wp.Config
+		first[k] = len(out)
+		if len(c.Tiers()) == 0 {
+			continue // and no profile to read, under the simple engine
 		}
-		if prefill > 0 {
-			m.EarnedCredit = 1 - blockBytes/float64(t.ReadGBps*1e6)/prefill
+		prefill := float64(float64(c.BlockSize) * c.Profile.Step.PerPrefillTokenMS)
+		blockBytes := float64(c.Profile.Model.KVBytesPerToken() * c.BlockSize)
+		for _, t := range c.Tiers() {
+			m := TierMetrics{Tier: t.Name, Pool: wp.Name, RouterCredit: h.opt.Router.DiskCacheHitWeight}
+			if t.Name == protocol.TierHostPinned {
+				m.RouterCredit = h.opt.Router.HostCacheHitWeight
+			}
+			if prefill > 0 {
+				m.EarnedCredit = 1 - blockBytes/float64(t.ReadGBps*1e6)/prefill
+			}
+			out = append(out, m)
 		}
 	}
 	for _, w := range h.order {
 		for i, n := range w.Counts().Tiers {
-			m := &out[i]
+			m := &out[first[w.hardware]+i]
 			m.RestoreMS += n.RestoreMS
 			m.WriteStallMS += n.StallMS
 			m.OffloadedBlocks += n.Offloaded
@@ -67,21 +74,25 @@ func (h *host) tierMetrics(trace []Request) []TierMetrics {
 	}
 	for i := range trace {
 		r := h.byID[trace[i].ID]
-		for k, n := range r.work.LowerHits[:len(tiers)] {
-			out[k].HitBlocks += n
+		if r.worker == nil {
+			continue
 		}
-		if r.worker != nil {
-			for k, t := range tiers {
-				if t.Name == protocol.TierHostPinned {
-					out[k].RouterOverlapBlocks += r.host
-				} else {
-					out[k].RouterOverlapBlocks += r.disk
-				}
+		k := r.worker.hardware
+		tiers := out[first[k]:]
+		if k+1 < len(first) {
+			tiers = out[first[k]:first[k+1]]
+		}
+		for j := range tiers {
+			tiers[j].HitBlocks += r.work.LowerHits[j]
+			if tiers[j].Tier == protocol.TierHostPinned {
+				tiers[j].RouterOverlapBlocks += r.host
+			} else {
+				tiers[j].RouterOverlapBlocks += r.disk
 			}
 		}
 	}
 	for i := range out {
-		out[i].RestoredTokens = uint64(out[i].HitBlocks) * c.BlockSize
+		out[i].RestoredTokens = uint64(out[i].HitBlocks) * h.opt.Cluster.BlockSize
 	}
 	return out
 }

@@ -14,8 +14,8 @@ func (h *host) utilisation(from, to float64) []rankUtil {
 	if !(span > 0) {
 		return out
 	}
-	capacity := float64(h.opt.Cluster.TotalKVBlocks)
 	for i, w := range h.order {
+		capacity := float64(w.kvBlocks)
 		// Every request gave its blocks back by the last end: the KV area
 		// is whole.
 		u := w.Usage()
