@@ -101,7 +101,7 @@ var replayBadValues = []badValue{
 	{"max-line-bytes", "0", nil},
 	{"max-gpu-lora-count", "-1", nil},
 	{"max-gpu-lora-count", "1025", nil},
-	{"host-kv-tokens", "0", nil},
+	{"host-kv-tokens", "-1", nil},
 	{"host-kv-gb", "-1", nil},
 	{"host-read-gbps", "0", []string{"--host-kv-tokens", "100000"}},
 	{"host-write-gbps", "-1", []string{"--host-kv-gb", "10"}},

@@ -181,8 +181,8 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 		source       string
 	}{{"host", "host memory (Dynamo's host_pinned tier, KVBM's G2)", &o.host, &o.hostGB, cluster.DefaultHostGBps, "PCIe Gen4 x16"},
 		{"disk", "local disk (Dynamo's disk tier, KVBM's G3), below the host tier if any", &o.disk, &o.diskGB, cluster.DefaultDiskGBps, "one local NVMe"}} {
-		f.Uint64Var(&t.cfg.KVTokens, t.name+"-kv-tokens", 0, "iteration engine: a lower KV tier in "+t.medium+" on each rank, this many tokens (whole blocks); the GPU's evicted blocks are written to it and restored from it (0 = none; docs/replay.md)")
-		f.Float64Var(t.gb, t.name+"-kv-gb", 0, "the --"+t.name+"-kv-tokens tier's capacity in GB (1e9 bytes) instead, in tokens by the engine profile's model shape")
+		f.Uint64Var(&t.cfg.KVTokens, t.name+"-kv-tokens", 0, "iteration engine: a lower KV tier in "+t.medium+" on each rank, this many tokens (whole blocks); the GPU's evicted blocks are written to it and restored from it (0 = none; docs/replay.md, \"KV offload tiers\")")
+		f.Float64Var(t.gb, t.name+"-kv-gb", 0, "the "+t.name+" tier's capacity in GB (1e9 bytes) instead of --"+t.name+"-kv-tokens, in tokens by the engine profile's model shape (0 = none)")
 		f.Float64Var(&t.cfg.ReadGBps, t.name+"-read-gbps", t.gbps, "the "+t.name+" tier's bandwidth to the GPU, a restore's, in GB/s (Dynamo's mocker's default: "+t.source+")")
 		f.Float64Var(&t.cfg.WriteGBps, t.name+"-write-gbps", t.gbps, "the "+t.name+" tier's write bandwidth, an offload's, in GB/s (Dynamo's mocker's default: "+t.source+")")
 	}
@@ -850,19 +850,18 @@ func (o *replayOptions) checkTiers(flags *pflag.FlagSet) error {
 		switch {
 		case tokens && gb:
 			return fmt.Errorf("--%s-kv-tokens and --%s-kv-gb both size the %s tier: give one of them", t.name, t.name, t.name)
-		case gb && !(t.gb > 0 && t.gb <= 1e9):
-			return fmt.Errorf("--%s-kv-gb %v: expected above 0 and at most 1e9 GB", t.name, t.gb)
-		case gb:
-			t.cfg.KVBytes = uint64(t.gb * 1e9)
-		case tokens && t.cfg.KVTokens == 0:
-			return fmt.Errorf("--%s-kv-tokens 0: expected at least one block's tokens (or leave it out: no %s tier)", t.name, t.name)
-		case !tokens:
+		case gb && !(t.gb >= 0 && t.gb <= 1e9):
+			return fmt.Errorf("--%s-kv-gb %v: expected 0 (no %s tier) to 1e9 GB", t.name, t.gb, t.name)
+		case !tokens && !gb:
 			for _, bw := range []string{"-read-gbps", "-write-gbps"} {
 				if flags.Changed(t.name + bw) {
 					return fmt.Errorf("--%s%s sets the %s tier's bandwidth: give its capacity too, --%s-kv-tokens or --%s-kv-gb", t.name, bw, t.name, t.name, t.name)
 				}
 			}
-			continue
+		}
+		t.cfg.KVBytes = uint64(t.gb * 1e9)
+		if t.cfg.KVTokens == 0 && t.cfg.KVBytes == 0 {
+			continue // 0, as a sweep may give it: no tier
 		}
 		*t.to = t.cfg
 	}
