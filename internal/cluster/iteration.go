@@ -331,7 +331,10 @@ func (e *iterEngine) restore(s *iterSeq, lower [len(tierNames)]int) {
 		if e.cached.find(r.Seq[i]) != noBlock {
 			continue // cached on the GPU past a gap, by another request: this copy stays its own
 		}
-		e.cacheBlock(b, r, i)
+		x := &e.blocks[b]
+		x.cached, x.hash = true, r.Seq[i]
+		e.cached.insert(x.hash, b)
+		e.noteBlock(b, r, i)
 		run.Blocks = append(run.Blocks, protocol.StoredBlock{BlockHash: r.Seq[i], TokensHash: r.Local[i]})
 	}
 	if len(run.Blocks) > 0 {
@@ -339,18 +342,14 @@ func (e *iterEngine) restore(s *iterSeq, lower [len(tierNames)]int) {
 	}
 }
 
-// cacheBlock caches GPU block b as position i of r's prompt.
-func (e *iterEngine) cacheBlock(b int32, r *Request, i int) {
-	x := &e.blocks[b]
-	x.cached, x.hash = true, r.Seq[i]
-	e.cached.insert(x.hash, b)
-	if e.off != nil {
-		m := tierBlock{hash: x.hash, local: r.Local[i], rooted: i == 0}
-		if i > 0 {
-			m.parent = r.Seq[i-1]
-		}
-		e.meta[b] = m
+// noteBlock keeps what block b's offload will name: its hash, parent and
+// id, position i of r's prompt.
+func (e *iterEngine) noteBlock(b int32, r *Request, i int) {
+	m := tierBlock{hash: r.Seq[i], local: r.Local[i], rooted: i == 0}
+	if i > 0 {
+		m.parent = r.Seq[i-1]
 	}
+	e.meta[b] = m
 }
 
 // receive admits a request whose prompt's KV a prefill worker sent: it
@@ -608,12 +607,16 @@ func (e *iterEngine) cacheFull(s *iterSeq, upto uint64) {
 			flush()
 			continue
 		}
-		e.cacheBlock(s.blocks[i], r, i)
+		b.cached, b.hash = true, r.Seq[i]
+		e.cached.insert(b.hash, s.blocks[i])
+		if e.off != nil {
+			e.noteBlock(s.blocks[i], r, i)
+		}
 		if len(run.Blocks) == 0 && i > 0 {
 			p := r.Seq[i-1]
 			run.ParentHash, run.Path = &p, r.Local[:i]
 		}
-		run.Blocks = append(run.Blocks, protocol.StoredBlock{BlockHash: r.Seq[i], TokensHash: r.Local[i]})
+		run.Blocks = append(run.Blocks, protocol.StoredBlock{BlockHash: b.hash, TokensHash: r.Local[i]})
 	}
 	flush()
 }

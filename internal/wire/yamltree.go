@@ -117,6 +117,3 @@ func (t *YAMLTree) IsString(n ast.Node) bool {
 	_, ok := t.r.resolve(n).(*ast.StringNode)
 	return ok
 }
-
-// Line is n's line.
-func (t *YAMLTree) Line(n ast.Node) int { return lineOf(n) }
