@@ -61,9 +61,6 @@ func (c *Config) checkTiers() error {
 		return nil
 	}
 	field := func(t NamedTier, key string) string { return t.Key + "." + key }
-	if c.Engine != EngineIteration {
-		return &FieldError{field(tiers[0], "kv_tokens"), tiers[0].KVTokens, "the iteration engine, which runs the lower tiers (the simple engine has none)"}
-	}
 	if err := c.Profile.CheckModel(); err != nil {
 		return &FieldError{field(tiers[0], "kv_tokens"), tiers[0].KVTokens, fmt.Sprintf("an engine profile with the model shape, which sizes a block's bytes: its %v", err)}
 	}
@@ -83,7 +80,16 @@ func (c *Config) checkTiers() error {
 // sizeTiers makes each tier's blocks from its tokens, or from its bytes
 // by the profile's KV bytes a token.
 func (c *Config) sizeTiers() error {
-	for _, t := range c.Tiers() {
+	tiers := c.Tiers()
+	if len(tiers) > 0 && c.Engine != EngineIteration {
+		t := tiers[0]
+		field, value := t.Key+".kv_tokens", any(t.KVTokens)
+		if t.KVBytes > 0 {
+			field, value = t.Key+".kv_bytes", t.KVBytes
+		}
+		return &FieldError{field, value, "the iteration engine, which runs the lower tiers (the simple engine has none)"}
+	}
+	for _, t := range tiers {
 		if t.KVBytes > 0 {
 			if c.Profile == nil || c.Profile.CheckModel() != nil {
 				return &FieldError{t.Key + ".kv_bytes", t.KVBytes, "an engine profile with the model shape, which says a token's bytes: give tokens instead"}
@@ -108,8 +114,9 @@ type TierCounts struct {
 	// the steps that ran them waited on the loads.
 	Hits      int
 	RestoreMS float64
-	// StallMS is the time steps waited past their compute for the writes
-	// into it to end (the write bandwidth exceeded).
+	// StallMS is the time steps waited past their compute and loads for
+	// their writes to end (a link's bandwidth exceeded), on the first tier
+	// only: a write into it waits on those below.
 	StallMS float64
 }
 

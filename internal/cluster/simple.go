@@ -27,9 +27,10 @@ type simpleWorker struct {
 	// more here before the next replica has it).
 	evicted []protocol.SequenceHash
 	stored  []protocol.StoredBlock
-	// events and reqs back a Result's one event and one request: Fire is
-	// never called within the host's handling of a Result, so each is free
-	// again by the time it is reused.
+	// events and reqs back a Result's one event and one request. The host
+	// sends a Result's event before anything can call the worker again (a
+	// Start nested in its answer reuses events, then), and reads its
+	// request after; Fire, the one that fills reqs, is never nested.
 	events        [1]protocol.KVEvent
 	reqs          [1]*Request
 	evictedBlocks int // over the run
