@@ -45,6 +45,9 @@ type ContenderReport struct {
 	// ClassSummary is the same of each policy class's figures, by class,
 	// when the router's config has policy classes.
 	ClassSummary map[string]map[string]Estimate `json:"class_summary,omitempty"`
+	// HardwareSummary is the same of each hardware pool's figures, by
+	// pool, with a cluster file.
+	HardwareSummary map[string]map[string]Estimate `json:"hardware_summary,omitempty"`
 	// Versus is against the baseline, on the verdict's metrics; none for
 	// the baseline itself or when there is none.
 	Versus []Versus `json:"versus_baseline,omitempty"`
@@ -131,36 +134,22 @@ func summarizeRepeats(repeats []Metrics) map[string]Estimate {
 	return summarizeFields(values)
 }
 
-// summarizePools is each pool's summary across the repeats, by role:
-// every repeat has the same pools, in the same order.
-func summarizePools(repeats []Metrics) map[string]map[string]Estimate {
-	if len(repeats[0].Pools) == 0 {
+// summarizeParts is the summary across the repeats of each of their
+// parts (pools, classes, hardware pools), by name: every repeat ran one
+// config, so has the same parts, in the same order; nil when there are
+// none.
+func summarizeParts[T any](repeats []Metrics, parts func(*Metrics) []T, name func(*T) string) map[string]map[string]Estimate {
+	first := parts(&repeats[0])
+	if len(first) == 0 {
 		return nil
 	}
 	out := map[string]map[string]Estimate{}
-	for k, p := range repeats[0].Pools {
+	for k := range first {
 		values := make([]reflect.Value, len(repeats))
 		for r := range repeats {
-			values[r] = reflect.ValueOf(&repeats[r].Pools[k]).Elem()
+			values[r] = reflect.ValueOf(&parts(&repeats[r])[k]).Elem()
 		}
-		out[p.Role] = summarizeFields(values)
-	}
-	return out
-}
-
-// summarizeClasses is each policy class's summary across the repeats, by
-// class: every repeat ran one config, so has the same classes, in order.
-func summarizeClasses(repeats []Metrics) map[string]map[string]Estimate {
-	if len(repeats[0].Classes) == 0 {
-		return nil
-	}
-	out := map[string]map[string]Estimate{}
-	for k, c := range repeats[0].Classes {
-		values := make([]reflect.Value, len(repeats))
-		for r := range repeats {
-			values[r] = reflect.ValueOf(&repeats[r].Classes[k]).Elem()
-		}
-		out[c.Class] = summarizeFields(values)
+		out[name(&first[k])] = summarizeFields(values)
 	}
 	return out
 }
@@ -248,8 +237,10 @@ func (e *Experiment) compare(rep *Report, runs []run) {
 				cr.Repeats = append(cr.Repeats, res.Metrics)
 			}
 			cr.Summary = summarizeRepeats(cr.Repeats)
-			cr.PoolSummary = summarizePools(cr.Repeats)
-			cr.ClassSummary = summarizeClasses(cr.Repeats)
+			cr.PoolSummary = summarizeParts(cr.Repeats, func(m *Metrics) []PoolMetrics { return m.Pools }, func(p *PoolMetrics) string { return p.Role })
+			cr.ClassSummary = summarizeParts(cr.Repeats, func(m *Metrics) []ClassMetrics { return m.Classes }, func(c *ClassMetrics) string { return c.Class })
+			cr.HardwareSummary = summarizeParts(cr.Repeats, func(m *Metrics) []HardwareMetrics { return m.Hardware },
+				func(h *HardwareMetrics) string { return h.Pool })
 		}
 		d.Contenders = append(d.Contenders, cr)
 	}

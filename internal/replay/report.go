@@ -184,7 +184,7 @@ func WriteTable(w io.Writer, rep *Report) error {
 		writePoolRows(row, d, ms, k)
 	}
 	for k := range ms[0].Hardware { // the same pools for every contender
-		writeHardwareRows(row, num, ms, k)
+		writeHardwareRows(row, d, ms, k)
 	}
 	for _, class := range classNames(ms) {
 		writeClassRows(row, d, ms, class)
@@ -450,17 +450,25 @@ func writeTierRows(row func(string, func(int) string), num func(string, string, 
 }
 
 // writeHardwareRows are a hardware pool's rows: how much of the load it
-// served and how those requests fared (repeat 0's figures).
-func writeHardwareRows(row func(string, func(int) string), num func(string, string, func(*Metrics) float64) func(int) string, ms []Metrics, k int) {
+// served and how those requests fared (repeat 0's figures, or the repeats'
+// mean ± half its interval).
+func writeHardwareRows(row func(string, func(int) string), d *Deterministic, ms []Metrics, k int) {
 	hw := ms[0].Hardware[k]
-	name := fmt.Sprintf("%s (%d, speed %.2f)", hw.Pool, hw.Workers, hw.RelativeSpeed)
-	pool := func(f func(h *HardwareMetrics) float64) func(*Metrics) float64 {
-		return func(m *Metrics) float64 { return f(&m.Hardware[k]) }
+	num := func(name, format, key string, f func(h *HardwareMetrics) float64) {
+		row(name, func(i int) string {
+			if i < len(d.Contenders) {
+				if e, ok := d.Contenders[i].HardwareSummary[hw.Pool][key]; ok && e.CI95 != nil {
+					return meanCell(format, e)
+				}
+			}
+			return fmt.Sprintf(format, f(&ms[i].Hardware[k]))
+		})
 	}
-	row(name+": request share", num("%.3f", "", pool(func(h *HardwareMetrics) float64 { return h.RequestShare })))
-	row(hw.Pool+": prefix hit rate", num("%.3f", "", pool(func(h *HardwareMetrics) float64 { return h.PrefixHitRate })))
-	row(hw.Pool+": mean TTFT (ms)", num("%.1f", "", pool(func(h *HardwareMetrics) float64 { return h.MeanTTFTMS })))
-	row(hw.Pool+": P99 TTFT (ms)", num("%.1f", "", pool(func(h *HardwareMetrics) float64 { return h.P99TTFTMS })))
-	row(hw.Pool+": mean E2EL (ms)", num("%.1f", "", pool(func(h *HardwareMetrics) float64 { return h.MeanE2ELMS })))
-	row(hw.Pool+": mean busy share", num("%.3f", "", pool(func(h *HardwareMetrics) float64 { return h.MeanBusyShare })))
+	num(fmt.Sprintf("%s (%d, speed %.2f): request share", hw.Pool, hw.Workers, hw.RelativeSpeed), "%.3f", "request_share",
+		func(h *HardwareMetrics) float64 { return h.RequestShare })
+	num(hw.Pool+": prefix hit rate", "%.3f", "prefix_hit_rate", func(h *HardwareMetrics) float64 { return h.PrefixHitRate })
+	num(hw.Pool+": mean TTFT (ms)", "%.1f", "mean_ttft_ms", func(h *HardwareMetrics) float64 { return h.MeanTTFTMS })
+	num(hw.Pool+": P99 TTFT (ms)", "%.1f", "p99_ttft_ms", func(h *HardwareMetrics) float64 { return h.P99TTFTMS })
+	num(hw.Pool+": mean E2EL (ms)", "%.1f", "mean_e2el_ms", func(h *HardwareMetrics) float64 { return h.MeanE2ELMS })
+	num(hw.Pool+": mean busy share", "%.3f", "mean_busy_share", func(h *HardwareMetrics) float64 { return h.MeanBusyShare })
 }
