@@ -48,6 +48,9 @@ type ContenderReport struct {
 	// HardwareSummary is the same of each hardware pool's figures, by
 	// pool, with a cluster file.
 	HardwareSummary map[string]map[string]Estimate `json:"hardware_summary,omitempty"`
+	// TierSummary is the same of each lower tier's figures, by tier (with
+	// hardware pools, "pool tier"), when the cluster has any.
+	TierSummary map[string]map[string]Estimate `json:"tier_summary,omitempty"`
 	// Versus is against the baseline, on the verdict's metrics; none for
 	// the baseline itself or when there is none.
 	Versus []Versus `json:"versus_baseline,omitempty"`
@@ -241,6 +244,7 @@ func (e *Experiment) compare(rep *Report, runs []run) {
 			cr.ClassSummary = summarizeParts(cr.Repeats, func(m *Metrics) []ClassMetrics { return m.Classes }, func(c *ClassMetrics) string { return c.Class })
 			cr.HardwareSummary = summarizeParts(cr.Repeats, func(m *Metrics) []HardwareMetrics { return m.Hardware },
 				func(h *HardwareMetrics) string { return h.Pool })
+			cr.TierSummary = summarizeParts(cr.Repeats, func(m *Metrics) []TierMetrics { return m.Tiers }, (*TierMetrics).label)
 		}
 		d.Contenders = append(d.Contenders, cr)
 	}

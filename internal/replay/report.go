@@ -149,7 +149,7 @@ func WriteTable(w io.Writer, rep *Report) error {
 	})
 	row("prefix hit rate", num("%.3f", "prefix_hit_rate", func(m *Metrics) float64 { return m.PrefixHitRate }))
 	if ms[0].PrefixHitRateAcrossTiers != nil { // the same tiers for every contender
-		writeTierRows(row, num, ms)
+		writeTierRows(row, d, ms)
 	}
 	row("router overlap rate", num("%.3f", "router_overlap_rate", func(m *Metrics) float64 { return m.RouterOverlapRate }))
 	row("mean overlap regret (blocks)", num("%.2f", "mean_overlap_regret_blocks", func(m *Metrics) float64 { return m.MeanOverlapRegretBlocks }))
@@ -428,21 +428,32 @@ func (d *Deterministic) SetupDigest() string {
 // writeTierRows are the lower tiers' rows: the hit rate counted across
 // tiers, then each tier's hits, what restoring them and writing into it
 // cost, and the credit the router gave its blocks against the one they
-// earned (repeat 0's figures).
-func writeTierRows(row func(string, func(int) string), num func(string, string, func(*Metrics) float64) func(int) string, ms []Metrics) {
-	row("prefix hit rate across tiers", num("%.3f", "", func(m *Metrics) float64 { return *m.PrefixHitRateAcrossTiers }))
-	for k, t := range ms[0].Tiers {
-		tier := func(f func(t *TierMetrics) float64) func(*Metrics) float64 {
-			return func(m *Metrics) float64 { return f(&m.Tiers[k]) }
+// earned (repeat 0's figures, or the repeats' mean ± half its interval).
+func writeTierRows(row func(string, func(int) string), d *Deterministic, ms []Metrics) {
+	row("prefix hit rate across tiers", func(i int) string {
+		if i < len(d.Contenders) {
+			if e, ok := d.Contenders[i].Summary["prefix_hit_rate_across_tiers"]; ok && e.CI95 != nil {
+				return meanCell("%.3f", e)
+			}
 		}
-		name := t.Tier
-		if t.Pool != "" {
-			name = t.Pool + " " + t.Tier
+		return fmt.Sprintf("%.3f", *ms[i].PrefixHitRateAcrossTiers)
+	})
+	for k := range ms[0].Tiers {
+		name := ms[0].Tiers[k].label()
+		num := func(what, format, key string, f func(t *TierMetrics) float64) {
+			row(name+": "+what, func(i int) string {
+				if i < len(d.Contenders) {
+					if e, ok := d.Contenders[i].TierSummary[name][key]; ok && e.CI95 != nil {
+						return meanCell(format, e)
+					}
+				}
+				return fmt.Sprintf(format, f(&ms[i].Tiers[k]))
+			})
 		}
-		row(name+": hit rate", num("%.3f", "", tier(func(t *TierMetrics) float64 { return t.HitRate })))
-		row(name+": restore time (s)", num("%.1f", "", tier(func(t *TierMetrics) float64 { return t.RestoreMS / 1000 })))
-		row(name+": write stall (s)", num("%.1f", "", tier(func(t *TierMetrics) float64 { return t.WriteStallMS / 1000 })))
-		row(name+": router overlap (blocks)", num("%.0f", "", tier(func(t *TierMetrics) float64 { return float64(t.RouterOverlapBlocks) })))
+		num("hit rate", "%.3f", "hit_rate", func(t *TierMetrics) float64 { return t.HitRate })
+		num("restore time (ms)", "%.0f", "restore_ms", func(t *TierMetrics) float64 { return t.RestoreMS })
+		num("write stall (ms)", "%.0f", "write_stall_ms", func(t *TierMetrics) float64 { return t.WriteStallMS })
+		num("router overlap (blocks)", "%.0f", "router_overlap_blocks", func(t *TierMetrics) float64 { return float64(t.RouterOverlapBlocks) })
 		row(name+": credit given / earned", func(i int) string {
 			return fmt.Sprintf("%.2f / %.2f", ms[i].Tiers[k].RouterCredit, ms[i].Tiers[k].EarnedCredit)
 		})

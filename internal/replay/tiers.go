@@ -39,6 +39,15 @@ type TierMetrics struct {
 	EarnedCredit float64 `json:"earned_credit"`
 }
 
+// label names the tier in the table and the summaries: its tier, after
+// its pool's name with hardware pools.
+func (m *TierMetrics) label() string {
+	if m.Pool == "" {
+		return m.Tier
+	}
+	return m.Pool + " " + m.Tier
+}
+
 // tierMetrics are the cluster's lower tiers' figures: each tier's, or,
 // with hardware pools, each pool's tiers'.
 func (h *host) tierMetrics(trace []Request) []TierMetrics {
