@@ -30,7 +30,7 @@ func TestReplayClusterFile(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{"on 3 workers", "fast (2, speed 1.00): request share", "slow (1, speed 0.36): request share", "slow: mean TTFT (ms)",
+	for _, want := range []string{"on 3 workers", "fast (2 workers, speed 1.00): request share", "slow (1 worker, speed 0.36): request share", "slow: mean TTFT (ms)",
 		"slow host_pinned: hit rate", "prefix hit rate across tiers"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("the table lacks %q:\n%s", want, stdout)

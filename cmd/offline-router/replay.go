@@ -602,7 +602,10 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 			}
 		}
 	}
-	if o.clusterFile != "" {
+	if flags.Changed("cluster") {
+		if o.clusterFile == "" {
+			return fmt.Errorf("--cluster: give a cluster file's path")
+		}
 		if err := o.readClusterFile(flags); err != nil {
 			return err
 		}
@@ -621,6 +624,9 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 		return err
 	}
 	if err := o.cluster.Check(); err != nil {
+		if o.clusterFile != "" {
+			return fmt.Errorf("--cluster %s: its pools' %w", o.clusterFile, err)
+		}
 		return clusterFlagError(err)
 	}
 	if o.plotFile != "" {
@@ -724,30 +730,48 @@ func (o *replayOptions) checkEngine(flags *pflag.FlagSet) error {
 	return nil
 }
 
-// onePoolFlags are the flags a cluster file's pools replace.
-var onePoolFlags = []string{"workers", "engine", "engine-profile", "worker-kv-tokens", "worker-kv-blocks", "gpu-memory-utilization",
-	"worker-max-num-seqs", "worker-max-num-batched-tokens", "worker-prefill-tokens-per-ms", "worker-decode-ms-per-token",
-	"prefill-workers", "decode-workers", "kv-transfer-gbps", "host-kv-tokens", "host-kv-gb", "host-read-gbps", "host-write-gbps",
-	"disk-kv-tokens", "disk-kv-gb", "disk-read-gbps", "disk-write-gbps"}
+// onePoolFlags are the flags a cluster file's pools replace, with what to
+// do instead.
+var onePoolFlags = []struct{ flag, instead string }{
+	{"workers", "give each pool's workers in the file"},
+	{"engine-profile", "give each pool's profile in the file"},
+	{"worker-kv-tokens", "give each pool's kv_tokens in the file"},
+	{"worker-kv-blocks", "give each pool's kv_blocks in the file"},
+	{"gpu-memory-utilization", "give each pool's gpu_memory_utilization in the file"},
+	{"worker-max-num-seqs", "give each pool's max_num_seqs in the file"},
+	{"worker-max-num-batched-tokens", "give each pool's max_num_batched_tokens in the file"},
+	{"worker-prefill-tokens-per-ms", "a cluster file's pools run the iteration engine"},
+	{"worker-decode-ms-per-token", "a cluster file's pools run the iteration engine"},
+	{"prefill-workers", "a cluster file's pools are aggregated (disaggregated serving takes the one-pool flags)"},
+	{"decode-workers", "a cluster file's pools are aggregated (disaggregated serving takes the one-pool flags)"},
+	{"kv-transfer-gbps", "a cluster file's pools are aggregated (disaggregated serving takes the one-pool flags)"},
+	{"host-kv-tokens", "give each pool's host_tier in the file"}, {"host-kv-gb", "give each pool's host_tier in the file"},
+	{"host-read-gbps", "give each pool's host_tier in the file"}, {"host-write-gbps", "give each pool's host_tier in the file"},
+	{"disk-kv-tokens", "give each pool's disk_tier in the file"}, {"disk-kv-gb", "give each pool's disk_tier in the file"},
+	{"disk-read-gbps", "give each pool's disk_tier in the file"}, {"disk-write-gbps", "give each pool's disk_tier in the file"},
+}
 
 // readClusterFile reads --cluster into the cluster's hardware pools, which
 // the one-pool flags would contradict; they are sized with the block size.
 func (o *replayOptions) readClusterFile(flags *pflag.FlagSet) error {
-	for _, name := range onePoolFlags {
-		if flags.Changed(name) {
-			return fmt.Errorf("--cluster gives each pool's workers, profile and cache: drop --%s (or put it in the file)", name)
+	for _, f := range onePoolFlags {
+		if flags.Changed(f.flag) {
+			return fmt.Errorf("--cluster gives each pool's workers, profile, cache and tiers: drop --%s (%s)", f.flag, f.instead)
 		}
 	}
-	data, err := os.ReadFile(o.clusterFile)
-	if err != nil {
-		return fmt.Errorf("--cluster: %w", err)
+	if o.cluster.Engine != cluster.EngineIteration {
+		return fmt.Errorf("--cluster runs the iteration engine, each pool by its profile: drop --engine %s", o.cluster.Engine)
 	}
-	pools, err := cluster.ReadClusterFile(o.clusterFile, data)
+	data, err := readConfigFile("--cluster", o.clusterFile)
+	if err != nil {
+		return err
+	}
+	pools, description, err := cluster.ReadClusterFile(o.clusterFile, data)
 	if err != nil {
 		return fmt.Errorf("--cluster %s: %w", o.clusterFile, err)
 	}
 	c := &o.cluster
-	c.Hardware, c.Engine, c.Profile, c.Workers = pools, cluster.EngineIteration, nil, 0
+	c.Hardware, c.Description, c.Profile, c.Workers = pools, description, nil, 0
 	for _, p := range pools {
 		c.Workers += p.Workers
 	}
@@ -1136,6 +1160,13 @@ const maxRepeats = 1000
 func (o *replayOptions) describeCluster() string {
 	c := &o.cluster
 	s := fmt.Sprintf("%d workers", c.Workers)
+	if len(c.Hardware) > 0 {
+		names := make([]string, len(c.Hardware))
+		for i, h := range c.Hardware {
+			names[i] = fmt.Sprintf("%d %s", h.Workers, h.Name)
+		}
+		s = fmt.Sprintf("%d workers (%s)", c.Workers, strings.Join(names, ", "))
+	}
 	if c.Disaggregated() {
 		s = fmt.Sprintf("%d prefill and %d decode workers", c.PrefillWorkers, c.DecodeWorkers)
 	}
@@ -1144,6 +1175,9 @@ func (o *replayOptions) describeCluster() string {
 	}
 	if o.replicas.Count > 1 {
 		s += fmt.Sprintf(", %d router replicas", o.replicas.Count)
+	}
+	if c.Description != "" {
+		s += " (" + c.Description + ")"
 	}
 	return s
 }

@@ -60,6 +60,8 @@ type Config struct {
 	// pools, each on its own hardware (hardware.go): Workers is their sum,
 	// and the per-worker fields above are each pool's instead.
 	Hardware []Hardware `json:"hardware,omitempty"`
+	// Description is the cluster file's, when it gives one.
+	Description string `json:"description,omitempty"`
 	// Pools are the pools the cluster runs, as a report states them (from
 	// the fields above): the aggregated one, or prefill then decode.
 	Pools []PoolSize `json:"pools,omitempty"`

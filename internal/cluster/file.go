@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,7 +20,7 @@ import (
 //	pools:
 //	  - name: h100                  # required, unique: letters, digits, - and _
 //	    workers: 4                  # required, at least 1
-//	    profile: llama-3.1-8b-instruct-h100-tp1-vllm-0.8.4  # a shipped profile, or a profile file (relative to this file)
+//	    profile: llama-3.1-8b-instruct-h100-tp1-vllm-0.8.4  # required: a shipped profile, or a profile file (relative to this file)
 //	    kv_tokens: auto             # each worker's KV cache: tokens, or auto (default: the profile's memory)
 //	    gpu_memory_utilization: 0.9 # with auto (default 0.9)
 //	    kv_blocks: 900              # instead of kv_tokens: blocks of the router's block size
@@ -36,20 +37,23 @@ import (
 var poolName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // ReadClusterFile reads the cluster file name holds (data) into its
-// hardware pools, unsized (SizeKV sizes them at the block size).
-func ReadClusterFile(name string, data []byte) ([]Hardware, error) {
+// hardware pools, unsized (SizeKV sizes them at the block size), and its
+// description.
+func ReadClusterFile(name string, data []byte) ([]Hardware, string, error) {
 	t, err := wire.ReadYAMLTree(data, "a cluster file needs 4", "a cluster file")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if t.Root == nil {
-		return nil, fmt.Errorf("no pools: a cluster file gives pools: a list of pools of workers (docs/replay.md)")
+		return nil, "", fmt.Errorf("no pools: a cluster file gives pools: a list of pools of workers (docs/replay.md)")
 	}
 	var pools []Hardware
+	var description string
 	err = t.Mapping(t.Root, "", func(key string, k, v ast.Node) error {
 		switch key {
 		case "description":
-			_, err := t.String(v, key)
+			var err error
+			description, err = t.String(v, key)
 			return err
 		case "pools":
 			list, err := t.List(v, key)
@@ -76,22 +80,23 @@ func ReadClusterFile(name string, data []byte) ([]Hardware, error) {
 		return t.Fail(k, key, "is not a cluster file key (description, pools)")
 	})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if pools == nil {
-		return nil, fmt.Errorf(`field "pools": required: a list of pools of workers`)
+		return nil, "", fmt.Errorf(`field "pools": required: a list of pools of workers`)
 	}
-	return pools, nil
+	return pools, description, nil
 }
 
 // readPool reads one pool at path; dir is the file's folder, which a
 // profile file's path is relative to.
 func readPool(t *wire.YAMLTree, n ast.Node, path, dir string) (Hardware, error) {
-	h := Hardware{KVSizing: KVSizingProfile, GPUMemoryUtilization: DefaultGPUMemoryUtilization, MaxNumSeqs: 64, MaxNumBatchedTokens: 8192}
-	given := map[string]bool{}
+	h := Hardware{KVSizing: KVSizingProfile, GPUMemoryUtilization: DefaultGPUMemoryUtilization, MaxNumSeqs: 64, MaxNumBatchedTokens: 8192,
+		line: t.Line(n)}
+	given := map[string]ast.Node{} // each key given, by its node
 	err := t.Mapping(n, path, func(key string, k, v ast.Node) error {
 		at := path + "." + key
-		given[key] = true
+		given[key] = k
 		switch key {
 		case "name":
 			s, err := t.String(v, at)
@@ -125,8 +130,11 @@ func readPool(t *wire.YAMLTree, n ast.Node, path, dir string) (Hardware, error) 
 				}
 			}
 			x, err := t.U64(v, at)
+			if err != nil {
+				return t.Fail(v, at, "expected a number of tokens or auto")
+			}
 			h.KVTokens, h.KVSizing = x, KVSizingTokens
-			return err
+			return nil
 		case "kv_blocks":
 			x, err := t.U64(v, at)
 			if err == nil && (x < 1 || x > 1<<40) {
@@ -172,17 +180,17 @@ func readPool(t *wire.YAMLTree, n ast.Node, path, dir string) (Hardware, error) 
 	}
 	var missing []string
 	for _, k := range []string{"name", "workers", "profile"} {
-		if !given[k] {
+		if given[k] == nil {
 			missing = append(missing, k)
 		}
 	}
 	switch {
 	case len(missing) > 0:
 		return h, t.Fail(n, path, "required: "+strings.Join(missing, ", "))
-	case given["kv_tokens"] && given["kv_blocks"]:
-		return h, t.Fail(n, path, "kv_tokens and kv_blocks both size the KV cache: give one of them")
-	case given["gpu_memory_utilization"] && h.KVSizing != KVSizingProfile:
-		return h, t.Fail(n, path+".gpu_memory_utilization", "sizes the KV cache from the profile's memory: give kv_tokens: auto, or leave it out")
+	case given["kv_tokens"] != nil && given["kv_blocks"] != nil:
+		return h, t.Fail(given["kv_blocks"], path+".kv_blocks", "kv_tokens and kv_blocks both size the KV cache: give one of them")
+	case given["gpu_memory_utilization"] != nil && h.KVSizing != KVSizingProfile:
+		return h, t.Fail(given["gpu_memory_utilization"], path+".gpu_memory_utilization", "sizes the KV cache from the profile's memory: give kv_tokens: auto, or leave it out")
 	}
 	return h, nil
 }
@@ -215,8 +223,11 @@ func readTier(t *wire.YAMLTree, n ast.Node, path string, gbps float64) (*TierCon
 		}
 		return err
 	})
-	if err == nil && sized != 1 {
-		err = t.Fail(n, path, "expected its capacity, kv_tokens or kv_gb (one of them)")
+	switch {
+	case err == nil && sized == 0:
+		err = t.Fail(n, path, "expected its capacity: kv_tokens or kv_gb")
+	case err == nil && sized > 1:
+		err = t.Fail(n, path, "kv_tokens and kv_gb both size the tier: give one of them")
 	}
 	return tier, err
 }
@@ -231,7 +242,7 @@ func LoadProfile(ref, dir string) (Profile, error) {
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(dir, path)
 	}
-	data, err := os.ReadFile(path)
+	data, err := readBounded(path)
 	if err != nil {
 		return Profile{}, fmt.Errorf("%q is neither a shipped profile (%s) nor a file: %w", ref, strings.Join(ShippedProfiles(), ", "), err)
 	}
@@ -240,4 +251,23 @@ func LoadProfile(ref, dir string) (Profile, error) {
 		return Profile{}, fmt.Errorf("profile %s: %w", ref, err)
 	}
 	return p, nil
+}
+
+// maxFileBytes bounds a profile file read: one is a few kilobytes, and a
+// file without end (/dev/zero, a trace by mistake) would otherwise be read
+// until memory runs out.
+const maxFileBytes = 1 << 20
+
+// readBounded reads the file at path, refusing one past maxFileBytes.
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+	if err == nil && len(data) > maxFileBytes {
+		err = fmt.Errorf("larger than %d bytes, which no profile needs (is it the right file?)", maxFileBytes)
+	}
+	return data, err
 }

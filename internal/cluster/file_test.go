@@ -28,9 +28,12 @@ pools:
 	json := `{"pools": [{"name": "h100", "workers": 3, "profile": "llama-3.1-8b-instruct-h100-tp1-vllm-0.8.4", "host_tier": {"kv_gb": 100}},
   {"name": "a100", "workers": 2, "profile": "llama-3.1-8b-instruct-a100-80-tp1-vllm-0.8.4", "kv_tokens": 102400, "max_num_seqs": 32}]}`
 	for name, data := range map[string]string{"yaml": yaml, "json": json} {
-		pools, err := ReadClusterFile("c."+name, []byte(data))
+		pools, description, err := ReadClusterFile("c."+name, []byte(data))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
+		}
+		if want := map[string]string{"yaml": "H100s and A100s"}[name]; description != want {
+			t.Errorf("%s: description %q", name, description)
 		}
 		c := Default(0)
 		c.Hardware = pools
@@ -73,11 +76,13 @@ func TestClusterFileIsReadStrictly(t *testing.T) {
 		"pool: []\n":                     `line 1: field "pool": is not a cluster file key (description, pools)`,
 		pool + "    worker: 2\n":         `line 5: field "pools[0].worker": is not a pool key`,
 		pool + "    workers: 2\n":        `line 5: not YAML: mapping key "workers" already defined`,
-		pool + "    kv_tokens: lots\n":   `line 5: field "pools[0].kv_tokens": expected an unsigned 64-bit integer, got "lots"`,
+		pool + "    kv_tokens: lots\n":   `line 5: field "pools[0].kv_tokens": expected a number of tokens or auto`,
 		pool + "    max_num_seqs: 1.5\n": `line 5: field "pools[0].max_num_seqs": expected an unsigned 64-bit integer, got number 1.5`,
 		pool + "    kv_blocks: 0\n":      `line 5: field "pools[0].kv_blocks": expected 1 to 2^40 blocks, got 0`,
-		pool + "    kv_tokens: 9\n    kv_blocks: 9\n":                                                             `line 2: field "pools[0]": kv_tokens and kv_blocks both size the KV cache`,
-		pool + "    host_tier: {read_gbps: 3}\n":                                                                  `line 5: field "pools[0].host_tier": expected its capacity, kv_tokens or kv_gb (one of them)`,
+		pool + "    kv_tokens: 9\n    kv_blocks: 9\n":                                                             `line 6: field "pools[0].kv_blocks": kv_tokens and kv_blocks both size the KV cache`,
+		pool + "    host_tier: {read_gbps: 3}\n":                                                                  `line 5: field "pools[0].host_tier": expected its capacity: kv_tokens or kv_gb`,
+		pool + "    host_tier: {kv_gb: 1, kv_tokens: 512}\n":                                                      `line 5: field "pools[0].host_tier": kv_tokens and kv_gb both size the tier`,
+		pool + "    kv_tokens: 512\n    gpu_memory_utilization: 0.5\n":                                            `line 6: field "pools[0].gpu_memory_utilization": sizes the KV cache from the profile's memory`,
 		pool + "    host_tier: {kv_gb: -1}\n":                                                                     `line 5: field "pools[0].host_tier.kv_gb": expected above 0`,
 		pool + "  - name: a\n    workers: 1\n    profile: llama-3.1-8b-instruct-h100-tp1-vllm-0.8.4\n":            `line 5: field "pools[1].name": "a" names an earlier pool too`,
 		"pools:\n  - name: a b\n    workers: 1\n":                                                                 `line 2: field "pools[0].name": "a b": expected 1 to 64 letters`,
@@ -87,19 +92,19 @@ func TestClusterFileIsReadStrictly(t *testing.T) {
 		"pools:\n  - name: a\n    workers: 1\n    profile: bad.json\n":                                            `line 4: field "pools[0].profile": profile bad.json: field "step": required`,
 		"pools:\n  - {name: a, workers: 1, profile: llama-3.1-8b-instruct-h100-tp1-vllm-0.8.4}\n---\npools: []\n": "a second YAML document",
 	} {
-		_, err := ReadClusterFile(filepath.Join(dir, "c.yaml"), []byte(data))
+		_, _, err := ReadClusterFile(filepath.Join(dir, "c.yaml"), []byte(data))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, want %q", data, err, want)
 		}
 	}
 	// Sizing names the pool: a cache that is less than a block.
-	pools, err := ReadClusterFile("c.yaml", []byte(pool+"    kv_tokens: 100\n"))
+	pools, _, err := ReadClusterFile("c.yaml", []byte(pool+"    kv_tokens: 100\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := Default(0)
 	c.Hardware = pools
-	if err := c.SizeKV(); err == nil || err.Error() != `pool "a": worker_kv_tokens 100: expected one block (512 tokens at a block size of 512) to 2^53 tokens, or auto` {
+	if err := c.SizeKV(); err == nil || err.Error() != `line 2: pool "a": worker_kv_tokens 100: expected one block (512 tokens at a block size of 512) to 2^53 tokens, or auto` {
 		t.Errorf("a pool's cache under a block: %v", err)
 	}
 }

@@ -19,11 +19,17 @@ type Hardware struct {
 	HostTier             *TierConfig `json:"host_tier,omitempty"`
 	DiskTier             *TierConfig `json:"disk_tier,omitempty"`
 	// RelativeSpeed is the pool's speed against the cluster's fastest (1):
-	// the fastest pool's full prefill step (base_ms + per_prefill_token_ms
-	// × max_num_batched_tokens) over this pool's. It is what a per-worker
-	// device weight is made from.
+	// the fastest pool's prefill step of speedStepTokens tokens (base_ms +
+	// per_prefill_token_ms × 8192) over this pool's, whatever each pool's
+	// batch limit. It is what a per-worker device weight is made from.
 	RelativeSpeed float64 `json:"relative_speed"`
+
+	line int // where the cluster file gives it, for errors found as it is sized
 }
+
+// speedStepTokens is the prefill step relative speeds compare: vLLM's
+// default max_num_batched_tokens for online serving.
+const speedStepTokens = 8192
 
 // WorkerPool is a pool of identical workers and the configuration each
 // runs under: the cluster's one, or a hardware pool's.
@@ -81,13 +87,13 @@ func (c *Config) sizeHardware() error {
 		h := &c.Hardware[i]
 		p := c.hardwareConfig(i)
 		if err := p.SizeKV(); err != nil {
-			return hardwareError(h.Name, err)
+			return hardwareError(h, err)
 		}
 		if err := p.Check(); err != nil {
-			return hardwareError(h.Name, err)
+			return hardwareError(h, err)
 		}
 		h.KVTokens, h.TotalKVBlocks, h.HostTier, h.DiskTier = p.KVTokens, p.TotalKVBlocks, p.HostTier, p.DiskTier
-		h.RelativeSpeed = 1 / fullStepMS(&p)
+		h.RelativeSpeed = 1 / speedStepMS(&p)
 		fastest = max(fastest, h.RelativeSpeed)
 	}
 	for i := range c.Hardware {
@@ -96,16 +102,21 @@ func (c *Config) sizeHardware() error {
 	return nil
 }
 
-// fullStepMS is a step that prefills max_num_batched_tokens tokens.
-func fullStepMS(c *Config) float64 {
+// speedStepMS is a step that prefills speedStepTokens tokens.
+func speedStepMS(c *Config) float64 {
 	s := c.Profile.Step
-	return s.BaseMS + float64(s.PerPrefillTokenMS*float64(c.MaxNumBatchedTokens))
+	return s.BaseMS + float64(s.PerPrefillTokenMS*speedStepTokens)
 }
 
-// hardwareError names the hardware pool a field error is about.
-func hardwareError(pool string, err error) error {
-	if fe, ok := err.(*FieldError); ok {
-		return &FieldError{Field: fmt.Sprintf("pool %q: %s", pool, fe.Field), Value: fe.Value, Want: fe.Want}
+// hardwareError names the hardware pool a field error is about, and its
+// line in the cluster file.
+func hardwareError(h *Hardware, err error) error {
+	where := fmt.Sprintf("pool %q", h.Name)
+	if h.line > 0 {
+		where = fmt.Sprintf("line %d: %s", h.line, where)
 	}
-	return fmt.Errorf("pool %q: %w", pool, err)
+	if fe, ok := err.(*FieldError); ok {
+		return &FieldError{Field: where + ": " + fe.Field, Value: fe.Value, Want: fe.Want}
+	}
+	return fmt.Errorf("%s: %w", where, err)
 }

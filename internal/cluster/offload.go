@@ -66,6 +66,8 @@ func (c *Config) checkTiers() error {
 	}
 	for _, t := range tiers {
 		switch {
+		case t.KVBlocks < 1 && t.KVBytes > 0:
+			return &FieldError{field(t, "kv_bytes"), t.KVBytes, fmt.Sprintf("at least one block (%d bytes)", c.BlockSize*c.Profile.Model.KVBytesPerToken())}
 		case t.KVBlocks < 1:
 			return &FieldError{field(t, "kv_tokens"), t.KVTokens, fmt.Sprintf("at least one block (%d tokens)", c.BlockSize)}
 		case !(t.ReadGBps >= 1e-6 && t.ReadGBps <= 1e6):

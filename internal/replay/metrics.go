@@ -474,12 +474,11 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 	if m.Tiers = h.tierMetrics(trace); len(m.Tiers) > 0 {
 		rate := 0.0
 		if m.TotalInputTokens > 0 {
-			rate = hitTokens / float64(m.TotalInputTokens)
-			for i := range m.Tiers {
-				t := &m.Tiers[i]
-				t.HitRate = float64(t.RestoredTokens) / float64(m.TotalInputTokens)
-				rate += t.HitRate
+			restored := 0.0
+			for _, t := range m.Tiers {
+				restored += float64(t.RestoredTokens)
 			}
+			rate = (hitTokens + restored) / float64(m.TotalInputTokens)
 		}
 		m.PrefixHitRateAcrossTiers = &rate
 	}

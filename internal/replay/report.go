@@ -475,7 +475,11 @@ func writeHardwareRows(row func(string, func(int) string), d *Deterministic, ms 
 			return fmt.Sprintf(format, f(&ms[i].Hardware[k]))
 		})
 	}
-	num(fmt.Sprintf("%s (%d, speed %.2f): request share", hw.Pool, hw.Workers, hw.RelativeSpeed), "%.3f", "request_share",
+	workers := fmt.Sprintf("%d workers", hw.Workers)
+	if hw.Workers == 1 {
+		workers = "1 worker"
+	}
+	num(fmt.Sprintf("%s (%s, speed %.2f): request share", hw.Pool, workers, hw.RelativeSpeed), "%.3f", "request_share",
 		func(h *HardwareMetrics) float64 { return h.RequestShare })
 	num(hw.Pool+": prefix hit rate", "%.3f", "prefix_hit_rate", func(h *HardwareMetrics) float64 { return h.PrefixHitRate })
 	num(hw.Pool+": mean TTFT (ms)", "%.1f", "mean_ttft_ms", func(h *HardwareMetrics) float64 { return h.MeanTTFTMS })

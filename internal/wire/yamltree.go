@@ -112,6 +112,9 @@ func (t *YAMLTree) String(n ast.Node, path string) (string, error) {
 	return s.Value, nil
 }
 
+// Line is n's line.
+func (t *YAMLTree) Line(n ast.Node) int { return lineOf(n) }
+
 // IsString reports whether n is a string (quoted or not), not a number.
 func (t *YAMLTree) IsString(n ast.Node) bool {
 	_, ok := t.r.resolve(n).(*ast.StringNode)
