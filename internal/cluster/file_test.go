@@ -90,6 +90,7 @@ func TestClusterFileIsReadStrictly(t *testing.T) {
 		"pools:\n  - name: a\n    workers: 1\n":                                                                   `line 2: field "pools[0]": required: profile`,
 		"pools:\n  - name: a\n    workers: 1\n    profile: nope\n":                                                `line 4: field "pools[0].profile": "nope" is neither a shipped profile`,
 		"pools:\n  - name: a\n    workers: 1\n    profile: bad.json\n":                                            `line 4: field "pools[0].profile": profile bad.json: field "step": required`,
+		"pools:\n  - name: a\n    workers: 1\n    profile: /dev/zero\n":                                           `larger than 1048576 bytes, which no profile needs`,
 		"pools:\n  - {name: a, workers: 1, profile: llama-3.1-8b-instruct-h100-tp1-vllm-0.8.4}\n---\npools: []\n": "a second YAML document",
 	} {
 		_, _, err := ReadClusterFile(filepath.Join(dir, "c.yaml"), []byte(data))
