@@ -166,6 +166,7 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 	f.StringVar(&o.replicas.Assign, "replica-assign", replay.AssignRoundRobin, "how requests spread across router replicas: round_robin, or session (a session keeps its replica)")
 	f.Float64Var(&o.replicas.DelayMS, "replica-sync-delay-ms", 10, "router replicas: delay of the sync channel that tells each what the others booked")
 	f.Float64Var(&o.replicas.Rate, "replica-sync-rate", 1, "router replicas: fraction of sync messages delivered (0 = no sync; which are dropped is seeded by --seed)")
+	f.BoolVar(&o.cluster.DPAttention, "dp-attention", false, "iteration engine, --dp-size 2 or more: a worker's DP ranks step together, each step as long as its slowest rank's, as DP attention over an expert-parallel MoE runs (DeepSeek-style); the report gives the step time each rank lost waiting (docs/replay.md)")
 	f.IntVar(&o.cluster.DPSize, "dp-size", o.cluster.DPSize, "attention data-parallel ranks per worker, each its own KV cache and batch (the --worker-* sizes are each rank's): 1 to 1024, and at most 65536 ranks in all")
 	f.Var(kvTokensFlag{&o.cluster}, "worker-kv-tokens", "KV cache capacity of each worker, in tokens (whole blocks of --block-size: floor(tokens / block size) blocks), or auto: from the engine profile's GPU memory, as vLLM sizes its cache")
 	f.Float64Var(&o.cluster.GPUMemoryUtilization, "gpu-memory-utilization", cluster.DefaultGPUMemoryUtilization, "with --worker-kv-tokens auto: the share of the GPU's memory the worker takes, as vLLM's flag")
@@ -836,7 +837,7 @@ func (o *replayOptions) checkKV(flags *pflag.FlagSet) error {
 // clusterFlags are the flags that set the cluster's fields, by the
 // field's JSON key.
 var clusterFlags = map[string]string{
-	"workers": "workers", "dp_size": "dp-size", "worker_kv_blocks": "worker-kv-blocks", "worker_kv_tokens": "worker-kv-tokens",
+	"workers": "workers", "dp_size": "dp-size", "dp_attention": "dp-attention", "worker_kv_blocks": "worker-kv-blocks", "worker_kv_tokens": "worker-kv-tokens",
 	"worker_max_num_seqs": "worker-max-num-seqs", "worker_prefill_tokens_per_ms": "worker-prefill-tokens-per-ms",
 	"worker_decode_ms_per_token": "worker-decode-ms-per-token", "max_gpu_lora_count": "max-gpu-lora-count",
 	"gpu_memory_utilization": "gpu-memory-utilization",

@@ -25,8 +25,12 @@ type Config struct {
 	DecodeWorkers  int `json:"decode_workers,omitempty"`
 	// KVTransferGBps is the bandwidth a prompt's KV crosses from its
 	// prefill worker to its decode worker at, in GB/s.
-	KVTransferGBps      float64 `json:"kv_transfer_gbps,omitempty"`
-	DPSize              int     `json:"dp_size"` // attention data-parallel ranks per worker, each its own cache and batch
+	KVTransferGBps float64 `json:"kv_transfer_gbps,omitempty"`
+	DPSize         int     `json:"dp_size"` // attention data-parallel ranks per worker, each its own cache and batch
+	// DPAttention steps a worker's DP ranks together, each step as long as
+	// its slowest rank's (lockstep.go): DP attention over an
+	// expert-parallel MoE. Off, the ranks are independent workers.
+	DPAttention         bool    `json:"dp_attention,omitempty"`
 	BlockSize           uint64  `json:"block_size"`
 	TotalKVBlocks       int     `json:"worker_kv_blocks"`              // cache capacity per worker, in blocks
 	MaxNumSeqs          int     `json:"worker_max_num_seqs"`           // requests running at once per worker
@@ -147,6 +151,8 @@ func (c *Config) Check() error {
 		return &FieldError{"worker_prefill_tokens_per_ms", c.PrefillTokensPerMS, "1e-6 to 2^53"}
 	case !(c.DecodeMSPerToken >= 0 && c.DecodeMSPerToken <= 1e6):
 		return &FieldError{"worker_decode_ms_per_token", c.DecodeMSPerToken, "a finite number from 0 to 1e6"}
+	case c.DPAttention && (c.DPSize < 2 || c.Engine != EngineIteration):
+		return &FieldError{"dp_attention", true, "DP ranks to step together (dp_size 2 or more) under the iteration engine"}
 	case c.MaxGPULoRACount != nil && (*c.MaxGPULoRACount < 0 || *c.MaxGPULoRACount > protocol.MaxLoRACount):
 		return &FieldError{"max_gpu_lora_count", *c.MaxGPULoRACount, fmt.Sprintf("0 to %d adapters a worker holds at once", protocol.MaxLoRACount)}
 	}

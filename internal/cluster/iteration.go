@@ -67,6 +67,9 @@ type iterEngine struct {
 	off  *offload
 	meta []tierBlock
 	now  float64 // the step's start, as it is chosen
+	// lostMS is, in a lockstep worker, the step time this rank waited on
+	// its slowest sibling (lockstep.go).
+	lostMS float64
 }
 
 // kvBlock is one block of a worker's KV cache: 24 bytes, for the
@@ -522,7 +525,7 @@ func (e *iterEngine) Fire(t float64, _ Timer) Result {
 }
 
 func (e *iterEngine) Counts() Counts {
-	n := Counts{Preemptions: e.preemptions, Evicted: e.evicted}
+	n := Counts{Preemptions: e.preemptions, Evicted: e.evicted, LockstepWaitMS: e.lostMS}
 	if e.off != nil {
 		for _, t := range e.off.tiers {
 			n.Tiers = append(n.Tiers, t.counts)

@@ -67,6 +67,9 @@ type Counts struct {
 	CacheRunOps, CacheBlockOps int
 	// Tiers are its lower tiers', in walk order; nil without.
 	Tiers []TierCounts
+	// LockstepWaitMS is the step time a rank of a DP-attention worker
+	// waited on its slowest sibling (its whole step when it had none).
+	LockstepWaitMS float64
 }
 
 // NewWorker is rank rank of worker id under cfg's worker model.

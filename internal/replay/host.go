@@ -354,8 +354,9 @@ func (h *host) announce(p *pool, workers int) {
 		mbt, kv, seqs := c.MaxNumBatchedTokens, uint64(c.TotalKVBlocks), uint64(c.MaxNumSeqs)
 		for range wp.Workers {
 			id++
-			for rank := range dp {
-				w := &simWorker{Worker: cluster.NewWorker(c, id, rank), id: id, dpRank: rank, idx: int32(len(h.order)), pool: p,
+			for rank, model := range cluster.NewRanks(c, id, dp) {
+				rank := uint32(rank)
+				w := &simWorker{Worker: model, id: id, dpRank: rank, idx: int32(len(h.order)), pool: p,
 					hardware: k, kvBlocks: c.TotalKVBlocks}
 				p.workers[rankKey{id, rank}] = w
 				p.order, h.order = append(p.order, w), append(h.order, w)

@@ -143,6 +143,12 @@ type Metrics struct {
 	// any, and PrefixHitRateAcrossTiers the input tokens found cached on
 	// the GPU or restored from a lower tier, over all input tokens.
 	Tiers []TierMetrics `json:"tiers,omitempty"`
+	// With DP attention (cluster dp_attention): LockstepWaitMS is the step
+	// time the ranks spent waiting on their slowest sibling, summed over
+	// them, and WorkerLockstepWaitMS each rank's, in (worker, rank) order:
+	// the load imbalance's cost.
+	LockstepWaitMS       *float64  `json:"lockstep_wait_ms,omitempty"`
+	WorkerLockstepWaitMS []float64 `json:"worker_lockstep_wait_ms,omitempty"`
 	// Hardware are the hardware pools' figures (hardware.go), with a
 	// cluster file.
 	Hardware                 []HardwareMetrics `json:"hardware,omitempty"`
@@ -458,6 +464,15 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 	m.WorkerBusyShare, m.MeanBusyShare, m.WorkerKVCacheUsage = f.busy, f.meanBusy, f.meanKV
 	m.WorkerPeakKVCacheUsage, m.MeanKVCacheUsage, m.PeakKVCacheUsage = f.peakKV, f.meanMeanKV, f.peak
 	m.Hardware = h.hardwareMetrics(trace, ranks)
+	if h.opt.Cluster.DPAttention {
+		m.WorkerLockstepWaitMS = make([]float64, len(h.order))
+		total := 0.0
+		for i, w := range h.order {
+			m.WorkerLockstepWaitMS[i] = w.Counts().LockstepWaitMS
+			total += m.WorkerLockstepWaitMS[i]
+		}
+		m.LockstepWaitMS = &total
+	}
 	if h.opt.Cluster.Disaggregated() {
 		for _, p := range h.pools {
 			pm := h.poolMetrics(p, trace)

@@ -177,6 +177,9 @@ func WriteTable(w io.Writer, rep *Report) error {
 	row("worker share CV", num("%.3f", "worker_share_cv", func(m *Metrics) float64 { return m.WorkerShareCV }))
 	row("preemptions", num("%.0f", "num_preemptions", func(m *Metrics) float64 { return float64(m.NumPreemptions) }))
 	row("evicted blocks", num("%.0f", "evicted_blocks", func(m *Metrics) float64 { return float64(m.EvictedBlocks) }))
+	if ms[0].LockstepWaitMS != nil {
+		row("DP lockstep wait (s)", num("%.1f", "", func(m *Metrics) float64 { return *m.LockstepWaitMS / 1000 }))
+	}
 	row("mean busy share", num("%.3f", "mean_busy_share", func(m *Metrics) float64 { return m.MeanBusyShare }))
 	row("mean KV cache usage", num("%.3f", "mean_kv_cache_usage", func(m *Metrics) float64 { return m.MeanKVCacheUsage }))
 	row("peak KV cache usage", num("%.3f", "peak_kv_cache_usage", func(m *Metrics) float64 { return m.PeakKVCacheUsage }))
