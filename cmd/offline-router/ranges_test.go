@@ -110,6 +110,11 @@ var replayBadValues = []badValue{
 	{"disk-read-gbps", "1e7", []string{"--disk-kv-tokens", "100000"}},
 	{"disk-write-gbps", "0", []string{"--disk-kv-tokens", "100000", "--host-kv-tokens", "100000"}},
 	{"cluster", "@dir/no-such-cluster.yaml", nil},
+	{"event-delay-ms", "-1", nil},
+	{"event-reorder-window-ms", "NaN", nil},
+	{"event-loss-rate", "1.5", nil},
+	{"event-dup-rate", "-0.1", nil},
+	{"engine-restart", "1@-5", nil},
 }
 
 // noRange are the replay flags that take any value of their type.

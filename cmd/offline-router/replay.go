@@ -53,6 +53,8 @@ type replayOptions struct {
 	requestsOut   string
 	profileFile   string
 	clusterFile   string
+	signals       replay.Signals
+	restarts      []string // --engine-restart WORKER@MS
 	maxLineBytes  int
 	maxLoRAs      int // --max-gpu-lora-count, the cluster's when given
 	// host and disk are the lower tiers' flags, the cluster's when a
@@ -166,6 +168,11 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 	f.StringVar(&o.replicas.Assign, "replica-assign", replay.AssignRoundRobin, "how requests spread across router replicas: round_robin, or session (a session keeps its replica)")
 	f.Float64Var(&o.replicas.DelayMS, "replica-sync-delay-ms", 10, "router replicas: delay of the sync channel that tells each what the others booked")
 	f.Float64Var(&o.replicas.Rate, "replica-sync-rate", 1, "router replicas: fraction of sync messages delivered (0 = no sync; which are dropped is seeded by --seed)")
+	f.Float64Var(&o.signals.DelayMS, "event-delay-ms", 0, "the KV event channel: every event reaches the router this many ms late (0 = at once)")
+	f.Float64Var(&o.signals.ReorderWindowMS, "event-reorder-window-ms", 0, "the KV event channel: each event later by a delay drawn uniformly from [0, this) ms, so that events within it of each other arrive in either order (seeded by --seed)")
+	f.Float64Var(&o.signals.LossRate, "event-loss-rate", 0, "the KV event channel: the share of events the router never gets (seeded by --seed)")
+	f.Float64Var(&o.signals.DupRate, "event-dup-rate", 0, "the KV event channel: the share of events the router gets twice, each copy with its own delay (seeded by --seed)")
+	f.StringArrayVar(&o.restarts, "engine-restart", nil, "WORKER@MS: that worker's engine restarts MS into the run (iteration engine): its prefix cache reset, a cleared event, its event ids from 1 again; repeatable")
 	f.BoolVar(&o.cluster.DPAttention, "dp-attention", false, "iteration engine, --dp-size 2 or more: a worker's DP ranks step together, each step as long as its slowest rank's, as DP attention over an expert-parallel MoE runs (DeepSeek-style); the report gives the step time each rank lost waiting (docs/replay.md)")
 	f.IntVar(&o.cluster.DPSize, "dp-size", o.cluster.DPSize, "attention data-parallel ranks per worker, each its own KV cache and batch (the --worker-* sizes are each rank's): 1 to 1024, and at most 65536 ranks in all")
 	f.Var(kvTokensFlag{&o.cluster}, "worker-kv-tokens", "KV cache capacity of each worker, in tokens (whole blocks of --block-size: floor(tokens / block size) blocks), or auto: from the engine profile's GPU memory, as vLLM sizes its cache")
@@ -281,6 +288,9 @@ func (o *replayOptions) plan(cmd *cobra.Command, args []string) (*replayPlan, er
 	if err != nil {
 		return nil, err
 	}
+	if !cfg.KVEvents && !o.signals.Perfect() {
+		return nil, fmt.Errorf("the --event-* and --engine-restart flags shape the KV event channel, and --kv-events=false sends no events: drop one of them")
+	}
 	if cfg.WorkerDefaults != (protocol.WorkerDefaults{}) {
 		return nil, fmt.Errorf("config worker_defaults: replay announces its own workers (--workers and the --worker-* flags), as aggregated single-rank workers; drop worker_defaults")
 	}
@@ -312,7 +322,7 @@ func (o *replayOptions) experiment(cmd *cobra.Command, args []string) (*replay.E
 	if err != nil {
 		return nil, err
 	}
-	e := &replay.Experiment{Workload: o.workload, MaxLineBytes: o.maxLineBytes, Cluster: o.cluster, Replicas: o.replicas,
+	e := &replay.Experiment{Workload: o.workload, MaxLineBytes: o.maxLineBytes, Cluster: o.cluster, Replicas: o.replicas, Signals: o.signals,
 		Router: pl.cfg, Goodput: pl.slo, Contenders: pl.contenders, Repeats: o.repeats, Baseline: o.baseline, Jobs: o.jobs}
 	if len(pl.args) == 1 {
 		e.TracePath = pl.args[0]
@@ -624,6 +634,9 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	if err := o.checkReplicas(flags); err != nil {
 		return err
 	}
+	if err := o.checkSignals(); err != nil {
+		return err
+	}
 	if err := o.cluster.Check(); err != nil {
 		if o.clusterFile != "" {
 			return fmt.Errorf("--cluster %s: its pools' %w", o.clusterFile, err)
@@ -728,6 +741,29 @@ func (o *replayOptions) checkEngine(flags *pflag.FlagSet) error {
 		}
 	}
 	o.cluster.Profile = &p
+	return nil
+}
+
+// checkSignals reads the event channel's flags: restarts need the
+// iteration engine (and a worker the cluster has, which the run checks).
+func (o *replayOptions) checkSignals() error {
+	s := &o.signals
+	if err := s.Check(); err != nil {
+		return err
+	}
+	for _, v := range o.restarts {
+		r, err := replay.ParseRestart(v)
+		if err != nil {
+			return fmt.Errorf("--engine-restart %w", err)
+		}
+		s.Restarts = append(s.Restarts, r)
+	}
+	switch {
+	case s.Perfect():
+		return nil
+	case len(s.Restarts) > 0 && o.cluster.Engine != cluster.EngineIteration:
+		return fmt.Errorf("--engine-restart restarts the iteration engine: drop --engine simple")
+	}
 	return nil
 }
 

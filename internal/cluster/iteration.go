@@ -524,6 +524,30 @@ func (e *iterEngine) Fire(t float64, _ Timer) Result {
 	return res
 }
 
+// Restart restarts the engine at t, as far as its events tell: its
+// prefix cache is reset (every cached block forgotten; the blocks running
+// requests hold stay theirs, and they run on), its lower tiers emptied, the
+// events queued for the step under way dropped, and its events numbered
+// afresh from a cleared event, 1.
+func (e *iterEngine) Restart(float64) Result {
+	for i := range e.blocks {
+		if x := &e.blocks[i]; x.cached {
+			e.cached.remove(x.hash)
+			x.cached = false
+		}
+	}
+	if e.off != nil {
+		kept := e.off
+		e.off = newOffload(e.cfg)
+		for i, t := range kept.tiers {
+			e.off.tiers[i].counts = t.counts
+		}
+	}
+	e.removed, e.stored = nil, e.stored[:0]
+	e.eventID = 0
+	return Result{Events: []protocol.KVEvent{e.event(protocol.Cleared{})}}
+}
+
 func (e *iterEngine) Counts() Counts {
 	n := Counts{Preemptions: e.preemptions, Evicted: e.evicted, LockstepWaitMS: e.lostMS}
 	if e.off != nil {

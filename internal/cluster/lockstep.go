@@ -106,3 +106,5 @@ func (r lockstepRank) Fire(t float64, tm Timer) Result {
 
 func (r lockstepRank) Counts() Counts { return r.e.Counts() }
 func (r lockstepRank) Usage() Usage   { return r.e.Usage() }
+
+func (r lockstepRank) Restart(t float64) Result { return r.e.Restart(t) }

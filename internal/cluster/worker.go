@@ -26,6 +26,13 @@ type Worker interface {
 	Usage() Usage
 }
 
+// Restarter is a worker whose engine can restart (the iteration engine):
+// Restart clears its cache at t and says so with a cleared event, its
+// event ids starting again from 1.
+type Restarter interface {
+	Restart(t float64) Result
+}
+
 // Result is what a worker did in one call, in the order the host acts on
 // it: the KV events to publish, the requests whose first token it made,
 // those that ended here, and the timer it asks for.

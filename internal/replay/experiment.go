@@ -25,6 +25,7 @@ type Experiment struct {
 	MaxLineBytes int // a longer trace line is refused by its number
 	Cluster      cluster.Config
 	Replicas     Replicas
+	Signals      Signals // the KV event channel (the zero value: perfect)
 	// Router is the config every contender starts from; each runs its own.
 	Router     protocol.Config
 	Contenders []Contender
@@ -138,6 +139,9 @@ func (e *Experiment) Setup(info TraceInfo) Deterministic {
 	d := Deterministic{ProtocolVersion: protocol.Version, Follows: protocol.Followed, Trace: info, Workload: e.Workload,
 		Cluster: e.Cluster, Replicas: e.Replicas, Router: e.Router, Seed: e.Router.Seed, Goodput: e.Goodput,
 		Repeats: e.repeats(), Baseline: e.Baseline}
+	if !e.Signals.Perfect() {
+		d.Signals = &e.Signals
+	}
 	d.Cluster.Pools = e.Cluster.PoolSizes()
 	for k := range d.Repeats {
 		d.Seeds = append(d.Seeds, e.seed(k))
@@ -285,7 +289,7 @@ func (e *Experiment) progress(runs []run, traces [][]Request) func(int) func(don
 // arrival times are filled in as it runs), keeping its records if asked.
 func (e *Experiment) runOne(ctx context.Context, trace []Request, c Contender, replicas Replicas, s Streams, records bool, progress func(int) func(done, total int)) (*Result, error) {
 	opt := Options{Cluster: e.Cluster, Router: c.Router, Goodput: e.Goodput, Concurrency: e.Workload.ReplayConcurrency,
-		Replicas: replicas, Stop: ctx.Done(), Records: records, Commands: s.Commands, Responses: s.Responses,
+		Replicas: replicas, Signals: e.Signals, Stop: ctx.Done(), Records: records, Commands: s.Commands, Responses: s.Responses,
 		DecodeCommands: s.DecodeCommands, DecodeResponses: s.DecodeResponses}
 	if progress != nil {
 		opt.Progress = progress(len(trace))

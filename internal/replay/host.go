@@ -24,6 +24,9 @@ type Options struct {
 	Goodput SLO // the service levels a request must meet to count in request_goodput
 	// Replicas runs each router as several instances (Count 0 or 1: one).
 	Replicas Replicas
+	// Signals is the KV event channel to the routers (the zero value: at
+	// once, in order, none lost).
+	Signals Signals
 	// Concurrency, when above 0, replays in a closed loop: that many
 	// sessions in flight (Workload.ReplayConcurrency says how).
 	Concurrency int
@@ -105,6 +108,8 @@ const (
 	evStepDone    // an iteration engine's step ends
 	evTransferred // a prompt's KV has reached the decode pool
 	evSync        // a message of the replica-sync channel arrives
+	evSignal      // a KV event reaches its pool's routers, late (Options.Signals)
+	evRestart     // a worker's engine restarts
 )
 
 // event is a moment the host acts at. It holds no pointer (idx is a
@@ -181,6 +186,7 @@ type host struct {
 	finished int
 	err      error         // the first failure to talk to a router
 	syncs    []syncMessage // the sync channel's messages: an evSync's idx
+	channel  channel       // the KV event channel, when it is not perfect
 	syncRNG  *rand.Rand    // which messages the channel drops
 	// events and eventBlocks count the KV events sent to the router and
 	// the blocks they name (a replica's copy once).
@@ -239,6 +245,9 @@ type replica struct {
 	// eventsApplied are the KV events it applied, as its answers to
 	// observe say.
 	eventsApplied int
+	// eventIDGaps and eventIDRepeats are the event ids its answers said
+	// did not follow the last one on their rank.
+	eventIDGaps, eventIDRepeats int
 	// synced are the requests other replicas placed that it booked from
 	// the sync channel, and has not seen end.
 	synced map[string]bool
@@ -250,6 +259,7 @@ func Run(trace []Request, opt Options) (*Result, error) {
 	h := &host{opt: opt, byID: map[string]*simRequest{}}
 	h.hardware = h.opt.Cluster.WorkerPools()
 	h.syncRNG = rand.New(rand.NewPCG(opt.Router.Seed, 0x5ec))
+	h.channel.rng = rand.New(rand.NewPCG(opt.Router.Seed, signalStream))
 	if slices.ContainsFunc(trace, func(r Request) bool { return r.LoRAName != "" }) {
 		h.loraCapacity = ptr(opt.Cluster.LoRACapacity())
 	}
@@ -291,6 +301,13 @@ func Run(trace []Request, opt Options) (*Result, error) {
 			return nil, fmt.Errorf("request %s: field \"policy_class\": %w", r.ID, err)
 		}
 		h.byID[r.ID] = r
+	}
+	for i, rs := range opt.Signals.Restarts {
+		if !slices.ContainsFunc(h.pools[0].order, func(w *simWorker) bool { return w.id == rs.Worker }) {
+			return nil, fmt.Errorf("an engine restart of worker %d, which the cluster has not (its workers are 1 to %d)", rs.Worker, opt.Cluster.Workers)
+		}
+		h.nextSeq++
+		h.events.push(event{at: rs.AtMS, seq: h.nextSeq, kind: evRestart, idx: int32(i)})
 	}
 	if opt.Concurrency > 0 {
 		h.closeLoop(trace)
@@ -428,6 +445,10 @@ func (h *host) loop(total int) error {
 			h.place(h.pools[1], ev.at, h.reqs[ev.idx])
 		case evSync:
 			h.deliver(ev.at, ev.idx)
+		case evSignal:
+			h.receive(ev.at, ev.idx)
+		case evRestart:
+			h.restart(ev.at, ev.idx)
 		case evStepDone:
 			if w := h.order[ev.idx]; ev.seq == w.stepSeq { // else stale: its run was cut
 				h.fire(ev.at, w, cluster.Timer{At: ev.at, Kind: cluster.StepDone})
@@ -571,6 +592,8 @@ func (h *host) answered(rp *replica, c *protocol.Command, resp *protocol.Respons
 	p := rp.pool
 	if resp.Evidence != nil && resp.Evidence.EventsApplied != nil {
 		rp.eventsApplied += *resp.Evidence.EventsApplied
+		rp.eventIDGaps += len(resp.Evidence.EventIDGaps)
+		rp.eventIDRepeats += len(resp.Evidence.EventIDRepeats)
 	}
 	t := float64(resp.NowMS)
 	rp.now = t
@@ -748,6 +771,10 @@ func (h *host) observe(t float64, w *simWorker, ev *protocol.KVEvent) {
 		h.kvEventBlocks += len(d.Blocks)
 	case protocol.Removed:
 		h.kvEventBlocks += len(d.BlockHashes)
+	}
+	if !h.opt.Signals.Perfect() {
+		h.transmit(t, w, ev)
+		return
 	}
 	if len(w.pool.replicas) > 1 {
 		// The simple model reuses an event's block slices: one replica's

@@ -143,6 +143,16 @@ type Metrics struct {
 	// any, and PrefixHitRateAcrossTiers the input tokens found cached on
 	// the GPU or restored from a lower tier, over all input tokens.
 	Tiers []TierMetrics `json:"tiers,omitempty"`
+	// With an imperfect event channel (the report's event_channel):
+	// EventsLost and EventsDuplicated are what the channel did to the KV
+	// events, EventIDGaps and EventIDRepeats the event ids the routers saw
+	// not follow the one before on their rank (their evidence: a gap for a
+	// lost event, a repeat for a duplicate, a late one, or a restart's
+	// renumbering), summed over the routers.
+	EventsLost       int `json:"events_lost,omitempty"`
+	EventsDuplicated int `json:"events_duplicated,omitempty"`
+	EventIDGaps      int `json:"event_id_gaps,omitempty"`
+	EventIDRepeats   int `json:"event_id_repeats,omitempty"`
 	// With DP attention (cluster dp_attention): LockstepWaitMS is the step
 	// time the ranks spent waiting on their slowest sibling, summed over
 	// them, and WorkerLockstepWaitMS each rank's, in (worker, rank) order:
@@ -362,7 +372,14 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 		commands, applied := p.counts()
 		m.RouterCommands += commands
 		m.EventsApplied += applied
+		if !h.opt.Signals.Perfect() { // a perfect channel's, where a skipped event's id leaves one, are not the channel's doing
+			for _, rp := range p.replicas {
+				m.EventIDGaps += rp.eventIDGaps
+				m.EventIDRepeats += rp.eventIDRepeats
+			}
+		}
 	}
+	m.EventsLost, m.EventsDuplicated = h.channel.lost, h.channel.dup
 	for _, w := range h.order {
 		m.EvictedBlocks += w.Counts().Evicted
 	}

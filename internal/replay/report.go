@@ -40,6 +40,8 @@ type Deterministic struct {
 	Workload Workload         `json:"workload"`
 	Cluster  cluster.Config   `json:"cluster"`
 	Replicas Replicas         `json:"router_replicas"`
+	// Signals is the KV event channel's faults, when it has any.
+	Signals *Signals `json:"event_channel,omitempty"`
 	// Headroom is how far any router could take the prefix hit rate on
 	// repeat 0's requests and this cluster (absent from reports made
 	// before it was).
