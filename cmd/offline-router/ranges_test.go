@@ -119,7 +119,7 @@ var replayBadValues = []badValue{
 
 // noRange are the replay flags that take any value of their type.
 var noRange = map[string]string{
-	"compare": "a switch", "capacity": "a switch", "dp-attention": "a switch (refused without --dp-size 2 or more: TestDPAttention)", "dedupe-event-ids": "a switch", "kv-events": "a switch",
+	"compare": "a switch", "capacity": "a switch", "robustness": "a switch", "dp-attention": "a switch (refused without --dp-size 2 or more: TestDPAttention)", "dedupe-event-ids": "a switch", "kv-events": "a switch",
 	"quiet": "a switch", "help": "a switch",
 }
 

@@ -64,6 +64,7 @@ type replayOptions struct {
 	cpuProfile     string
 	quiet          bool
 	capacity       bool
+	robustness     bool
 	search         replay.CapacitySearch
 }
 
@@ -224,6 +225,7 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 	f.StringVar(&o.plotFile, "plot", "", "draw the contenders side by side (their ratios to the baseline, hit rate, TTFT, hit rate over time, per-worker load) to this .png, .svg or .pdf")
 	f.IntVar(&o.maxLineBytes, "max-line-bytes", wire.DefaultMaxLineBytes, "a longer trace line is refused by its number (the trace is read as it streams, never whole)")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress bar")
+	f.BoolVar(&o.robustness, "robustness", false, "also run every contender under each of five KV event channel faults (late by 1 s, reordered within 1 s, 10% lost, 10% duplicated, each worker's engine restarting once) and give each one's change against its own clean run, paired by repeat, with intervals under --repeats; --plot then draws them (docs/replay.md, \"Signals as deployed\")")
 	f.BoolVar(&o.capacity, "capacity", false, "also search each contender's capacity at SLO: the highest offered rate at which the share of requests meeting every --goodput level stays >= --attainment (needs --goodput; without contenders named, runs --compare's four; --plot then draws TTFT and attainment against offered load)")
 	f.Float64Var(&o.search.Attainment, "attainment", replay.DefaultCapacityAttainment, "with --capacity: the share of requests offered that must meet every --goodput level (rejected and unfinished ones miss)")
 	f.Float64Var(&o.search.Tolerance, "capacity-tolerance", replay.DefaultCapacityTolerance, "with --capacity: the relative width the search narrows each contender's bracket to (at most 12 probes a contender)")
@@ -288,8 +290,8 @@ func (o *replayOptions) plan(cmd *cobra.Command, args []string) (*replayPlan, er
 	if err != nil {
 		return nil, err
 	}
-	if !cfg.KVEvents && !o.signals.Perfect() {
-		return nil, fmt.Errorf("the --event-* and --engine-restart flags shape the KV event channel, and --kv-events=false sends no events: drop one of them")
+	if !cfg.KVEvents && (!o.signals.Perfect() || o.robustness) {
+		return nil, fmt.Errorf("the --event-* and --engine-restart flags and --robustness shape the KV event channel, and --kv-events=false sends no events: drop one of them")
 	}
 	if cfg.WorkerDefaults != (protocol.WorkerDefaults{}) {
 		return nil, fmt.Errorf("config worker_defaults: replay announces its own workers (--workers and the --worker-* flags), as aggregated single-rank workers; drop worker_defaults")
@@ -384,6 +386,13 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) 
 	if err == nil && o.capacity {
 		rep.Deterministic.Capacity, err = exp.Capacity(ctx, base, o.search)
 	}
+	if err == nil && o.robustness {
+		workers := o.cluster.Workers
+		if o.cluster.Disaggregated() {
+			workers = o.cluster.PrefillWorkers
+		}
+		rep.Deterministic.Robustness, err = exp.Robustness(ctx, trace, info, rep, replay.RobustnessFaults(trace, workers))
+	}
 	if err == nil && signalOf(ctx) != 0 { // after the last command: the outputs are not written all the same
 		err = fmt.Errorf("after the runs: %w", replay.ErrStopped)
 	}
@@ -405,12 +414,17 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) 
 	switch {
 	case err == nil && o.plotFile != "" && o.capacity:
 		err = figure.SaveCapacity(o.plotFile, "capacity at SLO: "+title, rep.Deterministic.Capacity, exp.Goodput)
+	case err == nil && o.plotFile != "" && o.robustness:
+		err = figure.SaveRobustness(o.plotFile, "robustness to the KV event channel: "+title, rep.Deterministic.Robustness)
 	case err == nil && o.plotFile != "":
 		err = figure.SaveReplay(o.plotFile, "replay of "+title, rep, results)
 	}
 	terr := replay.WriteTable(table, rep)
 	if terr == nil && o.capacity {
 		terr = replay.WriteCapacityTable(table, rep.Deterministic.Capacity, exp.Goodput)
+	}
+	if terr == nil && o.robustness {
+		terr = replay.WriteRobustnessTable(table, rep.Deterministic.Robustness, exp.Goodput.Set())
 	}
 	if terr != nil {
 		err = errors.Join(err, fmt.Errorf("writing the table: %w", terr))
@@ -759,6 +773,12 @@ func (o *replayOptions) checkSignals() error {
 		s.Restarts = append(s.Restarts, r)
 	}
 	switch {
+	case o.robustness && !s.Perfect():
+		return fmt.Errorf("--robustness runs its own faults against a clean channel: drop the --event-* and --engine-restart flags")
+	case o.robustness && o.capacity:
+		return fmt.Errorf("--robustness and --capacity each run every contender again: give one of them")
+	case o.robustness && o.cluster.Engine != cluster.EngineIteration:
+		return fmt.Errorf("--robustness restarts engines, which the iteration engine does: drop --engine simple")
 	case s.Perfect():
 		return nil
 	case len(s.Restarts) > 0 && o.cluster.Engine != cluster.EngineIteration:

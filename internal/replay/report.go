@@ -66,6 +66,9 @@ type Deterministic struct {
 	Verdicts []string `json:"verdicts"`
 	// Capacity is each contender's capacity at SLO, with --capacity only.
 	Capacity *CapacityReport `json:"capacity,omitempty"`
+	// Robustness is each contender under each event channel fault against
+	// its clean run, with --robustness.
+	Robustness *RobustnessReport `json:"robustness,omitempty"`
 }
 
 // TraceInfo identifies the requests replayed.

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 
@@ -93,5 +94,47 @@ func TestParseRestart(t *testing.T) {
 		if _, err := ParseRestart(bad); err == nil {
 			t.Errorf("%q read", bad)
 		}
+	}
+}
+
+// TestRobustnessAgainstTheCleanRun: under a fault of no intensity every
+// contender's change is none, exactly (the faulty run is the clean run
+// byte for byte); under loss, kv's hit rate falls and the gaps show, while
+// round_robin, which reads no events, is unchanged.
+func TestRobustnessAgainstTheCleanRun(t *testing.T) {
+	c := cluster.Default(4)
+	c.TotalKVBlocks = 60
+	e := &Experiment{Workload: Workload{BuiltinSessions: 150, ArrivalSpeedupRatio: 1}, Cluster: c, Router: routerConfig(protocol.PolicyKV), Repeats: 2, Jobs: 2,
+		Contenders: []Contender{{Name: "kv", Router: routerConfig(protocol.PolicyKV)}, {Name: "round_robin", Router: routerConfig(protocol.PolicyRoundRobin)}}}
+	trace, info, err := e.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clean, _, err := e.Run(context.Background(), trace, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Robustness(context.Background(), trace, info, clean, []Fault{{Name: "none"}, {Name: "lossy", Signals: Signals{LossRate: 0.3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fc := range r.Faults[0].Contenders {
+		if fc.PrefixHitRate.Mean != 0 || fc.MeanTTFT.Mean != 1 || fc.P99TTFT.Mean != 1 || *fc.MeanTTFT.CI95 != [2]float64{1, 1} || fc.EventIDGaps != 0 {
+			t.Errorf("no fault, %s: %+v", fc.Contender, fc)
+		}
+	}
+	kv, rr := r.Faults[1].Contenders[0], r.Faults[1].Contenders[1]
+	if !(kv.PrefixHitRate.Mean < 0) || kv.EventsLost == 0 || kv.EventIDGaps == 0 {
+		t.Errorf("lossy kv: %+v", kv)
+	}
+	if rr.PrefixHitRate.Mean != 0 || rr.MeanTTFT.Mean != 1 {
+		t.Errorf("lossy round_robin: %+v", rr)
+	}
+	var out strings.Builder
+	if err := WriteRobustnessTable(&out, r, false); err != nil || !strings.Contains(out.String(), "lossy") {
+		t.Errorf("table: %v\n%s", err, out.String())
+	}
+	if f := RobustnessFaults(trace, 4); len(f) != 5 || len(f[4].Signals.Restarts) != 4 || f[4].Signals.Restarts[3].Worker != 4 {
+		t.Errorf("faults %+v", f)
 	}
 }
