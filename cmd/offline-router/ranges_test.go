@@ -114,6 +114,7 @@ var replayBadValues = []badValue{
 	{"event-reorder-window-ms", "NaN", nil},
 	{"event-loss-rate", "1.5", nil},
 	{"event-dup-rate", "-0.1", nil},
+	{"event-dup-lag-ms", "-1", []string{"--event-dup-rate", "0.1"}},
 	{"engine-restart", "1@-5", nil},
 }
 

@@ -172,7 +172,8 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 	f.Float64Var(&o.signals.DelayMS, "event-delay-ms", 0, "the KV event channel: every event reaches the router this many ms late (0 = at once)")
 	f.Float64Var(&o.signals.ReorderWindowMS, "event-reorder-window-ms", 0, "the KV event channel: each event later by a delay drawn uniformly from [0, this) ms, so that events within it of each other arrive in either order (seeded by --seed)")
 	f.Float64Var(&o.signals.LossRate, "event-loss-rate", 0, "the KV event channel: the share of events the router never gets (seeded by --seed)")
-	f.Float64Var(&o.signals.DupRate, "event-dup-rate", 0, "the KV event channel: the share of events the router gets twice, each copy with its own delay (seeded by --seed)")
+	f.Float64Var(&o.signals.DupRate, "event-dup-rate", 0, "the KV event channel: the share of events the router gets twice, the copy --event-dup-lag-ms after the first (seeded by --seed)")
+	f.Float64Var(&o.signals.DupLagMS, "event-dup-lag-ms", 1000, "with --event-dup-rate: how long after an event its copy comes, as a publisher's retry would resend it")
 	f.StringArrayVar(&o.restarts, "engine-restart", nil, "WORKER@MS: that worker's engine restarts MS into the run (iteration engine): its prefix cache reset, a cleared event, its event ids from 1 again; repeatable")
 	f.BoolVar(&o.cluster.DPAttention, "dp-attention", false, "iteration engine, --dp-size 2 or more: a worker's DP ranks step together, each step as long as its slowest rank's, as DP attention over an expert-parallel MoE runs (DeepSeek-style); the report gives the step time each rank lost waiting (docs/replay.md)")
 	f.IntVar(&o.cluster.DPSize, "dp-size", o.cluster.DPSize, "attention data-parallel ranks per worker, each its own KV cache and batch (the --worker-* sizes are each rank's): 1 to 1024, and at most 65536 ranks in all")
@@ -391,7 +392,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) 
 		if o.cluster.Disaggregated() {
 			workers = o.cluster.PrefillWorkers
 		}
-		rep.Deterministic.Robustness, err = exp.Robustness(ctx, trace, info, rep, replay.RobustnessFaults(trace, workers))
+		rep.Deterministic.Robustness, err = exp.Robustness(ctx, trace, info, rep, replay.RobustnessFaults(trace, workers, o.workload.ReplayConcurrency > 0))
 	}
 	if err == nil && signalOf(ctx) != 0 { // after the last command: the outputs are not written all the same
 		err = fmt.Errorf("after the runs: %w", replay.ErrStopped)
@@ -648,11 +649,12 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	if err := o.checkReplicas(flags); err != nil {
 		return err
 	}
-	if err := o.checkSignals(); err != nil {
+	if err := o.checkSignals(flags); err != nil {
 		return err
 	}
 	if err := o.cluster.Check(); err != nil {
-		if o.clusterFile != "" {
+		var fe *cluster.FieldError
+		if o.clusterFile != "" && errors.As(err, &fe) && fe.Field == "workers" {
 			return fmt.Errorf("--cluster %s: its pools' %w", o.clusterFile, err)
 		}
 		return clusterFlagError(err)
@@ -760,17 +762,27 @@ func (o *replayOptions) checkEngine(flags *pflag.FlagSet) error {
 
 // checkSignals reads the event channel's flags: restarts need the
 // iteration engine (and a worker the cluster has, which the run checks).
-func (o *replayOptions) checkSignals() error {
+func (o *replayOptions) checkSignals(flags *pflag.FlagSet) error {
 	s := &o.signals
 	if err := s.Check(); err != nil {
 		return err
+	}
+	restartable, pool := o.cluster.Workers, "workers"
+	if o.cluster.Disaggregated() {
+		restartable, pool = o.cluster.PrefillWorkers, "prefill workers (a decode worker's engine does not restart)"
 	}
 	for _, v := range o.restarts {
 		r, err := replay.ParseRestart(v)
 		if err != nil {
 			return fmt.Errorf("--engine-restart %w", err)
 		}
+		if r.Worker > uint64(restartable) {
+			return fmt.Errorf("--engine-restart %s: the cluster's %s are 1 to %d", v, pool, restartable)
+		}
 		s.Restarts = append(s.Restarts, r)
+	}
+	if !flags.Changed("event-dup-rate") && flags.Changed("event-dup-lag-ms") {
+		return fmt.Errorf("--event-dup-lag-ms times the copies of --event-dup-rate: give it too")
 	}
 	switch {
 	case o.robustness && !s.Perfect():

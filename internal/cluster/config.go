@@ -140,6 +140,8 @@ func (c *Config) Check() error {
 	case c.DPSize < 1 || c.DPSize > min(protocol.MaxDPSize, protocol.MaxRanks/c.Workers):
 		return &FieldError{"dp_size", c.DPSize, fmt.Sprintf("1 to %d (a worker has at most %d DP ranks, and the router holds at most %d ranks, %d workers × dp size)",
 			min(protocol.MaxDPSize, protocol.MaxRanks/c.Workers), protocol.MaxDPSize, protocol.MaxRanks, c.Workers)}
+	case c.DPAttention && (c.DPSize < 2 || c.Engine != EngineIteration):
+		return &FieldError{"dp_attention", true, "DP ranks to step together (--dp-size 2 or more) under the iteration engine"}
 	case len(c.Hardware) > 0:
 		return nil // each pool's is checked as it is sized
 	case c.TotalKVBlocks < 1:
@@ -151,8 +153,6 @@ func (c *Config) Check() error {
 		return &FieldError{"worker_prefill_tokens_per_ms", c.PrefillTokensPerMS, "1e-6 to 2^53"}
 	case !(c.DecodeMSPerToken >= 0 && c.DecodeMSPerToken <= 1e6):
 		return &FieldError{"worker_decode_ms_per_token", c.DecodeMSPerToken, "a finite number from 0 to 1e6"}
-	case c.DPAttention && (c.DPSize < 2 || c.Engine != EngineIteration):
-		return &FieldError{"dp_attention", true, "DP ranks to step together (dp_size 2 or more) under the iteration engine"}
 	case c.MaxGPULoRACount != nil && (*c.MaxGPULoRACount < 0 || *c.MaxGPULoRACount > protocol.MaxLoRACount):
 		return &FieldError{"max_gpu_lora_count", *c.MaxGPULoRACount, fmt.Sprintf("0 to %d adapters a worker holds at once", protocol.MaxLoRACount)}
 	}

@@ -149,10 +149,10 @@ type Metrics struct {
 	// not follow the one before on their rank (their evidence: a gap for a
 	// lost event, a repeat for a duplicate, a late one, or a restart's
 	// renumbering), summed over the routers.
-	EventsLost       int `json:"events_lost,omitempty"`
-	EventsDuplicated int `json:"events_duplicated,omitempty"`
-	EventIDGaps      int `json:"event_id_gaps,omitempty"`
-	EventIDRepeats   int `json:"event_id_repeats,omitempty"`
+	EventsLost       *int `json:"events_lost,omitempty"`
+	EventsDuplicated *int `json:"events_duplicated,omitempty"`
+	EventIDGaps      *int `json:"event_id_gaps,omitempty"`
+	EventIDRepeats   *int `json:"event_id_repeats,omitempty"`
 	// With DP attention (cluster dp_attention): LockstepWaitMS is the step
 	// time the ranks spent waiting on their slowest sibling, summed over
 	// them, and WorkerLockstepWaitMS each rank's, in (worker, rank) order:
@@ -368,18 +368,18 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // the host's state.
 func (h *host) metrics(trace []Request) (Metrics, []Record) {
 	m := Metrics{Policy: string(h.opt.Router.Policy), Mode: "kv_events", Requests: len(trace), RejectedByReason: map[string]int{}}
+	gaps, repeats := 0, 0
 	for _, p := range h.pools {
 		commands, applied := p.counts()
 		m.RouterCommands += commands
 		m.EventsApplied += applied
-		if !h.opt.Signals.Perfect() { // a perfect channel's, where a skipped event's id leaves one, are not the channel's doing
-			for _, rp := range p.replicas {
-				m.EventIDGaps += rp.eventIDGaps
-				m.EventIDRepeats += rp.eventIDRepeats
-			}
+		for _, rp := range p.replicas {
+			gaps, repeats = gaps+rp.eventIDGaps, repeats+rp.eventIDRepeats
 		}
 	}
-	m.EventsLost, m.EventsDuplicated = h.channel.lost, h.channel.dup
+	if !h.opt.Signals.Perfect() { // a perfect channel's gaps (a skipped event's id leaves one) are not the channel's doing
+		m.EventsLost, m.EventsDuplicated, m.EventIDGaps, m.EventIDRepeats = ptr(h.channel.lost), ptr(h.channel.dup), ptr(gaps), ptr(repeats)
+	}
 	for _, w := range h.order {
 		m.EvictedBlocks += w.Counts().Evicted
 	}

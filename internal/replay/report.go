@@ -183,7 +183,7 @@ func WriteTable(w io.Writer, rep *Report) error {
 	row("preemptions", num("%.0f", "num_preemptions", func(m *Metrics) float64 { return float64(m.NumPreemptions) }))
 	row("evicted blocks", num("%.0f", "evicted_blocks", func(m *Metrics) float64 { return float64(m.EvictedBlocks) }))
 	if ms[0].LockstepWaitMS != nil {
-		row("DP lockstep wait (s)", num("%.1f", "", func(m *Metrics) float64 { return *m.LockstepWaitMS / 1000 }))
+		row("DP lockstep wait (ms)", num("%.0f", "lockstep_wait_ms", func(m *Metrics) float64 { return *m.LockstepWaitMS }))
 	}
 	row("mean busy share", num("%.3f", "mean_busy_share", func(m *Metrics) float64 { return m.MeanBusyShare }))
 	row("mean KV cache usage", num("%.3f", "mean_kv_cache_usage", func(m *Metrics) float64 { return m.MeanKVCacheUsage }))

@@ -21,33 +21,38 @@ const (
 	faultWindowMS = 1000
 	faultLossRate = 0.1
 	faultDupRate  = 0.1
+	faultDupLagMS = 1000
 )
 
 // RobustnessFaults are the faults --robustness runs each contender under:
 // every event a second late; events reordered within a second; a tenth of
-// them lost; a tenth duplicated; and each worker (of the aggregated or
-// prefill pool) restarting once, worker k of n at k/(n+1) of the span of
-// the trace's arrivals.
-func RobustnessFaults(trace []Request, workers int) []Fault {
-	first, last := math.Inf(1), 0.0
-	for i := range trace {
-		first, last = math.Min(first, trace[i].Arrival), math.Max(last, trace[i].Arrival)
-	}
-	if len(trace) == 0 {
-		first = 0
-	}
-	var restarts []Restart
-	for k := range workers {
-		at := first + float64(float64(last-first)*float64(k+1)/float64(workers+1))
-		restarts = append(restarts, Restart{Worker: uint64(k + 1), AtMS: at})
-	}
-	return []Fault{
+// them lost; a tenth sent again a second later; and each worker (of the
+// aggregated or prefill pool) restarting once, worker k of n at k/(n+1) of
+// the span of the requests' arrivals (a later turn's its previous turn's
+// and its delay, service taking no time). In a closed loop, whose arrivals
+// the run alone makes, there is no span to place restarts in: the four
+// others run.
+func RobustnessFaults(trace []Request, workers int, closedLoop bool) []Fault {
+	faults := []Fault{
 		{"late", Signals{DelayMS: faultDelayMS}},
 		{"reordered", Signals{ReorderWindowMS: faultWindowMS}},
 		{"lossy", Signals{LossRate: faultLossRate}},
-		{"duplicated", Signals{DupRate: faultDupRate}},
-		{"restarts", Signals{Restarts: restarts}},
+		{"duplicated", Signals{DupRate: faultDupRate, DupLagMS: faultDupLagMS}},
 	}
+	if closedLoop || len(trace) == 0 {
+		return faults
+	}
+	first, last := math.Inf(1), 0.0
+	for _, at := range estimatedArrivals(trace) {
+		first, last = math.Min(first, at), math.Max(last, at)
+	}
+	first = math.Max(first, 0)
+	var restarts []Restart
+	for k := range workers {
+		at := first + float64(float64(max(last-first, 0))*float64(k+1)/float64(workers+1))
+		restarts = append(restarts, Restart{Worker: uint64(k + 1), AtMS: at})
+	}
+	return append(faults, Fault{"restarts", Signals{Restarts: restarts}})
 }
 
 // RobustnessReport is each contender's figures under each fault against
@@ -123,12 +128,20 @@ func faultChange(name string, clean, faulty []Metrics, goodput bool) FaultChange
 		}
 	}
 	fc := FaultChange{Contender: name, PrefixHitRate: MeanInterval(hit), MeanTTFT: MeanInterval(mean), P99TTFT: MeanInterval(p99),
-		EventsLost: faulty[0].EventsLost, EventIDGaps: faulty[0].EventIDGaps, EventIDRepeats: faulty[0].EventIDRepeats}
+		EventsLost: deref(faulty[0].EventsLost), EventIDGaps: deref(faulty[0].EventIDGaps), EventIDRepeats: deref(faulty[0].EventIDRepeats)}
 	if goodput {
 		g := MeanInterval(good)
 		fc.Goodput = &g
 	}
 	return fc
+}
+
+// deref is *p, 0 for none (a perfect channel's count).
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 // ratio is a over b, 1 when both are 0 (nothing changed), and +Inf for a

@@ -23,9 +23,12 @@ type Signals struct {
 	DelayMS         float64 `json:"delay_ms,omitempty"`
 	ReorderWindowMS float64 `json:"reorder_window_ms,omitempty"`
 	// LossRate is the share of events the router never gets, DupRate the
-	// share it gets twice (the copy with its own delay).
+	// share it gets twice: again DupLagMS after the first, as a publisher's
+	// retry would send it (by then a later event may have changed what it
+	// names, and the copy undoes that).
 	LossRate float64 `json:"loss_rate,omitempty"`
 	DupRate  float64 `json:"dup_rate,omitempty"`
+	DupLagMS float64 `json:"dup_lag_ms,omitempty"`
 	// Restarts restart workers' engines: each clears the worker's prefix
 	// cache, sends cleared and numbers its events afresh from 1.
 	Restarts []Restart `json:"restarts,omitempty"`
@@ -71,6 +74,8 @@ func (s *Signals) Check() error {
 		return fmt.Errorf("--event-loss-rate %v: expected a share from 0 to 1", s.LossRate)
 	case !(s.DupRate >= 0 && s.DupRate <= 1):
 		return fmt.Errorf("--event-dup-rate %v: expected a share from 0 to 1", s.DupRate)
+	case !(s.DupLagMS >= 0 && s.DupLagMS <= 1e9):
+		return fmt.Errorf("--event-dup-lag-ms %v: expected 0 to 1e9 ms", s.DupLagMS)
 	}
 	return nil
 }
@@ -115,10 +120,13 @@ func (h *host) transmit(t float64, w *simWorker, ev *protocol.KVEvent) {
 	case protocol.Removed:
 		x.Data = protocol.Removed{BlockHashes: slices.Clone(d.BlockHashes)}
 	}
-	for range copies {
+	for k := range copies {
 		delay := s.DelayMS
 		if s.ReorderWindowMS > 0 {
 			delay += float64(c.rng.Float64() * s.ReorderWindowMS)
+		}
+		if k > 0 {
+			delay += s.DupLagMS
 		}
 		c.inFlight = append(c.inFlight, signalEvent{w, x})
 		h.nextSeq++

@@ -3,6 +3,7 @@ package replay
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -35,33 +36,37 @@ func runSignals(t *testing.T, s Signals) (*Result, string, string) {
 func TestEventChannelFaults(t *testing.T) {
 	clean, cleanCmds, cleanResps := runSignals(t, Signals{})
 	zero, zeroCmds, zeroResps := runSignals(t, Signals{LossRate: 0, DelayMS: 0})
-	if zeroCmds != cleanCmds || zeroResps != cleanResps || zero.Metrics.EventsLost != 0 {
+	if zeroCmds != cleanCmds || zeroResps != cleanResps || deref(zero.Metrics.EventsLost) != 0 {
 		t.Fatal("a channel of no faults is not the perfect one")
 	}
 	lossy, cmds, resps := runSignals(t, Signals{LossRate: 0.3})
 	m := lossy.Metrics
-	if m.EventsLost == 0 || m.EventIDGaps == 0 || !(m.PrefixHitRate < clean.Metrics.PrefixHitRate) {
-		t.Errorf("lost %d events, %d gaps; hit rate %.3f against %.3f clean", m.EventsLost, m.EventIDGaps, m.PrefixHitRate, clean.Metrics.PrefixHitRate)
+	if deref(m.EventsLost) == 0 || deref(m.EventIDGaps) == 0 || !(m.PrefixHitRate < clean.Metrics.PrefixHitRate) {
+		t.Errorf("lost %d events, %d gaps; hit rate %.3f against %.3f clean", deref(m.EventsLost), deref(m.EventIDGaps), m.PrefixHitRate, clean.Metrics.PrefixHitRate)
 	}
 	if m.EventsApplied >= clean.Metrics.EventsApplied {
 		t.Errorf("%d events applied through a lossy channel, %d clean", m.EventsApplied, clean.Metrics.EventsApplied)
 	}
 	replaysAlone(t, cmds, resps)
 	dup, cmds, resps := runSignals(t, Signals{DupRate: 0.2, ReorderWindowMS: 0})
-	if dup.Metrics.EventsDuplicated == 0 || dup.Metrics.EventIDRepeats != dup.Metrics.EventsDuplicated || dup.Metrics.EventIDGaps != 0 {
-		t.Errorf("%d duplicated, %d repeats, %d gaps", dup.Metrics.EventsDuplicated, dup.Metrics.EventIDRepeats, dup.Metrics.EventIDGaps)
+	if deref(dup.Metrics.EventsDuplicated) == 0 || deref(dup.Metrics.EventIDRepeats) != deref(dup.Metrics.EventsDuplicated) || deref(dup.Metrics.EventIDGaps) != 0 {
+		t.Errorf("%d duplicated, %d repeats, %d gaps", deref(dup.Metrics.EventsDuplicated), deref(dup.Metrics.EventIDRepeats), deref(dup.Metrics.EventIDGaps))
 	}
 	replaysAlone(t, cmds, resps)
+	resent, _, _ := runSignals(t, Signals{DupRate: 0.3, DupLagMS: 5000})
+	if !(resent.Metrics.PrefixHitRate < clean.Metrics.PrefixHitRate) || deref(resent.Metrics.EventIDRepeats) == 0 {
+		t.Errorf("copies resent 5 s later: hit rate %.4f against %.4f clean, %d repeats", resent.Metrics.PrefixHitRate, clean.Metrics.PrefixHitRate, deref(resent.Metrics.EventIDRepeats))
+	}
 	late, cmds, _ := runSignals(t, Signals{DelayMS: 20, ReorderWindowMS: 40})
-	if late.Metrics.EventIDRepeats == 0 || late.Metrics.EventsLost != 0 {
-		t.Errorf("late and reordered: %d repeats, %d applied", late.Metrics.EventIDRepeats, late.Metrics.EventsApplied)
+	if deref(late.Metrics.EventIDRepeats) == 0 || deref(late.Metrics.EventsLost) != 0 {
+		t.Errorf("late and reordered: %d repeats, %d applied", deref(late.Metrics.EventIDRepeats), late.Metrics.EventsApplied)
 	}
 	if !strings.Contains(cmds, `"op":"observe","now_ms":20`) {
 		t.Error("no event came late")
 	}
 	restart, cmds, resps := runSignals(t, Signals{Restarts: []Restart{{Worker: 2, AtMS: 20000}}})
-	if restart.Metrics.EventIDRepeats != 1 || !strings.Contains(cmds, `"worker_id":2,"storage_tier":"device","event":{"event_id":1,"dp_rank":0,"data":"cleared"`) {
-		t.Errorf("restart: %d repeats; a cleared numbered 1 from worker 2: %v", restart.Metrics.EventIDRepeats, strings.Contains(cmds, `"cleared"`))
+	if deref(restart.Metrics.EventIDRepeats) != 1 || !strings.Contains(cmds, `"worker_id":2,"storage_tier":"device","event":{"event_id":1,"dp_rank":0,"data":"cleared"`) {
+		t.Errorf("restart: %d repeats; a cleared numbered 1 from worker 2: %v", deref(restart.Metrics.EventIDRepeats), strings.Contains(cmds, `"cleared"`))
 	}
 	replaysAlone(t, cmds, resps)
 	if _, err := Run(Builtin(2, 5, 0, 512), Options{Cluster: cluster.Default(2), Router: routerConfig(protocol.PolicyKV),
@@ -134,7 +139,22 @@ func TestRobustnessAgainstTheCleanRun(t *testing.T) {
 	if err := WriteRobustnessTable(&out, r, false); err != nil || !strings.Contains(out.String(), "lossy") {
 		t.Errorf("table: %v\n%s", err, out.String())
 	}
-	if f := RobustnessFaults(trace, 4); len(f) != 5 || len(f[4].Signals.Restarts) != 4 || f[4].Signals.Restarts[3].Worker != 4 {
-		t.Errorf("faults %+v", f)
+	f := RobustnessFaults(trace, 4, false)
+	if len(f) != 5 || len(f[4].Signals.Restarts) != 4 || f[4].Signals.Restarts[3].Worker != 4 {
+		t.Fatalf("faults %+v", f)
+	}
+	// The restarts spread over the arrivals as they will be, later turns
+	// after their delays: the last after the last session's first turn.
+	starts, at := 0.0, estimatedArrivals(trace)
+	for i := range trace {
+		if trace[i].DelayMS == nil {
+			starts = max(starts, trace[i].Arrival)
+		}
+	}
+	if last := f[4].Signals.Restarts[3].AtMS; !(last > starts && last < slices.Max(at)) || f[4].Signals.Restarts[0].AtMS < 0 {
+		t.Errorf("restarts %+v, the last session starting at %v, the last arrival at %v", f[4].Signals.Restarts, starts, slices.Max(at))
+	}
+	if len(RobustnessFaults(trace, 4, true)) != 4 {
+		t.Error("a closed loop has restarts placed")
 	}
 }
