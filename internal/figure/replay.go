@@ -140,29 +140,16 @@ func SaveReplay(path, title string, rep *replay.Report, results []*replay.Result
 	}
 
 	// Layout, top to bottom, in canvas coordinates (y grows upwards).
-	titleStyle := textStyle(titleSize)
-	legendStyle := textStyle(legendSize)
-	lines := legendLines(ss, legendStyle, figWidth-2*margin)
-	lineH := legendStyle.Height("Xg") * 1.5
+	h := newHead(title, ss)
 	heatCols := heatColumns(len(results))
 	heatRows := (len(results) + heatCols - 1) / heatCols
-	headH := titleStyle.Height(title)*1.4 + vg.Length(len(lines))*lineH + legendGap
 	// At least tall enough for the colour bar and its label beside it.
 	heatH := max(vg.Length(heatRows)*heatRowH, 2.8*vg.Inch)
-	height := margin + headH + cmpH + 2*panelRowH + heatH + margin
+	height := margin + h.height() + cmpH + 2*panelRowH + heatH + margin
 
 	canvas := newCanvas(path, figWidth, height)
-	dc := draw.New(canvas)
-	body := draw.Crop(dc, margin, -margin, margin, -margin)
-	top := body.Max.Y
-	titleStyle.XAlign, titleStyle.YAlign = draw.XCenter, draw.YTop
-	body.FillText(titleStyle, vg.Point{X: (body.Min.X + body.Max.X) / 2, Y: top}, title)
-	top -= titleStyle.Height(title) * 1.4
-	for _, line := range lines {
-		drawLegendLine(body, legendStyle, line, top-lineH/2)
-		top -= lineH
-	}
-	top -= legendGap
+	body := draw.Crop(draw.New(canvas), margin, -margin, margin, -margin)
+	top := h.draw(body)
 
 	if cmp != nil {
 		drawComparison(body, top, cmp, cmpPlots, rep)
@@ -257,6 +244,42 @@ const (
 	entryGap  = 24
 	legendGap = 0.15 * vg.Inch // between the legend and the panels' titles
 )
+
+// head is a figure's title and the one legend of its contenders' colours
+// that every panel shares, at its top.
+type head struct {
+	title        string
+	lines        [][]legendEntry
+	titleStyle   text.Style
+	legendStyle  text.Style
+	lineH, headH vg.Length
+}
+
+func newHead(title string, ss []series) head {
+	h := head{title: title, titleStyle: textStyle(titleSize), legendStyle: textStyle(legendSize)}
+	h.lines = legendLines(ss, h.legendStyle, figWidth-2*margin)
+	h.lineH = h.legendStyle.Height("Xg") * 1.5
+	h.headH = h.titleStyle.Height(title)*1.4 + vg.Length(len(h.lines))*h.lineH
+	return h
+}
+
+// height is the head's, with the gap below it.
+func (h head) height() vg.Length { return h.headH + legendGap }
+
+// draw draws the head at the top of body and returns the height below
+// it, the gap taken.
+func (h head) draw(body draw.Canvas) vg.Length {
+	top := body.Max.Y
+	sty := h.titleStyle
+	sty.XAlign, sty.YAlign = draw.XCenter, draw.YTop
+	body.FillText(sty, vg.Point{X: (body.Min.X + body.Max.X) / 2, Y: top}, h.title)
+	top -= h.titleStyle.Height(h.title) * 1.4
+	for _, line := range h.lines {
+		drawLegendLine(body, h.legendStyle, line, top-h.lineH/2)
+		top -= h.lineH
+	}
+	return top - legendGap
+}
 
 type legendEntry struct {
 	name  string

@@ -54,22 +54,11 @@ func SaveRobustness(path, title string, r *replay.RobustnessReport) error {
 		}
 		plots = append(plots, p)
 	}
-	titleStyle, legendStyle := textStyle(titleSize), textStyle(legendSize)
-	lines := legendLines(ss, legendStyle, figWidth-2*margin)
-	lineH := legendStyle.Height("Xg") * 1.5
+	h := newHead(title, ss)
 	panelH := max(vg.Length(len(r.Faults))*robustRowH, robustMinH)
-	headH := titleStyle.Height(title)*1.4 + vg.Length(len(lines))*lineH + legendGap
-	canvas := newCanvas(path, figWidth, margin+headH+panelH+margin)
+	canvas := newCanvas(path, figWidth, margin+h.height()+panelH+margin)
 	body := draw.Crop(draw.New(canvas), margin, -margin, margin, -margin)
-	top := body.Max.Y
-	titleStyle.XAlign, titleStyle.YAlign = draw.XCenter, draw.YTop
-	body.FillText(titleStyle, vg.Point{X: (body.Min.X + body.Max.X) / 2, Y: top}, title)
-	top -= titleStyle.Height(title) * 1.4
-	for _, line := range lines {
-		drawLegendLine(body, legendStyle, line, top-lineH/2)
-		top -= lineH
-	}
-	top -= legendGap
+	top := h.draw(body)
 	tiles := draw.Tiles{Rows: 1, Cols: len(plots), PadX: 0.4 * vg.Inch, PadRight: 0.1 * vg.Inch}
 	grid := [][]*plot.Plot{plots}
 	for j, c := range plot.Align(grid, tiles, band(body, top, panelH))[0] {

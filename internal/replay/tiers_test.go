@@ -8,9 +8,7 @@ import (
 	"testing"
 
 	"github.com/offline-router/offline-router/internal/cluster"
-	"github.com/offline-router/offline-router/internal/engine"
 	"github.com/offline-router/offline-router/internal/protocol"
-	"github.com/offline-router/offline-router/internal/wire"
 )
 
 // tieredCluster is 4 workers with GPU caches small enough for the built-in
@@ -71,15 +69,7 @@ func TestHostTierRaisesTheHitRateAcrossTiers(t *testing.T) {
 	if !strings.Contains(cmds.String(), `"storage_tier":"host_pinned"`) {
 		t.Fatal("no host tier event reached the router")
 	}
-	eng, _ := engine.New(protocol.DefaultConfig())
-	var served bytes.Buffer
-	configure := wire.ConfigSource{}.Configure(func(c protocol.Config) (wire.Stepper, error) { return engine.New(c) })
-	if _, err := wire.Serve(bytes.NewReader(cmds.Bytes()), &served, eng, wire.ServeOptions{Configure: configure}); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(served.Bytes(), resps.Bytes()) {
-		t.Fatal("the tiered stream does not replay alone")
-	}
+	replaysAlone(t, cmds.String(), resps.String())
 	off := routerConfig(protocol.PolicyKV)
 	off.HostCacheHitWeight = 0
 	blind, err := Run(slices.Clone(trace), Options{Cluster: tieredCluster(), Router: off})
