@@ -22,8 +22,9 @@ const (
 
 // SaveRobustness draws replay --robustness to path: per fault (a row) and
 // contender (a mark in its colour, its interval as an error bar), the
-// change in prefix hit rate and the ratios of mean and p99 TTFT against
-// the contender's own clean run, with the no-change line dashed. A router
+// change in prefix hit rate and the ratios of mean and p99 TTFT (and of
+// goodput, with --goodput) against the contender's own clean run, with the
+// no-change line dashed. A router
 // that degrades gracefully keeps its marks near the line.
 func SaveRobustness(path, title string, r *replay.RobustnessReport) error {
 	if err := CheckFormat(path); err != nil {
@@ -37,14 +38,13 @@ func SaveRobustness(path, title string, r *replay.RobustnessReport) error {
 		named[i] = &replay.Result{Metrics: replay.Metrics{Policy: c.Contender}}
 	}
 	ss := contenders(nil, named)
-	panels := []struct {
-		title string
-		ref   float64
-		get   func(c *replay.FaultChange) replay.Estimate
-	}{
+	panels := []robustPanel{
 		{"prefix hit rate: change (higher is better)", 0, func(c *replay.FaultChange) replay.Estimate { return c.PrefixHitRate }},
 		{"mean TTFT: ratio (lower is better)", 1, func(c *replay.FaultChange) replay.Estimate { return c.MeanTTFT }},
 		{"p99 TTFT: ratio (lower is better)", 1, func(c *replay.FaultChange) replay.Estimate { return c.P99TTFT }},
+	}
+	if r.Faults[0].Contenders[0].Goodput != nil { // with --goodput
+		panels = append(panels, robustPanel{"goodput: ratio (higher is better)", 1, func(c *replay.FaultChange) replay.Estimate { return *c.Goodput }})
 	}
 	var plots []*plot.Plot
 	for k, pn := range panels {
@@ -65,6 +65,14 @@ func SaveRobustness(path, title string, r *replay.RobustnessReport) error {
 		grid[0][j].Draw(c)
 	}
 	return saveCanvas(path, canvas)
+}
+
+// robustPanel is one panel's figure: its title, its no-change value and
+// how a change gives it.
+type robustPanel struct {
+	title string
+	ref   float64
+	get   func(c *replay.FaultChange) replay.Estimate
 }
 
 // robustnessPlot is one panel: a row per fault, first on top, the
