@@ -29,7 +29,7 @@ func NewRanks(cfg *Config, id uint64, ranks uint32) []Worker {
 	out := make([]Worker, ranks)
 	if !cfg.DPAttention {
 		for r := range ranks {
-			out[r] = NewWorker(cfg, id, r)
+			out[r] = newWorker(cfg, id, r)
 		}
 		return out
 	}

@@ -79,8 +79,8 @@ type Counts struct {
 	LockstepWaitMS float64
 }
 
-// NewWorker is rank rank of worker id under cfg's worker model.
-func NewWorker(cfg *Config, id uint64, rank uint32) Worker {
+// newWorker is rank rank of worker id under cfg's worker model, stepping alone.
+func newWorker(cfg *Config, id uint64, rank uint32) Worker {
 	pub := publisher{id: id, rank: rank}
 	if cfg.Engine == EngineIteration {
 		return newIterEngine(cfg, &cfg.Profile.Step, pub)
