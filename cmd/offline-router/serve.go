@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"reflect"
 	"slices"
@@ -196,26 +197,18 @@ func (o *serveOptions) loadConfig(flags *pflag.FlagSet) (protocol.Config, error)
 	return src.Load()
 }
 
-// configSource is the config file and the config flags that were set.
-// maxConfigFileBytes bounds a config file read: a config is a few
-// kilobytes, and a file without end (/dev/zero, a wrong path to a trace)
-// would otherwise be read until memory runs out.
-const maxConfigFileBytes = 1 << 20
-
 // readConfigFile reads the config file flag names, refusing one past
-// maxConfigFileBytes.
+// wire.MaxConfigFileBytes.
 func readConfigFile(flag, path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", flag, err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxConfigFileBytes+1))
+	data, err := wire.ReadBounded(path)
+	var pe *fs.PathError
 	switch {
+	case errors.Is(err, wire.ErrTooLarge):
+		return nil, fmt.Errorf("%s %s: larger than %d bytes, which no config needs (is it the right file?)", flag, path, wire.MaxConfigFileBytes)
+	case errors.As(err, &pe) && pe.Op == "open": // the path names itself
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	case err != nil:
 		return nil, fmt.Errorf("%s %s: %w", flag, path, err)
-	case len(data) > maxConfigFileBytes:
-		return nil, fmt.Errorf("%s %s: larger than %d bytes, which no config needs (is it the right file?)", flag, path, maxConfigFileBytes)
 	}
 	return data, nil
 }

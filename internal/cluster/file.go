@@ -1,9 +1,8 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -253,21 +252,12 @@ func LoadProfile(ref, dir string) (Profile, error) {
 	return p, nil
 }
 
-// maxFileBytes bounds a profile file read: one is a few kilobytes, and a
-// file without end (/dev/zero, a trace by mistake) would otherwise be read
-// until memory runs out.
-const maxFileBytes = 1 << 20
-
-// readBounded reads the file at path, refusing one past maxFileBytes.
+// readBounded reads a profile file, refusing one past the bound configs
+// take.
 func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
-	if err == nil && len(data) > maxFileBytes {
-		err = fmt.Errorf("larger than %d bytes, which no profile needs (is it the right file?)", maxFileBytes)
+	data, err := wire.ReadBounded(path)
+	if errors.Is(err, wire.ErrTooLarge) {
+		err = fmt.Errorf("larger than %d bytes, which no profile needs (is it the right file?)", wire.MaxConfigFileBytes)
 	}
 	return data, err
 }
