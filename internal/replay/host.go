@@ -187,6 +187,7 @@ type host struct {
 	err      error         // the first failure to talk to a router
 	syncs    []syncMessage // the sync channel's messages: an evSync's idx
 	channel  channel       // the KV event channel, when it is not perfect
+	faulty   bool          // the channel is not perfect (Options.Signals)
 	syncRNG  *rand.Rand    // which messages the channel drops
 	// events and eventBlocks count the KV events sent to the router and
 	// the blocks they name (a replica's copy once).
@@ -260,6 +261,7 @@ func Run(trace []Request, opt Options) (*Result, error) {
 	h.hardware = h.opt.Cluster.WorkerPools()
 	h.syncRNG = rand.New(rand.NewPCG(opt.Router.Seed, 0x5ec))
 	h.channel.rng = rand.New(rand.NewPCG(opt.Router.Seed, signalStream))
+	h.faulty = !opt.Signals.Perfect()
 	if slices.ContainsFunc(trace, func(r Request) bool { return r.LoRAName != "" }) {
 		h.loraCapacity = ptr(opt.Cluster.LoRACapacity())
 	}
@@ -303,7 +305,7 @@ func Run(trace []Request, opt Options) (*Result, error) {
 		h.byID[r.ID] = r
 	}
 	for i, rs := range opt.Signals.Restarts {
-		if !slices.ContainsFunc(h.pools[0].order, func(w *simWorker) bool { return w.id == rs.Worker }) {
+		if h.pools[0].workers[rankKey{rs.Worker, 0}] == nil {
 			return nil, fmt.Errorf("an engine restart of worker %d, which the cluster has not (its workers are 1 to %d)", rs.Worker, opt.Cluster.Workers)
 		}
 		h.nextSeq++
@@ -772,7 +774,7 @@ func (h *host) observe(t float64, w *simWorker, ev *protocol.KVEvent) {
 	case protocol.Removed:
 		h.kvEventBlocks += len(d.BlockHashes)
 	}
-	if !h.opt.Signals.Perfect() {
+	if h.faulty {
 		h.transmit(t, w, ev)
 		return
 	}

@@ -144,10 +144,12 @@ func (h *host) receive(t float64, i int32) {
 // restart restarts the engine of worker Restarts[i] at t, each of its
 // ranks: their caches cleared, their events numbered afresh.
 func (h *host) restart(t float64, i int32) {
-	id := h.opt.Signals.Restarts[i].Worker
-	for _, w := range h.pools[0].order {
-		if w.id == id {
-			h.apply(t, w, w.Worker.(cluster.Restarter).Restart(t))
+	p, id := h.pools[0], h.opt.Signals.Restarts[i].Worker
+	for rank := uint32(0); ; rank++ {
+		w := p.workers[rankKey{id, rank}]
+		if w == nil {
+			return
 		}
+		h.apply(t, w, w.Worker.(cluster.Restarter).Restart(t))
 	}
 }
