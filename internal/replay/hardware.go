@@ -23,50 +23,64 @@ type HardwareMetrics struct {
 	MeanKVCacheUsage float64 `json:"mean_kv_cache_usage"`
 }
 
-// hardwareMetrics are each hardware pool's figures, from the requests'
-// records and the ranks' utilisation; nil without hardware pools.
-func (h *host) hardwareMetrics(trace []Request, ranks []rankUtil) []HardwareMetrics {
-	c := &h.opt.Cluster
-	if len(c.Hardware) == 0 {
+// hardwareTallies gather each hardware pool's figures as the metrics'
+// pass goes over the requests' records (classTallies' way): nil without
+// hardware pools.
+type hardwareTallies struct {
+	out              []HardwareMetrics
+	ttft             [][]sample
+	input, hit, e2el []float64
+	completed        int
+}
+
+func (h *host) newHardwareTallies() *hardwareTallies {
+	n := len(h.opt.Cluster.Hardware)
+	if n == 0 {
 		return nil
 	}
-	out := make([]HardwareMetrics, len(c.Hardware))
-	ttft := make([][]sample, len(out))
-	input, hit, e2el := make([]float64, len(out)), make([]float64, len(out)), make([]float64, len(out))
-	completed := 0
-	for i := range trace {
-		r := h.byID[trace[i].ID]
-		rec := h.record(r)
-		if rec.Rejected != "" || r.worker == nil {
-			continue
-		}
-		k := r.worker.hardware
-		completed++
-		out[k].Completed++
-		input[k] += float64(rec.InputTokens)
-		hit[k] += float64(rec.CachedTokens)
-		e2el[k] += rec.E2ELMS
-		ttft[k] = append(ttft[k], sample{rec.TTFTMS, 1})
+	return &hardwareTallies{out: make([]HardwareMetrics, n), ttft: make([][]sample, n),
+		input: make([]float64, n), hit: make([]float64, n), e2el: make([]float64, n)}
+}
+
+// add counts a completed request on the pool of the worker that served it.
+func (t *hardwareTallies) add(r *simRequest, rec *Record) {
+	if t == nil || rec.Rejected != "" || r.worker == nil {
+		return
 	}
-	util := make([][]rankUtil, len(out))
+	k := r.worker.hardware
+	t.completed++
+	t.out[k].Completed++
+	t.input[k] += float64(rec.InputTokens)
+	t.hit[k] += float64(rec.CachedTokens)
+	t.e2el[k] += rec.E2ELMS
+	t.ttft[k] = append(t.ttft[k], sample{rec.TTFTMS, 1})
+}
+
+// metrics are each hardware pool's figures, with its ranks' utilisation;
+// nil without hardware pools.
+func (t *hardwareTallies) metrics(h *host, ranks []rankUtil) []HardwareMetrics {
+	if t == nil {
+		return nil
+	}
+	util := make([][]rankUtil, len(t.out))
 	for _, w := range h.order {
 		util[w.hardware] = append(util[w.hardware], ranks[w.idx])
 	}
-	for k, hw := range c.Hardware {
-		m := &out[k]
+	for k, hw := range h.opt.Cluster.Hardware {
+		m := &t.out[k]
 		m.Pool, m.Profile, m.Workers, m.RelativeSpeed = hw.Name, hw.Profile.Name, hw.Workers, hw.RelativeSpeed
-		if completed > 0 {
-			m.RequestShare = float64(m.Completed) / float64(completed)
+		if t.completed > 0 {
+			m.RequestShare = float64(m.Completed) / float64(t.completed)
 		}
-		if input[k] > 0 {
-			m.PrefixHitRate = hit[k] / input[k]
+		if t.input[k] > 0 {
+			m.PrefixHitRate = t.hit[k] / t.input[k]
 		}
 		if m.Completed > 0 {
-			st := summarize(ttft[k])
-			m.MeanTTFTMS, m.P99TTFTMS, m.MeanE2ELMS = st.mean, st.p99, e2el[k]/float64(m.Completed)
+			st := summarize(t.ttft[k])
+			m.MeanTTFTMS, m.P99TTFTMS, m.MeanE2ELMS = st.mean, st.p99, t.e2el[k]/float64(m.Completed)
 		}
 		f := utilFiguresOf(util[k])
 		m.MeanBusyShare, m.MeanKVCacheUsage = f.meanBusy, f.meanMeanKV
 	}
-	return out
+	return t.out
 }

@@ -396,6 +396,7 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 	first, last, lastArrival := math.Inf(1), 0.0, 0.0
 	good := 0
 	classes := newClassTallies(&h.opt.Router)
+	hardware := h.newHardwareTallies()
 	for i := range trace {
 		r := h.byID[trace[i].ID]
 		first, last = math.Min(first, r.Arrival), math.Max(last, r.doneAt)
@@ -406,6 +407,7 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 		}
 		meets := h.opt.Goodput.Meets(&rec) // never a rejected one
 		classes.add(r, &rec, meets)
+		hardware.add(r, &rec)
 		m.NumPreemptions += rec.Preemptions
 		if rec.Rejected != "" {
 			m.Rejected++
@@ -480,7 +482,7 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 	f := utilFiguresOf(ranks)
 	m.WorkerBusyShare, m.MeanBusyShare, m.WorkerKVCacheUsage = f.busy, f.meanBusy, f.meanKV
 	m.WorkerPeakKVCacheUsage, m.MeanKVCacheUsage, m.PeakKVCacheUsage = f.peakKV, f.meanMeanKV, f.peak
-	m.Hardware = h.hardwareMetrics(trace, ranks)
+	m.Hardware = hardware.metrics(h, ranks)
 	if h.opt.Cluster.DPAttention {
 		m.WorkerLockstepWaitMS = make([]float64, len(h.order))
 		total := 0.0
