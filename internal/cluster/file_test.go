@@ -109,3 +109,26 @@ func TestClusterFileIsReadStrictly(t *testing.T) {
 		t.Errorf("a pool's cache under a block: %v", err)
 	}
 }
+
+// TestRelativeSpeedIsTheProfiles: a pool's speed compares its profile's
+// prefill step of 8,192 tokens with the fastest pool's, whatever each
+// pool's batch limit: a small max_num_batched_tokens does not make a slow
+// GPU the fastest.
+func TestRelativeSpeedIsTheProfiles(t *testing.T) {
+	pools, _, err := ReadClusterFile("c.yaml", []byte(`pools:
+  - {name: h100, workers: 1, profile: llama-3.1-8b-instruct-h100-tp1-vllm-0.8.4}
+  - {name: a100, workers: 1, profile: llama-3.1-8b-instruct-a100-80-tp1-vllm-0.8.4, max_num_batched_tokens: 512}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Default(0)
+	c.Hardware = pools
+	if err := c.SizeKV(); err != nil {
+		t.Fatal(err)
+	}
+	fast, slow := 5.7527+8192*0.017251, 16.442+8192*0.047837
+	if c.Hardware[0].RelativeSpeed != 1 || !same(c.Hardware[1].RelativeSpeed, fast/slow) {
+		t.Errorf("speeds %v and %v, want 1 and %v", c.Hardware[0].RelativeSpeed, c.Hardware[1].RelativeSpeed, fast/slow)
+	}
+}
