@@ -59,7 +59,6 @@ func (m *TierMetrics) label() string {
 type tierGroup struct {
 	name string
 	cfg  *cluster.Config
-	pool *pool // the router's pool its requests were placed by
 }
 
 // tierGroups are the cluster's groups, and the group of each worker.
@@ -68,17 +67,17 @@ func (h *host) tierGroups() ([]tierGroup, func(w *simWorker) int) {
 	case len(h.opt.Cluster.Hardware) > 0:
 		groups := make([]tierGroup, len(h.hardware))
 		for k, wp := range h.hardware {
-			groups[k] = tierGroup{wp.Name, wp.Config, h.pools[0]}
+			groups[k] = tierGroup{wp.Name, wp.Config}
 		}
 		return groups, func(w *simWorker) int { return w.hardware }
 	case h.opt.Cluster.Disaggregated():
 		groups := make([]tierGroup, len(h.pools))
 		for i, p := range h.pools {
-			groups[i] = tierGroup{string(p.role), &h.opt.Cluster, p}
+			groups[i] = tierGroup{string(p.role), &h.opt.Cluster}
 		}
 		return groups, func(w *simWorker) int { return slices.Index(h.pools, w.pool) }
 	}
-	return []tierGroup{{"", &h.opt.Cluster, h.pools[0]}}, func(*simWorker) int { return 0 }
+	return []tierGroup{{"", &h.opt.Cluster}}, func(*simWorker) int { return 0 }
 }
 
 // tierMetrics are the cluster's lower tiers' figures: each tier's, or each
@@ -124,8 +123,8 @@ func (h *host) tierMetrics(trace []Request) []TierMetrics {
 	input := make([]uint64, len(groups))
 	for i := range trace {
 		r := h.byID[trace[i].ID]
-		for _, g := range groups {
-			ph := r.phase(g.pool)
+		for _, p := range h.pools { // each of its placements once: its worker's group has it
+			ph := r.phase(p)
 			if ph.worker == nil {
 				continue
 			}
