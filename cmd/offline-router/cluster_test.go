@@ -44,11 +44,6 @@ func TestReplayClusterFile(t *testing.T) {
 	if len(m.Hardware) != 2 || m.Hardware[0].Completed+m.Hardware[1].Completed != m.Completed || len(m.Tiers) != 1 || m.Tiers[0].Pool != "slow" {
 		t.Errorf("hardware %+v, tiers %+v", m.Hardware, m.Tiers)
 	}
-	// Every block restored was loaded once at least (a preempted request's
-	// again): 512 tokens of 128 KiB at 14 GB/s.
-	if tier := m.Tiers[0]; tier.HitBlocks == 0 || tier.RestoreMS < float64(tier.HitBlocks)*512*131072/14e6-1e-6 {
-		t.Errorf("%d blocks restored in %v ms", tier.HitBlocks, tier.RestoreMS)
-	}
 	for _, args := range [][]string{{"--workers", "4"}, {"--engine-profile", "llama-3.1-8b-instruct-h100-tp1-vllm-0.8.4"}, {"--host-kv-tokens", "5120"}} {
 		_, stderr, code := run(t, "", append([]string{"replay", "--sessions", "3", "--cluster", file}, args...)...)
 		if code != 2 || !strings.Contains(stderr, "drop "+args[0]) {
