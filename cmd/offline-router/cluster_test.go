@@ -15,7 +15,8 @@ import (
 func TestReplayClusterFile(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "mixed.yaml")
-	os.WriteFile(file, []byte(`pools:
+	os.WriteFile(file, []byte(`description: H100s with an A100
+pools:
   - name: fast
     workers: 2
     profile: llama-3.1-8b-instruct-h100-tp1-vllm-0.8.4
@@ -30,7 +31,7 @@ func TestReplayClusterFile(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{"on 3 workers", "fast (2 workers, speed 1.00): request share", "slow (1 worker, speed 0.36): request share", "slow: mean TTFT (ms)",
+	for _, want := range []string{"on 3 workers (2 fast, 1 slow) (H100s with an A100)", "fast (2 workers, speed 1.00): request share", "slow (1 worker, speed 0.36): request share", "slow: mean TTFT (ms)",
 		"slow host_pinned: hit rate", "prefix hit rate across tiers"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("the table lacks %q:\n%s", want, stdout)
@@ -38,7 +39,7 @@ func TestReplayClusterFile(t *testing.T) {
 	}
 	r := readReport(t, report)
 	c, m := r.Deterministic.Cluster, r.Deterministic.Policies[0]
-	if c.Workers != 3 || len(c.Hardware) != 2 || c.Hardware[1].TotalKVBlocks != 100 || c.Hardware[1].HostTier.KVBlocks != 1000 || c.Profile != nil {
+	if c.Workers != 3 || c.Description != "H100s with an A100" || len(c.Hardware) != 2 || c.Hardware[1].TotalKVBlocks != 100 || c.Hardware[1].HostTier.KVBlocks != 1000 || c.Profile != nil {
 		t.Errorf("cluster %+v", c)
 	}
 	if len(m.Hardware) != 2 || m.Hardware[0].Completed+m.Hardware[1].Completed != m.Completed || len(m.Tiers) != 1 || m.Tiers[0].Pool != "slow" {
