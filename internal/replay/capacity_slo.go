@@ -159,7 +159,7 @@ func (e *Experiment) UnitRate(base []Request) (float64, error) {
 	}
 	first, last := math.Inf(1), math.Inf(-1)
 	for i := range base {
-		if base[i].DelayMS == nil {
+		if base[i].isRoot() {
 			first, last = math.Min(first, base[i].Arrival), math.Max(last, base[i].Arrival)
 		}
 	}

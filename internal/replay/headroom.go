@@ -99,7 +99,8 @@ func blockWeight(k int, bs, n uint64) uint64 {
 
 // estimatedArrivals are the requests' arrival times for the LRU's order:
 // a first turn's its own, a later turn's its previous turn's and its
-// delay, service taking no time (the run's own are known only as it goes).
+// delay (an agentic request's, its dependencies' and their delays),
+// service taking no time (the run's own are known only as it goes).
 func estimatedArrivals(trace []Request) []float64 {
 	at := make([]float64, len(trace))
 	last := map[string]float64{}
@@ -108,6 +109,11 @@ func estimatedArrivals(trace []Request) []float64 {
 		at[i] = r.Arrival
 		if r.DelayMS != nil {
 			at[i] = last[r.Session] + *r.DelayMS
+		}
+		for _, d := range r.Deps { // an earlier request's estimate (a later one's is not made yet: its timestamp stands)
+			if int(d.On) < i {
+				at[i] = max(at[i], at[d.On]+d.DelayMS)
+			}
 		}
 		if r.Session != "" {
 			last[r.Session] = at[i]

@@ -94,9 +94,17 @@ type simRequest struct {
 	islBlocks uint64
 	rejected  protocol.Code // why the router turned it away; "" if it did not
 	sentSeq   int           // its place was the sentSeq-th sent, from 1
-	// next is the session's turn that follows this one's end, after its
-	// delay_ms (nil when none does).
-	next *simRequest
+	// after are the requests that wait on this one (release.go): a
+	// session's next turn, an agent's dependents.
+	after []edge
+	// waits counts the dependencies it still waits for, readyAt is when
+	// those met so far let it go.
+	waits      int32
+	readyAt    float64
+	dispatched bool
+	// play is its play (a session, or a request alone, outside agentic
+	// traces), whose end frees a lane in a closed loop.
+	play *playRun
 }
 
 type eventKind uint8
@@ -181,7 +189,7 @@ type host struct {
 	nextSeq  uint64
 	byID     map[string]*simRequest
 	reqs     []*simRequest // in trace order: an event's idx
-	starts   []*simRequest // closed loop: first turns of the sessions not started yet, in order
+	starts   []*playRun    // closed loop: the plays not started yet, in order
 	sent     int
 	finished int
 	err      error         // the first failure to talk to a router
@@ -311,26 +319,8 @@ func Run(trace []Request, opt Options) (*Result, error) {
 		h.nextSeq++
 		h.events.push(event{at: rs.AtMS, seq: h.nextSeq, kind: evRestart, idx: int32(i)})
 	}
-	if opt.Concurrency > 0 {
-		h.closeLoop(trace)
-	} else {
-		// A later turn follows the turn before it in its session.
-		last := map[string]*simRequest{}
-		for i := range trace {
-			r := h.byID[trace[i].ID]
-			if r.DelayMS != nil {
-				prev := last[r.Session]
-				if prev == nil {
-					return nil, fmt.Errorf("request %s has a delay but no earlier turn of its session %q to follow", r.ID, r.Session)
-				}
-				prev.next = r
-			} else {
-				h.schedule(r.Arrival, evArrival, r)
-			}
-			if r.Session != "" {
-				last[r.Session] = r
-			}
-		}
+	if err := h.link(trace); err != nil {
+		return nil, err
 	}
 	// The streams are flushed even after a failure: they show what led to it.
 	err := h.loop(len(trace))
@@ -664,6 +654,10 @@ func (h *host) dispatch(t float64, w *simWorker, r *simRequest) {
 		r.work.Seq = kvindex.SequenceHashes(r.work.Local)
 	}
 	r.on = w
+	if !r.dispatched {
+		r.dispatched = true
+		h.release(t, r, OnDispatch)
+	}
 	decode := w.pool.role == protocol.RoleDecode
 	if !w.Enqueue(&r.work, h.outputsOn(w.pool, r), decode) {
 		// Its prompt and output need more blocks than the worker has: no
@@ -826,53 +820,19 @@ func (r *simRequest) phase(p *pool) *placement {
 	return &r.placement
 }
 
-// ended schedules the session's next turn, if any, after its think time;
-// in a closed loop, a session that ended makes room for the next one.
+// ended releases what waited on r's end; in a closed loop, a play that
+// ended makes room for the next one.
 func (h *host) ended(t float64, r *simRequest) {
 	h.finished++
 	r.work.Drop()
-	if r.next != nil {
-		h.schedule(t+*r.next.DelayMS, evArrival, r.next)
-		return
+	if !r.dispatched { // turned away: what waited on its dispatch goes now
+		h.release(t, r, OnDispatch)
 	}
-	if len(h.starts) > 0 {
-		h.schedule(t, evArrival, h.starts[0])
+	h.release(t, r, OnCompletion)
+	if r.play.left--; r.play.left == 0 && len(h.starts) > 0 {
+		h.startPlay(t, h.starts[0])
 		h.starts = h.starts[1:]
 	}
-}
-
-// closeLoop sets up the closed loop, as Dynamo's replay runs it with
-// --replay-concurrency: sessions start in the order they first appear in
-// the trace, opt.Concurrency of them at once at time 0, the next one when
-// one ends; a session's later turns follow its previous turn's end after
-// their delay_ms, or else after the gap between their timestamps, or else
-// at once. A request without a session is a session of one turn.
-func (h *host) closeLoop(trace []Request) {
-	last, lastTimestamp := map[string]*simRequest{}, map[string]float64{}
-	for i := range trace {
-		r := h.byID[trace[i].ID]
-		prev := last[r.Session]
-		if r.Session != "" {
-			last[r.Session] = r
-		}
-		if prev == nil {
-			lastTimestamp[r.Session] = r.Arrival
-			r.DelayMS = nil
-			h.starts = append(h.starts, r)
-			continue
-		}
-		if r.DelayMS == nil {
-			gap := max(r.Arrival-lastTimestamp[r.Session], 0)
-			lastTimestamp[r.Session] = r.Arrival
-			r.DelayMS = &gap
-		}
-		prev.next = r
-	}
-	n := min(h.opt.Concurrency, len(h.starts))
-	for _, r := range h.starts[:n] {
-		h.schedule(0, evArrival, r)
-	}
-	h.starts = h.starts[n:]
 }
 
 func ptr[T any](v T) *T { return &v }

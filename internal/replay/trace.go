@@ -41,6 +41,12 @@ type Request struct {
 	// LoRAName is the LoRA adapter it runs under ("" when none: the base
 	// model). Experiment.Load salts its HashIDs by it (saltAdapters).
 	LoRAName string
+	// Deps, in an agentic trace, are what it waits for (graph.go): it is
+	// released when each is met, after the longest of their delays; a
+	// request without any (and without DelayMS) arrives at Arrival.
+	Deps []Dependency
+	// Agent is its place in an agent play (nil outside agentic traces).
+	Agent *Agent
 	// packed, when set, holds the ids in HashIDs' stead (nil then), as
 	// Experiment.Load reads a trace: each id's difference from the one
 	// before as a varint (binary.AppendVarint), so that a trace whose ids

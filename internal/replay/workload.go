@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 
 	"github.com/offline-router/offline-router/internal/protocol"
@@ -17,9 +18,10 @@ type Workload struct {
 	// fast. Open loop only.
 	ArrivalSpeedupRatio float64 `json:"arrival_speedup_ratio"`
 	// ReplayConcurrency, when above 0, is the closed loop: that many
-	// sessions in flight, each from its first turn to the end of its last;
-	// the next session, in trace order, starts when one ends. Timestamps
-	// are ignored; a request's TTFT counts from when it was sent.
+	// sessions in flight (agent plays, in an agentic trace: lanes), each
+	// from its first request to the end of its last; the next, in trace
+	// order, starts when one ends. Timestamps are ignored but within a
+	// play; a request's TTFT counts from when it was sent.
 	ReplayConcurrency int `json:"replay_concurrency"`
 	// BuiltinSessions is the size of the built-in workload (0 when a trace
 	// or a synthetic workload ran).
@@ -176,21 +178,34 @@ func sessionAdapter(rng *rand.Rand, adapters int) string {
 	}
 }
 
-// SpeedUp makes arrivals ratio times faster, in place: first turns'
-// timestamps count from the earliest (whatever the ratio: a trace stamped
-// in epoch ms starts at 0) and are divided by ratio, and so is every later
-// turn's delay, as Dynamo's replay does.
+// SpeedUp makes arrivals ratio times faster, in place: roots' timestamps
+// (first turns', agentic roots') count from the earliest (whatever the
+// ratio: a trace stamped in epoch ms starts at 0) and are divided by
+// ratio, and so is every later turn's delay and every dependency's, as
+// Dynamo's replay does (its Deps are copied: a shaped trace shares them
+// with its base).
 func SpeedUp(trace []Request, ratio float64) {
 	first := math.Inf(1)
 	for i := range trace {
-		if trace[i].DelayMS == nil {
+		if trace[i].isRoot() {
 			first = math.Min(first, trace[i].Arrival)
 		}
 	}
 	for i := range trace {
-		if r := &trace[i]; r.DelayMS != nil && ratio != 1 {
-			r.DelayMS = ptr(*r.DelayMS / ratio)
-		} else {
+		r := &trace[i]
+		switch {
+		case r.DelayMS != nil:
+			if ratio != 1 {
+				r.DelayMS = ptr(*r.DelayMS / ratio)
+			}
+		case len(r.Deps) > 0:
+			if ratio != 1 {
+				r.Deps = slices.Clone(r.Deps)
+				for k := range r.Deps {
+					r.Deps[k].DelayMS /= ratio
+				}
+			}
+		default:
 			r.Arrival = (r.Arrival - first) / ratio
 		}
 	}
