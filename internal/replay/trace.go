@@ -4,16 +4,12 @@
 package replay
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -157,18 +153,16 @@ func ReadMooncakeDigest(r io.Reader, blockSize uint64, maxLineBytes int) ([]Requ
 // number, which a request does not keep. pack keeps the requests' ids
 // packed where that is smaller (Request.packed).
 func readMooncake(r io.Reader, blockSize uint64, maxLineBytes int, accept func(*Request) error, pack bool) ([]Request, string, error) {
-	switch {
-	case blockSize == 0:
-		return nil, "", errors.New("the block size must be at least 1 token")
-	case maxLineBytes < 1 || maxLineBytes == math.MaxInt:
-		return nil, "", fmt.Errorf("the line limit must be 1 to %d bytes, got %d", math.MaxInt-1, maxLineBytes)
+	return readTrace(r, FormatMooncake, readOptions{blockSize: blockSize, maxLineBytes: maxLineBytes, accept: accept, pack: pack})
+}
+
+// readMooncakeLines reads a Mooncake trace's requests, as ReadMooncake
+// says; lines starting with # are comments.
+func readMooncakeLines(r io.Reader, o readOptions) ([]Request, error) {
+	ls, err := newLines(r, o.maxLineBytes)
+	if err != nil {
+		return nil, err
 	}
-	digest := newDigestReader(r)
-	defer digest.stop()
-	sc := bufio.NewScanner(digest)
-	// The token may be maxLineBytes and its newline; a longer line stops
-	// the scan with bufio.ErrTooLong, the buffer grown no further.
-	sc.Buffer(make([]byte, min(1<<16, maxLineBytes+1)), maxLineBytes+1)
 	var out []Request
 	var rd wire.ObjectReader
 	var m mooncakeLine
@@ -176,47 +170,38 @@ func readMooncake(r io.Reader, blockSize uint64, maxLineBytes int, accept func(*
 	var ids []protocol.LocalBlockHash
 	var scratch []byte
 	sessions := map[string]bool{}
-	n := 1
-	for ; sc.Scan(); n++ {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 || line[0] == '#' {
+	for ls.next() {
+		line := ls.line
+		if line[0] == '#' {
 			continue
 		}
 		m = mooncakeLine{req: Request{ID: "r" + strconv.Itoa(len(out))}, ids: ids[:0]}
 		if err := rd.Read(line, m.field); err != nil {
-			return nil, "", fmt.Errorf("trace line %d: %w", n, err)
+			return nil, ls.fail(err)
 		}
-		if err := m.check(blockSize); err != nil {
-			return nil, "", fmt.Errorf("trace line %d: %w", n, err)
+		if err := m.check(o.blockSize); err != nil {
+			return nil, ls.fail(err)
 		}
-		if accept != nil {
-			if err := accept(&m.req); err != nil {
-				return nil, "", fmt.Errorf("trace line %d: %w", n, err)
+		if o.accept != nil {
+			if err := o.accept(&m.req); err != nil {
+				return nil, ls.fail(err)
 			}
 		}
 		if m.req.HashIDs != nil { // its storage, grown, serves the next line
 			ids = m.req.HashIDs
 		}
-		scratch = m.req.keepIDs(m.req.HashIDs, pack, scratch)
+		scratch = m.req.keepIDs(m.req.HashIDs, o.pack, scratch)
 		// A later turn follows its session's previous turn: one must come
 		// before it, or it would never arrive.
 		if s := m.req.Session; s != "" {
 			if m.req.DelayMS != nil && !sessions[s] {
-				return nil, "", fmt.Errorf("trace line %d: field \"delay_ms\": the first turn of session %q has a delay, which counts from a previous turn; give it a timestamp", n, s)
+				return nil, ls.fail(fmt.Errorf("field \"delay_ms\": the first turn of session %q has a delay, which counts from a previous turn; give it a timestamp", s))
 			}
 			sessions[s] = true
 		}
 		out = append(out, m.req)
 	}
-	switch err := sc.Err(); {
-	case errors.Is(err, bufio.ErrTooLong):
-		return nil, "", fmt.Errorf("trace line %d: longer than %d bytes, the longest line taken (--max-line-bytes)", n, maxLineBytes)
-	case err != nil:
-		return nil, "", fmt.Errorf("trace line %d: %w", n, err)
-	case len(out) == 0:
-		return nil, "", fmt.Errorf("the trace has no requests")
-	}
-	return out, hex.EncodeToString(digest.sum()), nil
+	return out, ls.err()
 }
 
 // digestReader passes r's bytes on and hashes them (SHA-256) on a

@@ -319,3 +319,69 @@ func (v *Value) Skip() error {
 func (v *Value) Expected(what string) error {
 	return objectError(v.s.expected(what))
 }
+
+// Object reads an object value as Read reads a line's: field is called for
+// each key in the order written, must consume the value once, and returns
+// nil or why it is refused; an error's path runs from the value's key down
+// ("requests[2].hash_ids[0]"). It is for the nested records of the
+// agentic trace formats.
+func (v *Value) Object(field func(key string, v *Value) error) error {
+	if err := v.take(); err != nil {
+		return err
+	}
+	stop, failed := &fieldError{}, (*ObjectError)(nil)
+	err := v.s.object(func(key string) *fieldError {
+		if failed = member(v.s, key, func(in *Value) error { return field(key, in) }); failed != nil {
+			return stop
+		}
+		return nil
+	})
+	return v.nested(err, stop, failed)
+}
+
+// Array reads an array value, calling elem for each element with its
+// index; elem must consume it once. An error names the element ("[3]"),
+// and the path inside it.
+func (v *Value) Array(elem func(i int, v *Value) error) error {
+	if err := v.take(); err != nil {
+		return err
+	}
+	stop, failed := &fieldError{}, (*ObjectError)(nil)
+	err := v.s.array(func(i int) *fieldError {
+		if failed = member(v.s, fmt.Sprintf("[%d]", i), func(in *Value) error { return elem(i, in) }); failed != nil {
+			return stop
+		}
+		return nil
+	})
+	return v.nested(err, stop, failed)
+}
+
+// member reads one member of a nested value through read, and returns its
+// error, if any, named by key: as Read checks a line's members.
+func member(s *scanner, key string, read func(*Value) error) *ObjectError {
+	in := Value{s: s}
+	cbErr := read(&in)
+	switch {
+	case cbErr != nil:
+		if oe, ok := cbErr.(*ObjectError); ok {
+			return oe.within(key)
+		}
+		return &ObjectError{Code: protocol.CodeInvalidField, Field: key, Msg: cbErr.Error(), Err: cbErr}
+	case in.err != nil:
+		return in.err.within(key)
+	case !in.done:
+		return &ObjectError{Code: protocol.CodeInvalidField, Field: key,
+			Msg: "the reader neither read nor skipped the value (a bug of the reader, not of the line)"}
+	}
+	return nil
+}
+
+// nested is the outcome of a nested read: the member's error (the walk
+// was stopped for it), or the scanner's.
+func (v *Value) nested(err, stop *fieldError, failed *ObjectError) error {
+	if err == stop {
+		v.err = failed
+		return failed
+	}
+	return v.fail(err)
+}

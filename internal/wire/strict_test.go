@@ -256,3 +256,38 @@ func TestAppendU64sAllocatesOnce(t *testing.T) {
 		t.Fatalf("read %d hashes, last %d", len(got), got[len(got)-1])
 	}
 }
+
+// Nested objects and arrays are read through Object and Array, and an
+// error names its whole path: an element's index and the key inside it.
+func TestObjectAndArrayNameTheNestedPath(t *testing.T) {
+	read := func(line string) (sum uint64, err error) {
+		var rd ObjectReader
+		err = rd.Read([]byte(line), func(key string, v *Value) error {
+			return v.Array(func(_ int, v *Value) error {
+				return v.Object(func(key string, v *Value) error {
+					if key != "in" {
+						return errors.New("is not a field")
+					}
+					n, err := v.U64()
+					sum += n
+					return err
+				})
+			})
+		})
+		return sum, err
+	}
+	if sum, err := read(`{"requests":[{"in":1},{"in":2},{}]}`); err != nil || sum != 3 {
+		t.Fatalf("sum %d, error %v; want 3, none", sum, err)
+	}
+	for line, want := range map[string]string{
+		`{"requests":[{"in":1},{"in":-2}]}`:       `field "requests[1].in": `,
+		`{"requests":[{"in":1},{"out":2}]}`:       `field "requests[1].out": is not a field`,
+		`{"requests":[{"in":1},{"in":1,"in":2}]}`: `field "requests[1].in": appears more than once`,
+		`{"requests":{"in":1}}`:                   `field "requests": expected an array`,
+	} {
+		_, err := read(line)
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s: error %v, want it to start %q", line, err, want)
+		}
+	}
+}
