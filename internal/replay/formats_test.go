@@ -32,28 +32,34 @@ func TestTraceGoldens(t *testing.T) {
 			t.Fatalf("%s: name it NAME.FORMAT.jsonl", in)
 		}
 		t.Run(base, func(t *testing.T) {
-			golden := filepath.Join("testdata/traces", name+".lowered")
-			header, opts := goldenHeader(t, golden)
-			f, err := os.Open(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			got := loweredText(readTrace(f, Format(format), opts))
-			if *updateTraces {
-				if err := os.WriteFile(golden, []byte(header+got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test ./internal/replay/ -run TestTraceGoldens -update-traces, and read what it wrote)", err)
-			}
-			if d := cmp.Diff(string(want), header+got); d != "" {
-				t.Errorf("%s differs (-golden +read):\n%s", golden, d)
-			}
+			checkLowered(t, in, Format(format), filepath.Join("testdata/traces", name+".lowered"))
 		})
+	}
+}
+
+// checkLowered compares what the reader of format makes of the trace in
+// with the golden.
+func checkLowered(t *testing.T, in string, format Format, golden string) {
+	t.Helper()
+	header, opts := goldenHeader(t, golden)
+	f, err := os.Open(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := loweredText(readTrace(f, format, opts))
+	if *updateTraces {
+		if err := os.WriteFile(golden, []byte(header+got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test ./internal/replay/ -run TestTraceGoldens -update-traces, and read what it wrote)", err)
+	}
+	if d := cmp.Diff(string(want), header+got); d != "" {
+		t.Errorf("%s differs (-golden +read):\n%s", golden, d)
 	}
 }
 
