@@ -99,6 +99,8 @@ var replayBadValues = []badValue{
 	{"emit-responses", "@dir", nil},
 	{"cpuprofile", "@dir/no/such/dir/cpu.prof", nil},
 	{"max-line-bytes", "0", nil},
+	{"trace-format", "bogus", nil},
+	{"weka-nested-basis", "bogus", nil},
 	{"max-gpu-lora-count", "-1", nil},
 	{"max-gpu-lora-count", "1025", nil},
 	{"host-kv-tokens", "-1", nil},

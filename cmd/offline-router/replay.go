@@ -56,6 +56,8 @@ type replayOptions struct {
 	signals       replay.Signals
 	restarts      []string // --engine-restart WORKER@MS
 	maxLineBytes  int
+	traceFormat   string
+	wekaBasis     string
 	maxLoRAs      int // --max-gpu-lora-count, the cluster's when given
 	// host and disk are the lower tiers' flags, the cluster's when a
 	// capacity is given; hostGB and diskGB their capacities in GB.
@@ -224,6 +226,8 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 	f.StringVar(&o.emitResponses, "emit-responses", "", "write every response the router gave to this file (one policy only)")
 	f.StringVar(&o.requestsOut, "requests-out", "", "write one row per request per contender and repeat (pool, worker, tokens, latencies, preemptions, rejection) to this .csv or .jsonl file")
 	f.StringVar(&o.plotFile, "plot", "", "draw the contenders side by side (their ratios to the baseline, hit rate, TTFT, hit rate over time, per-worker load) to this .png, .svg or .pdf")
+	f.StringVar(&o.traceFormat, "trace-format", "auto", "the trace's format: auto (told from its first record, docs/replay.md), mooncake, mooncake-delta, weka, agentic_mooncake or dynamo (request-trace-v1, .jsonl or .jsonl.gz)")
+	f.StringVar(&o.wekaBasis, "weka-nested-basis", "", "a Weka trace's subagent request times count from the play's start (absolute, as published AgentX traces) or from the subagent's marker (relative, as raw kv-cache-tester traces); default: what the file shows, refused if it shows neither")
 	f.IntVar(&o.maxLineBytes, "max-line-bytes", wire.DefaultMaxLineBytes, "a longer trace line is refused by its number (the trace is read as it streams, never whole)")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress bar")
 	f.BoolVar(&o.robustness, "robustness", false, "also run every contender under each of five KV event channel faults (late by 1 s, reordered within 1 s, 10% lost, 10% duplicated, each worker's engine restarting once) and give each one's change against its own clean run, paired by repeat, with intervals under --repeats; --plot then draws them (docs/replay.md, \"Signals as deployed\")")
@@ -261,6 +265,8 @@ type replayPlan struct {
 	cfg        protocol.Config
 	contenders []replay.Contender
 	slo        replay.SLO
+	format     replay.Format
+	basis      replay.NestedBasis
 }
 
 // plan checks the flags and the config, as far as can be done without
@@ -286,7 +292,11 @@ func (o *replayOptions) plan(cmd *cobra.Command, args []string) (*replayPlan, er
 	if err := o.check(flags, args); err != nil {
 		return nil, err
 	}
-	src.Defaults = append(src.Defaults, wire.Override{Key: "block_size", Value: replayBlockSize})
+	format, basis, blockSize, err := o.traceShape(args)
+	if err != nil {
+		return nil, err
+	}
+	src.Defaults = append(src.Defaults, wire.Override{Key: "block_size", Value: blockSize})
 	cfg, err := src.Load()
 	if err != nil {
 		return nil, err
@@ -315,7 +325,44 @@ func (o *replayOptions) plan(cmd *cobra.Command, args []string) (*replayPlan, er
 		}
 		return nil, clusterFlagError(err)
 	}
-	return &replayPlan{args: args, cfg: cfg, contenders: contenders, slo: slo}, nil
+	return &replayPlan{args: args, cfg: cfg, contenders: contenders, slo: slo, format: format, basis: basis}, nil
+}
+
+// traceShape reads --trace-format and --weka-nested-basis, and a trace
+// file's own block size, which is then the default block size: a trace's
+// is authoritative (its reader refuses a --block-size that differs). Of a
+// trace on stdin nothing can be read ahead: its reader tells its format
+// and refuses a block size that is not its own, naming it.
+func (o *replayOptions) traceShape(args []string) (replay.Format, replay.NestedBasis, uint64, error) {
+	format, err := replay.ParseFormat(o.traceFormat)
+	if err != nil {
+		return "", "", 0, err
+	}
+	basis, err := replay.ParseNestedBasis(o.wekaBasis)
+	if err != nil {
+		return "", "", 0, err
+	}
+	if len(args) != 1 {
+		if o.traceFormat != "auto" || basis != replay.BasisFromFile {
+			return "", "", 0, fmt.Errorf("--trace-format and --weka-nested-basis describe a trace file: give one, or drop them")
+		}
+		return format, basis, replayBlockSize, nil
+	}
+	blockSize := uint64(replayBlockSize)
+	shown := format
+	if args[0] != "-" {
+		// What the first record cannot tell, its reader refuses, by line.
+		if f, embedded, err := replay.SniffTrace(args[0], format, o.maxLineBytes); err == nil {
+			shown = f
+			if embedded > 0 {
+				blockSize = embedded
+			}
+		}
+	}
+	if basis != replay.BasisFromFile && shown != replay.FormatWeka && shown != replay.FormatAuto {
+		return "", "", 0, fmt.Errorf("--weka-nested-basis %s: the trace is %s, not weka", basis, shown)
+	}
+	return format, basis, blockSize, nil
 }
 
 // experiment is the replay the flags describe, checked as far as can be
@@ -328,7 +375,7 @@ func (o *replayOptions) experiment(cmd *cobra.Command, args []string) (*replay.E
 	e := &replay.Experiment{Workload: o.workload, MaxLineBytes: o.maxLineBytes, Cluster: o.cluster, Replicas: o.replicas, Signals: o.signals,
 		Router: pl.cfg, Goodput: pl.slo, Contenders: pl.contenders, Repeats: o.repeats, Baseline: o.baseline, Jobs: o.jobs}
 	if len(pl.args) == 1 {
-		e.TracePath = pl.args[0]
+		e.TracePath, e.TraceFormat, e.WekaBasis = pl.args[0], pl.format, pl.basis
 	}
 	return e, nil
 }

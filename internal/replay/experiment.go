@@ -21,7 +21,11 @@ type Experiment struct {
 	Workload Workload
 	// TracePath is the trace file ("-": stdin), or "" for a generated
 	// workload (Workload says which).
-	TracePath    string
+	TracePath string
+	// TraceFormat is the trace's format (FormatAuto: DetectFormat's), and
+	// WekaBasis a Weka trace's nested basis (BasisFromFile: the file's).
+	TraceFormat  Format
+	WekaBasis    NestedBasis
 	MaxLineBytes int // a longer trace line is refused by its number
 	Cluster      cluster.Config
 	Replicas     Replicas
@@ -105,12 +109,25 @@ func (e *Experiment) LoadUnshaped() ([]Request, TraceInfo, error) {
 			defer f.Close()
 			in = f
 		}
+		f := e.TraceFormat
+		var detected bool
+		if f == FormatAuto {
+			first, all, err := firstRecord(in, e.MaxLineBytes)
+			if err == nil {
+				f, err = first.format()
+			}
+			if err != nil {
+				return nil, info, fmt.Errorf("%s: %w", e.TracePath, err)
+			}
+			in, detected = all, true
+		}
 		var sum string
 		var err error
-		if trace, sum, err = readMooncake(in, bs, e.MaxLineBytes, e.knownClass, true); err != nil {
+		opts := readOptions{blockSize: bs, maxLineBytes: e.MaxLineBytes, basis: e.WekaBasis, accept: e.knownClass, pack: true, detected: detected}
+		if trace, sum, err = readTrace(in, f, opts); err != nil {
 			return nil, info, fmt.Errorf("%s: %w", e.TracePath, err)
 		}
-		info.Source, info.SHA256 = "file", sum
+		info.Source, info.SHA256, info.Format = "file", sum, string(f)
 	}
 	saltAdapters(trace)
 	info.Requests = len(trace)

@@ -3,14 +3,17 @@ package replay
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strings"
 
 	"github.com/offline-router/offline-router/internal/protocol"
+	"github.com/offline-router/offline-router/internal/wire"
 )
 
 // Format is a trace format replay reads (--trace-format).
@@ -51,6 +54,15 @@ const (
 	BasisRelative NestedBasis = "relative"
 )
 
+// ParseNestedBasis reads a --weka-nested-basis value ("": the file's).
+func ParseNestedBasis(s string) (NestedBasis, error) {
+	switch b := NestedBasis(s); b {
+	case BasisFromFile, BasisAbsolute, BasisRelative:
+		return b, nil
+	}
+	return "", fmt.Errorf("--weka-nested-basis %q: expected absolute or relative (or none: what the file shows)", s)
+}
+
 // readOptions are what a trace reader is given.
 type readOptions struct {
 	// blockSize is the replay's: a format that embeds one refuses a file
@@ -63,6 +75,9 @@ type readOptions struct {
 	// refuses is refused by the request's record.
 	accept func(*Request) error
 	pack   bool // keep ids packed where that is smaller (Request.packed)
+	// detected: the format was told from the content (DetectFormat), so a
+	// Mooncake line with Agentic Mooncake v1's keys is refused.
+	detected bool
 }
 
 // lines reads a trace a line at a time, as the Mooncake reader does: at
@@ -216,4 +231,190 @@ func readTrace(r io.Reader, f Format, o readOptions) ([]Request, string, error) 
 		return nil, "", err
 	}
 	return reqs, hex.EncodeToString(digest.sum()), nil
+}
+
+// gzipMagic opens every gzip stream: of the formats, only Dynamo's
+// request traces are written gzipped.
+var gzipMagic = []byte{0x1f, 0x8b}
+
+// sniffed is a trace's first record, its line, and whether the trace is
+// gzip.
+type sniffed struct {
+	record []byte
+	line   int
+	gz     bool
+}
+
+// format is DetectFormat's, an error naming the record's line.
+func (s sniffed) format() (Format, error) {
+	f, err := DetectFormat(s.record, s.gz)
+	if err != nil {
+		return "", fmt.Errorf("trace line %d: %w", s.line, err)
+	}
+	return f, nil
+}
+
+// firstRecord reads r up to its first record, the first line that is not
+// blank nor a # comment (decompressed, if r is gzip), and returns it, its
+// and a reader of all of r's bytes, those read included, so
+// that the trace is still read, and its digest taken, from its first
+// byte. It reads at most maxLineBytes bytes past the record's start; no
+// record in them is an error.
+func firstRecord(r io.Reader, maxLineBytes int) (first sniffed, all io.Reader, err error) {
+	var raw bytes.Buffer
+	br := bufio.NewReader(io.TeeReader(r, &raw))
+	src := io.Reader(br)
+	if magic, _ := br.Peek(len(gzipMagic)); bytes.Equal(magic, gzipMagic) {
+		z, err := gzip.NewReader(br)
+		if err != nil {
+			return first, nil, fmt.Errorf("the trace is gzip, but: %w", err)
+		}
+		src, first.gz = z, true
+	}
+	ls, err := newLines(src, maxLineBytes)
+	if err != nil {
+		return first, nil, err
+	}
+	for ls.next() {
+		if ls.line[0] != '#' {
+			first.record, first.line = bytes.Clone(ls.line), ls.n
+			break
+		}
+	}
+	if first.record == nil {
+		if err := ls.err(); err != nil {
+			return first, nil, err
+		}
+		return first, nil, errNoRequests
+	}
+	// What the tee took is what was read of r; the rest of r follows it
+	// (not br's buffer, which the tee has already copied).
+	return first, io.MultiReader(&raw, r), nil
+}
+
+// DetectFormat tells a trace's format from its first record, where that is
+// unambiguous, in this order: gzip is Dynamo's (gz); a record whose schema
+// is "dynamo.agentic_mooncake" is Agentic Mooncake v2's header, one whose
+// schema (itself, or its event's) is "dynamo.request.trace.v1" Dynamo's; an
+// object with requests and hash_id_scope is a Weka play; any other object
+// is Mooncake's (whose reader, told the format was detected, refuses a
+// line with Agentic Mooncake v1's keys, asking for --trace-format
+// agentic_mooncake: a v1 root row is a Mooncake row, so only its later
+// rows tell). mooncake-delta's rows are Mooncake's: it is never detected.
+func DetectFormat(record []byte, gz bool) (Format, error) {
+	if gz {
+		return FormatDynamo, nil
+	}
+	var schema string
+	var requests, scope bool
+	var rd wire.ObjectReader
+	err := rd.Read(record, func(key string, v *wire.Value) error {
+		switch key {
+		case "schema":
+			if v.Kind() == wire.KindString {
+				s, err := v.Str()
+				schema = s
+				return err
+			}
+		case "event":
+			if v.Kind() == wire.KindObject {
+				return v.Object(func(key string, v *wire.Value) error {
+					if key == "schema" && v.Kind() == wire.KindString {
+						s, err := v.Str()
+						schema = s
+						return err
+					}
+					return v.Skip()
+				})
+			}
+		case "requests":
+			requests = true
+		case "hash_id_scope":
+			scope = true
+		}
+		return v.Skip()
+	})
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("telling the trace's format from its first record: %w (or give --trace-format)", err)
+	case schema == agenticMooncakeSchema:
+		return FormatAgenticMooncake, nil
+	case schema == dynamoTraceSchema:
+		return FormatDynamo, nil
+	case schema != "":
+		return "", fmt.Errorf("the first record's schema %q is none replay reads (%q, %q): give --trace-format", schema, agenticMooncakeSchema, dynamoTraceSchema)
+	case requests && scope:
+		return FormatWeka, nil
+	}
+	return FormatMooncake, nil
+}
+
+// The schemas that name a format in its records.
+const (
+	agenticMooncakeSchema = "dynamo.agentic_mooncake"
+	dynamoTraceSchema     = "dynamo.request.trace.v1"
+)
+
+// agenticOnlyKeys are Agentic Mooncake v1's keys that no Mooncake row
+// has: a detected Mooncake trace with one is v1's, which says so.
+var agenticOnlyKeys = []string{"wait_for", "tool_wait_ms", "branches", "prefix_reset", "tool_events", "request_kind"}
+
+// EmbeddedBlockSize is the block size a trace's first record gives, for
+// the formats that carry their own (Weka's block_size, Agentic Mooncake
+// v2's header, Dynamo's trace_block_size): 0 when it gives none. It is the
+// trace's block size, which a different --block-size may not override.
+func EmbeddedBlockSize(record []byte, f Format) uint64 {
+	switch f {
+	case FormatWeka, FormatAgenticMooncake:
+		return u64At(record, "block_size")
+	case FormatDynamo:
+		if bs := u64At(record, "request", "replay", "trace_block_size"); bs > 0 {
+			return bs
+		}
+		return u64At(record, "event", "request", "replay", "trace_block_size")
+	}
+	return 0
+}
+
+// u64At is the unsigned integer at path in the object record, 0 when it
+// has none (what else is wrong with the record its reader says).
+func u64At(record []byte, path ...string) uint64 {
+	var x uint64
+	var at func(path []string) func(key string, v *wire.Value) error
+	at = func(path []string) func(key string, v *wire.Value) error {
+		return func(key string, v *wire.Value) error {
+			switch {
+			case key != path[0]:
+			case len(path) == 1 && v.Kind() == wire.KindNumber:
+				x, _ = v.U64()
+				return nil
+			case len(path) > 1 && v.Kind() == wire.KindObject:
+				return v.Object(at(path[1:]))
+			}
+			return v.Skip()
+		}
+	}
+	var rd wire.ObjectReader
+	if rd.Read(record, at(path)) != nil {
+		return 0
+	}
+	return x
+}
+
+// SniffTrace opens the trace at path and tells its format (f, unless that
+// is FormatAuto: DetectFormat's) and the block size it embeds (0: none).
+func SniffTrace(path string, f Format, maxLineBytes int) (Format, uint64, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer file.Close()
+	first, _, err := firstRecord(file, maxLineBytes)
+	if err == nil && f == FormatAuto {
+		f, err = first.format()
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, EmbeddedBlockSize(first.record, f), nil
 }

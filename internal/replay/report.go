@@ -78,7 +78,11 @@ type TraceInfo struct {
 	Source string `json:"source"`
 	// SHA256 is the hex digest of the trace file's bytes; "" for a
 	// generated workload, which Workload's parameters identify.
-	SHA256   string `json:"sha256"`
+	SHA256 string `json:"sha256"`
+	// Format is a trace file's format (--trace-format, or the one its
+	// content showed): mooncake, mooncake-delta, weka, agentic_mooncake or
+	// dynamo; absent for a generated workload.
+	Format   string `json:"format,omitempty"`
 	Requests int    `json:"requests"`
 	// LoRARequests are the requests under a LoRA adapter (lora_name), and
 	// LoRAAdapters the distinct adapters they name; absent when none is.

@@ -175,7 +175,7 @@ func readMooncakeLines(r io.Reader, o readOptions) ([]Request, error) {
 		if line[0] == '#' {
 			continue
 		}
-		m = mooncakeLine{req: Request{ID: "r" + strconv.Itoa(len(out))}, ids: ids[:0]}
+		m = mooncakeLine{req: Request{ID: "r" + strconv.Itoa(len(out))}, ids: ids[:0], detected: o.detected}
 		if err := rd.Read(line, m.field); err != nil {
 			return nil, ls.fail(err)
 		}
@@ -270,6 +270,7 @@ type mooncakeLine struct {
 	ids                            []protocol.LocalBlockHash // storage hash_ids is read into, reused line to line
 	hasInput, hasOutput, hasArrive bool
 	delay, delayMS                 *float64
+	detected                       bool // readOptions.detected
 }
 
 // traceKeys are the fields of a trace line.
@@ -350,6 +351,9 @@ func (m *mooncakeLine) field(key string, v *wire.Value) error {
 			}
 		}
 	default:
+		if m.detected && slices.Contains(agenticOnlyKeys, key) {
+			return errors.New("is Agentic Mooncake v1's (a request that waits for others): give --trace-format agentic_mooncake")
+		}
 		if k, ok := traceHints.Suggest(key); ok {
 			return fmt.Errorf("is not a trace field (did you mean %q?)", k)
 		}
