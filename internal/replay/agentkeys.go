@@ -89,8 +89,8 @@ func serdeString(b *strings.Builder, s string) {
 	b.WriteByte('"')
 }
 
-// nonEmpty is s for a command's optional field: nil when "".
-func nonEmpty(s string) *string {
+// orNil is s for a command's optional field: nil when "".
+func orNil(s string) *string {
 	if s == "" {
 		return nil
 	}

@@ -543,7 +543,7 @@ func (h *host) place(p *pool, t float64, r *simRequest) {
 	}
 	if r.Agent != nil { // its identity in its play, keyed as Dynamo's adapters key it
 		session, parent := agentKeys(r.Agent, h.opt.Router.Affinity.Key)
-		c.SessionID, c.ParentSessionID = nonEmpty(session), nonEmpty(parent)
+		c.SessionID, c.ParentSessionID = orNil(session), orNil(parent)
 	}
 	c.Priority, c.StrictPriority, c.Role, c.PolicyClass, c.LoRAName = r.Priority, r.StrictPriority, r.Role, r.policyClass(), r.loraName()
 	if p.role != "" {
