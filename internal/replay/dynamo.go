@@ -163,14 +163,6 @@ var (
 	dynamoClaudeHints  = wire.NewKeyHints("source_request_id", "consumer_request_id", "child_session_id", "execution_mode")
 )
 
-// unknownKey skips a key no level takes, or refuses a slip of one.
-func unknownKey(h wire.KeyHints, what, key string, v *wire.Value) error {
-	if k, ok := h.Suggest(key); ok {
-		return fmt.Errorf("is not a %s field (did you mean %q?)", what, k)
-	}
-	return v.Skip() // one of the capture's other fields
-}
-
 // dynamoRecord is one record as it is read.
 type dynamoRecord struct {
 	path    string // "event." for a wrapped record: the prefix of its fields' paths
@@ -266,7 +258,7 @@ func (r *dynamoRecord) field(key string, v *wire.Value) error {
 			err = v.Object(r.reads(key))
 		}
 	default:
-		return unknownKey(dynamoRecordHints, "request trace", key, v)
+		return unknownKey(dynamoRecordHints, "a request trace", key, v)
 	}
 	return err
 }
@@ -324,7 +316,7 @@ func (r *dynamoRecord) context(key string, v *wire.Value) error {
 	case "parent_session_id":
 		r.parent, _, err = optional(v)
 	default:
-		return unknownKey(dynamoContextHints, "agent_context", key, v)
+		return unknownKey(dynamoContextHints, "an agent_context", key, v)
 	}
 	return err
 }
@@ -361,7 +353,7 @@ func (r *dynamoRecord) request(key string, v *wire.Value) error {
 			err = v.Object(r.replay)
 		}
 	default:
-		return unknownKey(dynamoRequestHints, "request", key, v)
+		return unknownKey(dynamoRequestHints, "a request", key, v)
 	}
 	return err
 }
@@ -389,7 +381,7 @@ func (r *dynamoRecord) replay(key string, v *wire.Value) error {
 			r.hasHashes = true
 		}
 	default:
-		return unknownKey(dynamoReplayHints, "replay", key, v)
+		return unknownKey(dynamoReplayHints, "a replay", key, v)
 	}
 	return err
 }
@@ -426,7 +418,7 @@ func (r *dynamoRecord) tool(key string, v *wire.Value) error {
 			err = v.Object(r.claude)
 		}
 	default:
-		return unknownKey(dynamoToolHints, "tool", key, v)
+		return unknownKey(dynamoToolHints, "a tool", key, v)
 	}
 	return err
 }
@@ -452,7 +444,7 @@ func (r *dynamoRecord) claude(key string, v *wire.Value) error {
 			}
 		}
 	default:
-		return unknownKey(dynamoClaudeHints, "claude", key, v)
+		return unknownKey(dynamoClaudeHints, "a claude", key, v)
 	}
 	return err
 }

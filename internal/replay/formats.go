@@ -166,6 +166,15 @@ func (l *localIDs) private() protocol.LocalBlockHash {
 // fills, a partial last block counted.
 func blocksOf(n, blockSize uint64) uint64 { return n/blockSize + min(n%blockSize, 1) }
 
+// unknownKey skips a key no field of what has (a trace's maker's own), or
+// refuses it if it is a slip of one ("blockSize" for "block_size").
+func unknownKey(h wire.KeyHints, what, key string, v *wire.Value) error {
+	if k, ok := h.Suggest(key); ok {
+		return fmt.Errorf("is not %s field (did you mean %q?)", what, k)
+	}
+	return v.Skip()
+}
+
 // formatNames lists the formats for a message.
 func formatNames() string {
 	names := make([]string, len(Formats))

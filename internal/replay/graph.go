@@ -215,7 +215,9 @@ func lineage(reqs []Request) error {
 		switch {
 		case a.Parent != "":
 			a.Kind = KindSubagent
-		case slices.ContainsFunc(reqs[i].Deps, func(d Dependency) bool { return d.Relation == Sequence }):
+		case slices.ContainsFunc(reqs[i].Deps, func(d Dependency) bool { return reqs[d.On].Agent.Conversation == a.Conversation }):
+			// It follows a request of its own conversation, whatever the
+			// relation (a v1 fan-in is a join).
 			a.Kind = KindToolContinuation
 		default:
 			a.Kind = KindRoot

@@ -173,10 +173,7 @@ func (p *wekaPlay) field(key string, v *wire.Value) error {
 			return p.entries[len(p.entries)-1].read(v, true)
 		})
 	default:
-		if k, ok := wekaPlayHints.Suggest(key); ok {
-			return fmt.Errorf("is not a Weka play field (did you mean %q?)", k)
-		}
-		return v.Skip()
+		return unknownKey(wekaPlayHints, "a Weka play", key, v)
 	}
 	return err
 }
@@ -243,10 +240,7 @@ func (e *wekaEntry) field(key string, v *wire.Value, top bool) error {
 			return e.children[len(e.children)-1].read(v, false)
 		})
 	default:
-		if k, ok := wekaEntryHints.Suggest(key); ok {
-			return fmt.Errorf("is not a Weka request or subagent field (did you mean %q?)", k)
-		}
-		return v.Skip()
+		return unknownKey(wekaEntryHints, "a Weka request or subagent", key, v)
 	}
 	return err
 }

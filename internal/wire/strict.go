@@ -331,7 +331,7 @@ func (v *Value) Object(field func(key string, v *Value) error) error {
 	}
 	stop, failed := &fieldError{}, (*ObjectError)(nil)
 	err := v.s.object(func(key string) *fieldError {
-		if failed = member(v.s, key, func(in *Value) error { return field(key, in) }); failed != nil {
+		if failed = member(v.s, key, -1, func(in *Value) error { return field(key, in) }); failed != nil {
 			return stop
 		}
 		return nil
@@ -348,7 +348,7 @@ func (v *Value) Array(elem func(i int, v *Value) error) error {
 	}
 	stop, failed := &fieldError{}, (*ObjectError)(nil)
 	err := v.s.array(func(i int) *fieldError {
-		if failed = member(v.s, fmt.Sprintf("[%d]", i), func(in *Value) error { return elem(i, in) }); failed != nil {
+		if failed = member(v.s, "", i, func(in *Value) error { return elem(i, in) }); failed != nil {
 			return stop
 		}
 		return nil
@@ -357,10 +357,15 @@ func (v *Value) Array(elem func(i int, v *Value) error) error {
 }
 
 // member reads one member of a nested value through read, and returns its
-// error, if any, named by key: as Read checks a line's members.
-func member(s *scanner, key string, read func(*Value) error) *ObjectError {
+// error, if any, named by key, or for an array's element ("" key) by its
+// index (formatted only then: most elements are read without one): as
+// Read checks a line's members.
+func member(s *scanner, key string, index int, read func(*Value) error) *ObjectError {
 	in := Value{s: s}
 	cbErr := read(&in)
+	if (cbErr != nil || in.err != nil || !in.done) && key == "" {
+		key = fmt.Sprintf("[%d]", index)
+	}
 	switch {
 	case cbErr != nil:
 		if oe, ok := cbErr.(*ObjectError); ok {
