@@ -96,7 +96,10 @@ type iterSeq struct {
 	out      uint64  // output tokens made
 	blocks   []int32 // its blocks' indices in the engine's
 	admitted bool    // scheduled at least once (its queue wait has ended)
-	done     bool    // made its last token
+	// genCached is the index past the last output block cacheGenerated
+	// looked at.
+	genCached int
+	done      bool // made its last token
 }
 
 // scheduled is one request's share of a step.
@@ -337,7 +340,7 @@ func (e *iterEngine) restore(s *iterSeq, lower [len(tierNames)]int) {
 		x := &e.blocks[b]
 		x.cached, x.hash = true, r.Seq[i]
 		e.cached.insert(x.hash, b)
-		e.noteBlock(b, r, i)
+		e.noteBlock(b, r, i, len(r.Seq))
 		run.Blocks = append(run.Blocks, protocol.StoredBlock{BlockHash: r.Seq[i], TokensHash: r.Local[i]})
 	}
 	if len(run.Blocks) > 0 {
@@ -347,10 +350,11 @@ func (e *iterEngine) restore(s *iterSeq, lower [len(tierNames)]int) {
 
 // noteBlock keeps what block b's offload will name: its hash, parent and
 // id, position i of r's prompt.
-func (e *iterEngine) noteBlock(b int32, r *Request, i int) {
-	m := tierBlock{hash: r.Seq[i], local: r.Local[i], rooted: i == 0}
+func (e *iterEngine) noteBlock(b int32, r *Request, i, full int) {
+	seq, local := r.block(i, full)
+	m := tierBlock{hash: seq, local: local, rooted: i == 0}
 	if i > 0 {
-		m.parent = r.Seq[i-1]
+		m.parent, _ = r.block(i-1, full)
 	}
 	e.meta[b] = m
 }
@@ -473,7 +477,7 @@ func (e *iterEngine) preempt(s *iterSeq) {
 	}
 	// Its KV is gone: a request received from a prefill worker is computed
 	// again here, like any other.
-	s.computed, s.kv, s.received = 0, 0, false
+	s.computed, s.kv, s.received, s.genCached = 0, 0, false, 0
 	e.waiting = append([]*iterSeq{s}, e.waiting...)
 }
 
@@ -586,6 +590,7 @@ func (e *iterEngine) endStep(t float64) Result {
 			k := uint64(e.steps)
 			s.kv += k
 			s.out += k
+			e.cacheGenerated(s)
 			r.tokenAt(e.start + e.step)
 			r.tokensEvery(e.step, e.steps-1)
 		}
@@ -614,13 +619,30 @@ func (e *iterEngine) endStep(t float64) Result {
 	return res
 }
 
-// cacheFull caches the prompt blocks that s's first upto tokens fill, as
-// vLLM does when it schedules them, and queues their stored events: one
+// cacheFull caches the blocks that s's first upto tokens fill (its
+// prompt's, and its output's that a next turn names: Request.Generated),
+// as vLLM does when it schedules them, and queues their stored events: one
 // per run of blocks that chain on each other (a block another request
 // cached first breaks the run, and stays this request's own).
 func (e *iterEngine) cacheFull(s *iterSeq, upto uint64) {
+	e.cacheBlocks(s, int(s.computed/e.cfg.BlockSize), upto)
+}
+
+// cacheGenerated caches the output blocks a decode filled, from where the
+// last call stopped (a decode comes a token a step: walking from the
+// prompt's end each time would cost the output's square).
+func (e *iterEngine) cacheGenerated(s *iterSeq) {
+	if len(s.r.Generated) > 0 {
+		s.genCached = e.cacheBlocks(s, max(s.genCached, int(s.computed/e.cfg.BlockSize)), s.kv)
+	}
+}
+
+// cacheBlocks caches s's blocks from the one at index from to those its
+// first upto tokens fill, and returns the index past the last.
+func (e *iterEngine) cacheBlocks(s *iterSeq, from int, upto uint64) int {
 	r, bs := s.r, e.cfg.BlockSize
-	last := min(int(upto/bs), int(r.InputTokens/bs), len(r.Seq))
+	full := min(int(r.InputTokens/bs), len(r.Seq))
+	last := min(int(upto/bs), full+len(r.Generated))
 	var run protocol.Stored
 	flush := func() {
 		if len(run.Blocks) > 0 {
@@ -628,24 +650,26 @@ func (e *iterEngine) cacheFull(s *iterSeq, upto uint64) {
 			run = protocol.Stored{}
 		}
 	}
-	for i := int(s.computed / bs); i < last; i++ {
+	for i := from; i < last; i++ {
+		seq, local := r.block(i, full)
 		b := &e.blocks[s.blocks[i]]
-		if b.cached || e.cached.find(r.Seq[i]) != noBlock {
+		if b.cached || e.cached.find(seq) != noBlock {
 			flush()
 			continue
 		}
-		b.cached, b.hash = true, r.Seq[i]
+		b.cached, b.hash = true, seq
 		e.cached.insert(b.hash, s.blocks[i])
 		if e.off != nil {
-			e.noteBlock(s.blocks[i], r, i)
+			e.noteBlock(s.blocks[i], r, i, full)
 		}
 		if len(run.Blocks) == 0 && i > 0 {
-			p := r.Seq[i-1]
-			run.ParentHash, run.Path = &p, r.Local[:i]
+			p, _ := r.block(i-1, full)
+			run.ParentHash, run.Path = &p, r.path(i, full)
 		}
-		run.Blocks = append(run.Blocks, protocol.StoredBlock{BlockHash: b.hash, TokensHash: r.Local[i]})
+		run.Blocks = append(run.Blocks, protocol.StoredBlock{BlockHash: b.hash, TokensHash: local})
 	}
 	flush()
+	return max(from, last)
 }
 
 // dropFinished takes the ended requests out of the running list, in one

@@ -13,6 +13,15 @@ type Request struct {
 	// simple model's cache keeps windows on Seq: runcache.go).
 	Local []protocol.LocalBlockHash
 	Seq   []protocol.SequenceHash
+	// Generated are the ids of the blocks its output fills, past its
+	// prompt's full blocks (the first one holds the prompt's partial last
+	// block, if it has one), as the next turn's prompt names them, and
+	// GenSeq their sequence hashes, chained on the prompt's: the iteration
+	// engine caches them as they fill, as vLLM's prefix cache caches
+	// generated tokens. None when no turn names them: a prompt no request
+	// could send is not worth a block.
+	Generated []protocol.LocalBlockHash
+	GenSeq    []protocol.SequenceHash
 
 	// Written by the worker that admits it first (its prefill worker, when
 	// disaggregated): its prompt blocks found cached on the GPU, the prompt
@@ -49,7 +58,24 @@ type Gap struct {
 }
 
 // Drop lets go of r's hashes once it has ended.
-func (r *Request) Drop() { r.Local, r.Seq = nil, nil }
+func (r *Request) Drop() { r.Local, r.Seq, r.Generated, r.GenSeq = nil, nil, nil, nil }
+
+// block is the ids of r's block i, of its prompt's first full ones, then
+// of its output's.
+func (r *Request) block(i, full int) (protocol.SequenceHash, protocol.LocalBlockHash) {
+	if i < full {
+		return r.Seq[i], r.Local[i]
+	}
+	return r.GenSeq[i-full], r.Generated[i-full]
+}
+
+// path is the local ids of r's first i blocks, as block has them.
+func (r *Request) path(i, full int) []protocol.LocalBlockHash {
+	if i <= full {
+		return r.Local[:i]
+	}
+	return append(r.Local[:full:full], r.Generated[:i-full]...)
+}
 
 // tokensEvery records n more output tokens, each gap ms after the one
 // before.

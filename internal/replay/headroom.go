@@ -82,8 +82,23 @@ func headroomRates(trace []Request, order []int, bs, capacity uint64) (infinite,
 	if capacity > 0 {
 		h.lru = cluster.NewReferenceCache(int(capacity))
 	}
+	next := successors(trace)
+	var succ []protocol.LocalBlockHash
 	for _, i := range order {
-		h.add(&trace[i], bs)
+		r := &trace[i]
+		h.add(r, bs)
+		// What its output fills is cached too (generated.go), for its
+		// next turn, without a prompt's cost.
+		if n := next[i]; n >= 0 {
+			succ = trace[n].appendIDs(succ[:0])
+			if path := generatedPath(h.local, succ, r.InputTokens, r.OutputTokens, bs); path != nil {
+				seq := kvindex.SequenceHashes(path)
+				h.seen.Take(seq)
+				if h.lru != nil {
+					h.lru.Take(seq)
+				}
+			}
+		}
 	}
 	if h.input == 0 {
 		return 0, 0

@@ -105,6 +105,10 @@ type simRequest struct {
 	// play is its play (a session, or a request alone, outside agentic
 	// traces), whose end frees a lane in a closed loop.
 	play *playRun
+	// next is the turn after it in its session (its conversation, in an
+	// agentic trace), whose prompt names the blocks its output fills
+	// (generated.go).
+	next *simRequest
 }
 
 type eventKind uint8
@@ -656,6 +660,7 @@ func (h *host) toOwner(p *pool, r *simRequest, c *protocol.Command) {
 func (h *host) dispatch(t float64, w *simWorker, r *simRequest) {
 	if r.work.Seq == nil { // its first worker (a decode worker has them from its prefill)
 		r.work.Seq = kvindex.SequenceHashes(r.work.Local)
+		h.generated(r)
 	}
 	r.on = w
 	if !r.dispatched {

@@ -41,6 +41,7 @@ func (h *host) link(trace []Request) error {
 	plays := map[string]*playRun{}
 	var order []*playRun
 	last, lastStamp := map[string]*simRequest{}, map[string]float64{}
+	next := successors(trace)
 	for i := range trace {
 		r := h.reqs[i]
 		key := r.Session
@@ -59,6 +60,9 @@ func (h *host) link(trace []Request) error {
 		p.left++
 		for _, d := range r.Deps {
 			h.wait(r, h.reqs[d.On], d.Trigger, d.DelayMS)
+		}
+		if n := next[i]; n >= 0 {
+			r.next = h.reqs[n]
 		}
 		prev := last[r.Session]
 		if r.Session != "" && r.Agent == nil {

@@ -140,17 +140,33 @@ func Builtin(seed uint64, sessions, adapters int, blockSize uint64) []Request {
 		ids := append([]protocol.LocalBlockHash(nil), prompts[p]...)
 		session := "s" + strconv.Itoa(s)
 		lora := sessionAdapter(adapterRNG, adapters)
+		var prompt, answer uint64 // the turn before's tokens
 		for turn := range 2 + rng.IntN(5) {
-			for range 1 + rng.IntN(3) {
+			// The prompt is the conversation so far, the turn before's
+			// answer in it, and the user's new message: the blocks past
+			// the turn before's full ones are new (its partial block, now
+			// full, among them), and its answer's are those the worker
+			// that made it cached (generated.go).
+			if turn > 0 {
+				ids = ids[:prompt/blockSize]
+			}
+			user := uint64(1 + rng.IntN(3))
+			base := uint64(len(ids)) * blockSize
+			if turn > 0 {
+				base = prompt + answer
+			}
+			in := base + user*blockSize - uint64(rng.IntN(int(blockSize)))
+			for uint64(len(ids)) < blocksOf(in, blockSize) {
 				ids = append(ids, block())
 			}
 			req := Request{
 				ID: fmt.Sprintf("%s-t%d", session, turn), Session: session,
-				InputTokens:  uint64(len(ids))*blockSize - uint64(rng.IntN(int(blockSize))),
+				InputTokens:  in,
 				OutputTokens: 50 + uint64(rng.IntN(250)),
 				HashIDs:      append([]protocol.LocalBlockHash(nil), ids...),
 				LoRAName:     lora,
 			}
+			prompt, answer = in, req.OutputTokens
 			if turn == 0 {
 				req.Arrival = t
 			} else {
