@@ -404,3 +404,44 @@ func TestShippedProfiles(t *testing.T) {
 		t.Error("a path is not a shipped profile's name")
 	}
 }
+
+// TestIterationCachesGeneratedBlocks: the blocks a request's output fills
+// are cached as the decode fills them, under the ids its next turn names
+// (Request.Generated), and that turn finds them; without those ids only the
+// prompt's full blocks are. (Catches: decode never caching, the partial
+// prompt block cached under the prompt's id, the run's parent or path
+// wrong.)
+func TestIterationCachesGeneratedBlocks(t *testing.T) {
+	step := StepModel{BaseMS: 1, PerPrefillTokenMS: 0.01}
+	for _, named := range []bool{true, false} {
+		cfg := iterCluster(100, 1, 4096, step) // one at a time: b after a
+		a := req("a", 40, 60, 1, 2, 3)         // 2 full blocks and 8 tokens; 100 tokens with its output: 6 full
+		b := req("b", 100, 1, 1, 2, 20, 21, 22, 23, 24)
+		if named {
+			path := []protocol.LocalBlockHash{1, 2, 20, 21, 22, 23}
+			a.Generated, a.GenSeq = path[2:], kvindex.SequenceHashes(path)[2:]
+		}
+		d := run(t, cfg, []*job{a, b})
+		want := 2
+		if named {
+			want = 6
+		}
+		if b.HitBlocks != want {
+			t.Errorf("named %v: b found %d blocks cached, want %d", named, b.HitBlocks, want)
+		}
+		var tokens []protocol.LocalBlockHash
+		for _, ev := range d.events {
+			if st, ok := ev.Data.(protocol.Stored); ok {
+				for _, bl := range st.Blocks {
+					tokens = append(tokens, bl.TokensHash)
+				}
+				if n := len(st.Path); st.ParentHash != nil && (n == 0 || *st.ParentHash != kvindex.SequenceHashes(st.Path)[n-1]) {
+					t.Errorf("named %v: a run's parent %d is not its path's last block (path %v)", named, *st.ParentHash, st.Path)
+				}
+			}
+		}
+		if named && (len(tokens) < 6 || !slices.Equal(tokens[:6], []protocol.LocalBlockHash{1, 2, 20, 21, 22, 23})) {
+			t.Errorf("a's stored blocks %v, want its prompt's 2 then its output's 4", tokens)
+		}
+	}
+}
