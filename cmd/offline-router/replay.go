@@ -92,6 +92,16 @@ routing did: vLLM benchmark_serving's metrics (TTFT, TPOT, ITL, E2EL,
 throughput, goodput), the prefix hit rate, the router's predicted overlap
 and its regret, queue wait and how evenly requests spread.
 
+Agent traces too (--trace-format, told from the first record by default):
+mooncake-delta (later turns hold only their new input), weka (AgentX
+plays with subagents; --weka-nested-basis), agentic_mooncake (v1 and v2)
+and Dynamo's request-trace-v1 (dynamo, .jsonl.gz too). Their requests are
+sent by their dependencies on the virtual clock (a dispatch or a
+completion, plus the recorded think or tool time), carry their play's
+affinity keys, and --replay-concurrency N holds N plays (docs/replay.md,
+"Trace formats"). A worker caches the blocks an answer fills, under the
+ids the next turn's prompt names for them.
+
 With no TRACE it runs the built-in workload: multi-turn chat sessions
 sharing a few system prompts (--sessions, seeded by --seed; with
 --builtin-lora-adapters, half of them under LoRA adapters); or, given
