@@ -647,7 +647,7 @@ func TestRequestsOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	header := "contender,repeat,request_id,session_id,arrival_ms,pool,worker_id,dp_rank,prefill_worker_id,prefill_dp_rank," +
-		"input_tokens,cached_tokens,output_tokens,queue_wait_ms,ttft_ms,tpot_ms,e2el_ms,preemptions,rejection_reason"
+		"input_tokens,cached_tokens,output_tokens,queue_wait_ms,ttft_ms,tpot_ms,e2el_ms,preemptions,rejection_reason,play_id,conversation_id,request_kind"
 	if got := strings.Join(rows[0], ","); got != header {
 		t.Fatalf("header %s, want %s", got, header)
 	}

@@ -51,6 +51,10 @@ type ContenderReport struct {
 	// TierSummary is the same of each lower tier's figures, by tier (with
 	// hardware pools, "pool tier"), when the cluster has any.
 	TierSummary map[string]map[string]Estimate `json:"tier_summary,omitempty"`
+	// AgenticSummary is the same of an agent trace's figures, KindSummary
+	// of each request kind's, by kind.
+	AgenticSummary map[string]Estimate            `json:"agentic_summary,omitempty"`
+	KindSummary    map[string]map[string]Estimate `json:"kind_summary,omitempty"`
 	// Versus is against the baseline, on the verdict's metrics; none for
 	// the baseline itself or when there is none.
 	Versus []Versus `json:"versus_baseline,omitempty"`
@@ -245,6 +249,14 @@ func (e *Experiment) compare(rep *Report, runs []run) {
 			cr.HardwareSummary = summarizeParts(cr.Repeats, func(m *Metrics) []HardwareMetrics { return m.Hardware },
 				func(h *HardwareMetrics) string { return h.Pool })
 			cr.TierSummary = summarizeParts(cr.Repeats, func(m *Metrics) []TierMetrics { return m.Tiers }, (*TierMetrics).label)
+			if cr.Repeats[0].Agentic != nil { // one trace: every repeat has them
+				values := make([]reflect.Value, len(cr.Repeats))
+				for r := range cr.Repeats {
+					values[r] = reflect.ValueOf(cr.Repeats[r].Agentic).Elem()
+				}
+				cr.AgenticSummary = summarizeFields(values)
+				cr.KindSummary = summarizeParts(cr.Repeats, func(m *Metrics) []KindMetrics { return m.Agentic.Kinds }, func(k *KindMetrics) string { return k.Kind })
+			}
 		}
 		d.Contenders = append(d.Contenders, cr)
 	}

@@ -109,6 +109,10 @@ type simRequest struct {
 	// agentic trace), whose prompt names the blocks its output fills
 	// (generated.go).
 	next *simRequest
+	// binding is the request whose trigger, after bindingDelay, released
+	// it last (its critical dependency: agentic_metrics.go).
+	binding      *simRequest
+	bindingDelay float64
 }
 
 type eventKind uint8

@@ -166,6 +166,8 @@ type Metrics struct {
 	// Classes are each policy class's own figures, in the config's order,
 	// when the router's config has policy classes (absent without).
 	Classes []ClassMetrics `json:"classes,omitempty"`
+	// Agentic are an agent trace's figures: plays, kinds, subagents.
+	Agentic *AgenticMetrics `json:"agentic,omitempty"`
 	// OneRouter, with several router replicas, is the same replay with one
 	// router: what the replicas cost.
 	OneRouter *OneRouter `json:"one_router,omitempty"`
@@ -388,7 +390,9 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 	}
 	m.WorkerRequests = make([]int, len(h.order))
 	var recs []Record
-	if h.opt.Records {
+	agentic := len(trace) > 0 && trace[0].Agent != nil // its figures need every record
+	keep := h.opt.Records || agentic
+	if keep {
 		recs = make([]Record, 0, len(trace))
 	}
 	var hitTokens, overlap, islBlocks, regret, overlapTokens, regretTokens float64
@@ -402,7 +406,7 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 		first, last = math.Min(first, r.Arrival), math.Max(last, r.doneAt)
 		lastArrival = math.Max(lastArrival, r.Arrival)
 		rec := h.record(r)
-		if h.opt.Records {
+		if keep {
 			recs = append(recs, rec)
 		}
 		meets := h.opt.Goodput.Meets(&rec) // never a rejected one
@@ -515,6 +519,12 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 			rate = (hitTokens + restored) / float64(m.TotalInputTokens)
 		}
 		m.PrefixHitRateAcrossTiers = &rate
+	}
+	if agentic {
+		m.Agentic = h.agenticMetrics(trace, func(i int) *Record { return &recs[i] })
+	}
+	if !h.opt.Records {
+		recs = nil
 	}
 	return m, recs
 }

@@ -56,6 +56,12 @@ type Record struct {
 	// Rejected is why it was turned away (the report's rejected_by_reason
 	// codes); "" when it completed.
 	Rejected string `json:"rejection_reason"`
+	// PlayID, ConversationID and RequestKind are an agent trace's
+	// request's play, conversation and kind (root, tool_continuation,
+	// subagent); "" outside agent traces.
+	PlayID         string `json:"play_id"`
+	ConversationID string `json:"conversation_id"`
+	RequestKind    string `json:"request_kind"`
 }
 
 // Pool names of a Record.
@@ -83,6 +89,9 @@ func (h *host) record(r *simRequest) Record {
 	rec := Record{RequestID: r.ID, SessionID: r.Session, ArrivalMS: r.Arrival, Pool: PoolAggregated,
 		WorkerID: -1, DPRank: -1, PrefillWorkerID: -1, PrefillDPRank: -1,
 		InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, Preemptions: r.work.Preemptions, Rejected: string(r.rejected)}
+	if a := r.Agent; a != nil {
+		rec.PlayID, rec.ConversationID, rec.RequestKind = a.Play, a.Conversation, a.Kind.String()
+	}
 	last := r.worker // where it ended
 	if h.opt.Cluster.Disaggregated() {
 		rec.Pool = PoolPrefill
@@ -116,7 +125,7 @@ const (
 // and the JSONL objects' keys. The Record's follow contender and repeat.
 var RecordColumns = []string{"contender", "repeat", "request_id", "session_id", "arrival_ms", "pool", "worker_id", "dp_rank",
 	"prefill_worker_id", "prefill_dp_rank", "input_tokens", "cached_tokens", "output_tokens",
-	"queue_wait_ms", "ttft_ms", "tpot_ms", "e2el_ms", "preemptions", "rejection_reason"}
+	"queue_wait_ms", "ttft_ms", "tpot_ms", "e2el_ms", "preemptions", "rejection_reason", "play_id", "conversation_id", "request_kind"}
 
 // RecordWriter writes records, one row per request, each led by its
 // contender and repeat, as CSV (the header first) or JSON lines.
@@ -165,7 +174,8 @@ func (rw *RecordWriter) Write(contender string, repeat int, recs []Record) error
 		rw.row = append(rw.row[:0], contender, strconv.Itoa(repeat), r.RequestID, r.SessionID, f(r.ArrivalMS), r.Pool,
 			strconv.Itoa(r.WorkerID), strconv.Itoa(r.DPRank), strconv.Itoa(r.PrefillWorkerID), strconv.Itoa(r.PrefillDPRank),
 			u(r.InputTokens), u(r.CachedTokens), u(r.OutputTokens),
-			f(r.QueueWaitMS), f(r.TTFTMS), f(r.TPOTMS), f(r.E2ELMS), strconv.Itoa(r.Preemptions), r.Rejected)
+			f(r.QueueWaitMS), f(r.TTFTMS), f(r.TPOTMS), f(r.E2ELMS), strconv.Itoa(r.Preemptions), r.Rejected,
+			r.PlayID, r.ConversationID, r.RequestKind)
 		if err := rw.csv.Write(rw.row); err != nil {
 			return err
 		}

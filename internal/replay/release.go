@@ -128,7 +128,9 @@ func (h *host) release(t float64, r *simRequest, trigger Trigger) {
 			continue
 		}
 		d := e.r
-		d.readyAt = max(d.readyAt, t+e.delayMS)
+		if at := t + e.delayMS; d.binding == nil || at > d.readyAt {
+			d.readyAt, d.binding, d.bindingDelay = at, r, e.delayMS
+		}
 		if d.waits--; d.waits == 0 {
 			h.schedule(d.readyAt, evArrival, d)
 		}

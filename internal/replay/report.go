@@ -201,6 +201,9 @@ func WriteTable(w io.Writer, rep *Report) error {
 	for _, class := range classNames(ms) {
 		writeClassRows(row, d, ms, class)
 	}
+	if ms[0].Agentic != nil { // one trace for every contender
+		writeAgenticRows(row, d, ms)
+	}
 	row("simulated time (s)", num("%.1f", "duration", func(m *Metrics) float64 { return m.Duration }))
 	row("router commands/s (wall)", func(i int) string { return fmt.Sprintf("%.0f", costs[i].RouterCommandsPerS) })
 	noRatio := writeVersus(tw, d, ms, row)
@@ -498,4 +501,47 @@ func writeHardwareRows(row func(string, func(int) string), d *Deterministic, ms 
 	num(hw.Pool+": P99 TTFT (ms)", "%.1f", "p99_ttft_ms", func(h *HardwareMetrics) float64 { return h.P99TTFTMS })
 	num(hw.Pool+": mean E2EL (ms)", "%.1f", "mean_e2el_ms", func(h *HardwareMetrics) float64 { return h.MeanE2ELMS })
 	num(hw.Pool+": mean busy share", "%.3f", "mean_busy_share", func(h *HardwareMetrics) float64 { return h.MeanBusyShare })
+}
+
+// writeAgenticRows are an agent trace's rows: its plays' makespan and
+// serving time, each request kind's TTFT and hit rate, and how often
+// subagents ran where their group was bound. A cell is repeat 0's figure,
+// or the repeats' mean ± half its interval.
+func writeAgenticRows(row func(string, func(int) string), d *Deterministic, ms []Metrics) {
+	num := func(name, format, key string, f func(a *AgenticMetrics) *float64) {
+		row(name, func(i int) string {
+			if i < len(d.Contenders) {
+				if e, ok := d.Contenders[i].AgenticSummary[key]; ok && e.CI95 != nil {
+					return meanCell(format, e)
+				}
+			}
+			x := f(ms[i].Agentic)
+			if x == nil {
+				return ""
+			}
+			return fmt.Sprintf(format, *x)
+		})
+	}
+	num("agent plays", "%.0f", "plays", func(a *AgenticMetrics) *float64 { return ptr(float64(a.Plays)) })
+	num("mean play makespan (ms)", "%.1f", "mean_makespan_ms", func(a *AgenticMetrics) *float64 { return &a.MeanMakespanMS })
+	num("P99 play makespan (ms)", "%.1f", "p99_makespan_ms", func(a *AgenticMetrics) *float64 { return &a.P99MakespanMS })
+	num("mean play serving time (ms)", "%.1f", "mean_serving_ms", func(a *AgenticMetrics) *float64 { return &a.MeanServingMS })
+	num("P99 play serving time (ms)", "%.1f", "p99_serving_ms", func(a *AgenticMetrics) *float64 { return &a.P99ServingMS })
+	for k, kind := range ms[0].Agentic.Kinds { // the same kinds for every contender
+		cell := func(format, key string, f func(k *KindMetrics) float64) func(i int) string {
+			return func(i int) string {
+				if i < len(d.Contenders) {
+					if e, ok := d.Contenders[i].KindSummary[kind.Kind][key]; ok && e.CI95 != nil {
+						return meanCell(format, e)
+					}
+				}
+				return fmt.Sprintf(format, f(&ms[i].Agentic.Kinds[k]))
+			}
+		}
+		row(kind.Kind+": requests", cell("%.0f", "requests", func(k *KindMetrics) float64 { return float64(k.Requests) }))
+		row(kind.Kind+": mean TTFT (ms)", cell("%.1f", "mean_ttft_ms", func(k *KindMetrics) float64 { return k.MeanTTFTMS }))
+		row(kind.Kind+": prefix hit rate", cell("%.3f", "prefix_hit_rate", func(k *KindMetrics) float64 { return k.PrefixHitRate }))
+	}
+	num("subagent colocation", "%.3f", "subagent_colocation", func(a *AgenticMetrics) *float64 { return a.SubagentColocation })
+	num("subagent group hit rate", "%.3f", "subagent_group_hit_rate", func(a *AgenticMetrics) *float64 { return a.SubagentGroupHitRate })
 }
