@@ -79,6 +79,8 @@ var replayBadValues = []badValue{
 	{"router-replicas", "65", nil},
 	{"seed", "-1", nil},
 	{"sessions", "200001", nil},
+	{"workload", "bogus", nil},
+	{"plays", "0", []string{"--workload", "agentic"}},
 	{"sglang-balance-abs-threshold", "-1", []string{"--policy", "sglang_cache_aware"}},
 	{"sglang-balance-rel-threshold", "-1", []string{"--policy", "sglang_cache_aware"}},
 	{"sglang-cache-threshold", "2", []string{"--policy", "sglang_cache_aware"}},
@@ -150,7 +152,7 @@ func TestEveryRangeIsCheckedUpFront(t *testing.T) {
 			dir := t.TempDir()
 			value := strings.ReplaceAll(b.value, "@dir", dir)
 			args := append([]string{"replay", "--sessions", "3", "--" + b.flag + "=" + value}, b.with...)
-			if b.flag == "sessions" || slices.Contains(b.with, "--request-count") || b.flag == "request-count" {
+			if b.flag == "sessions" || slices.Contains(b.with, "--request-count") || b.flag == "request-count" || slices.Contains(b.with, "--workload") {
 				args = append([]string{"replay", "--" + b.flag + "=" + value}, b.with...)
 			}
 			if b.flag != "report" {

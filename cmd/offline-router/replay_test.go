@@ -769,3 +769,35 @@ func TestCPUProfile(t *testing.T) {
 		t.Errorf("a bad profile path: exit %d, %s", code, stderr)
 	}
 }
+
+// TestReplayAgenticWorkload: --workload agentic runs the built-in agentic
+// workload of --plays plays, said so in the table's first line and the
+// report; its flags are refused where they would be ignored, and the chat
+// workload's where the agentic one runs. (Catches --plays not reaching the
+// generator, the chat workload run instead, and a flag silently dropped.)
+func TestReplayAgenticWorkload(t *testing.T) {
+	report := filepath.Join(t.TempDir(), "r.json")
+	stdout, stderr, code := run(t, "", "replay", "--workload", "agentic", "--plays", "4", "--report", report)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "the built-in agentic workload (4 plays)") || !strings.Contains(stdout, "agent plays") {
+		t.Errorf("the table:\n%s", stdout)
+	}
+	rep := readReport(t, report)
+	if a := rep.Deterministic.Policies[0].Agentic; rep.Deterministic.Workload.BuiltinPlays != 4 || a == nil || a.Plays != 4 {
+		t.Errorf("workload %+v, agentic figures %+v; want 4 plays", rep.Deterministic.Workload, a)
+	}
+	for args, want := range map[string]string{
+		"--plays 5":                                    "--plays sizes the built-in agentic workload: give --workload agentic too",
+		"--workload agentic --sessions 5":              "--sessions and --builtin-lora-adapters shape the built-in chat workload",
+		"--workload agentic --builtin-lora-adapters 2": "--sessions and --builtin-lora-adapters shape the built-in chat workload",
+		"--workload agentic --input-tokens 9 --output-tokens 2 --request-count 3": "--workload and --plays pick and size the built-in workload",
+		"--workload agentic --plays 20001":                                        "--plays 20001: expected 1 to 20000",
+		"--workload Agentic":                                                      `--workload "Agentic": expected chat or agentic`,
+	} {
+		if stdout, stderr, code := run(t, "", append([]string{"replay"}, strings.Fields(args)...)...); code != 2 || !strings.Contains(stderr, want) || stdout != "" {
+			t.Errorf("%s: exit %d, stdout %q: %s", args, code, stdout, stderr)
+		}
+	}
+}

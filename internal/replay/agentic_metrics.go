@@ -36,13 +36,10 @@ type KindMetrics struct {
 	PrefixHitRate float64 `json:"prefix_hit_rate"`
 }
 
-// agenticMetrics computes them from the run's requests and records (in
-// trace order): linear in the requests, a play's critical path walked
-// once.
-func (h *host) agenticMetrics(trace []Request, recs func(i int) *Record) *AgenticMetrics {
-	if len(trace) == 0 || trace[0].Agent == nil {
-		return nil
-	}
+// agenticMetrics computes them from an agent trace's requests and their
+// records (in trace order): linear in the requests, a play's critical path
+// walked once.
+func (h *host) agenticMetrics(trace []Request, recs []Record) *AgenticMetrics {
 	type play struct {
 		first, end float64
 		last       *simRequest
@@ -60,7 +57,7 @@ func (h *host) agenticMetrics(trace []Request, recs func(i int) *Record) *Agenti
 	var subInput, subCached uint64
 	for i := range trace {
 		r := h.byID[trace[i].ID]
-		a, rec := r.Agent, recs(i)
+		a, rec := r.Agent, &recs[i]
 		p := plays[a.Play]
 		if p == nil {
 			p = &play{first: math.Inf(1)}

@@ -97,6 +97,11 @@ func (e *Experiment) LoadUnshaped() ([]Request, TraceInfo, error) {
 	switch {
 	case e.Workload.Synthetic != nil:
 		trace, info.Source = e.Workload.Synthetic.Requests(e.Router.Seed, bs), "synthetic"
+	case e.TracePath == "" && e.Workload.BuiltinPlays > 0:
+		trace, info.Source = AgenticBuiltin(e.Router.Seed, e.Workload.BuiltinPlays, bs), "builtin"
+		if err := checkGraph(trace); err != nil { // sets the lineage; a refusal would be the generator's bug
+			return nil, info, fmt.Errorf("the built-in agentic workload: %w", err)
+		}
 	case e.TracePath == "":
 		trace, info.Source = Builtin(e.Router.Seed, e.Workload.BuiltinSessions, e.Workload.BuiltinLoRAAdapters, bs), "builtin"
 	default:

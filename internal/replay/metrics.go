@@ -521,7 +521,7 @@ func (h *host) metrics(trace []Request) (Metrics, []Record) {
 		m.PrefixHitRateAcrossTiers = &rate
 	}
 	if agentic {
-		m.Agentic = h.agenticMetrics(trace, func(i int) *Record { return &recs[i] })
+		m.Agentic = h.agenticMetrics(trace, recs)
 	}
 	if !h.opt.Records {
 		recs = nil

@@ -298,6 +298,9 @@ func writeVerdicts(w io.Writer, d *Deterministic) error {
 // intervalMethod says how the verdicts' intervals were made.
 func intervalMethod(d *Deterministic) string {
 	unit := "sessions (requests where there are none)"
+	if len(d.Policies) > 0 && d.Policies[0].Agentic != nil {
+		unit = "agent plays"
+	}
 	repeats := ""
 	if d.Repeats > 1 {
 		repeats = fmt.Sprintf(", each with its requests in all %d repeats", d.Repeats)

@@ -52,7 +52,8 @@ func (e *Experiment) versus(d *Deterministic, byContender [][]*Result) {
 
 // clusters numbers the bootstrap's units over the rows of every repeat,
 // from the baseline's records (every contender ran the same requests):
-// a session, or a request of none. A trace's session is one unit across
+// an agent play (whose requests wait on each other), a session, or a
+// request of neither. A trace's session is one unit across
 // the repeats (the same requests each time); a generated workload's
 // sessions are new at each repeat, each its own unit.
 func (e *Experiment) clusters(results []*Result) (int, [][]int32) {
@@ -63,7 +64,10 @@ func (e *Experiment) clusters(results []*Result) (int, [][]int32) {
 		ids[k] = make([]int32, len(recs))
 		for i := range recs {
 			key := "r\x00" + recs[i].RequestID
-			if recs[i].SessionID != "" {
+			switch {
+			case recs[i].PlayID != "":
+				key = "p\x00" + recs[i].PlayID
+			case recs[i].SessionID != "":
 				key = "s\x00" + recs[i].SessionID
 			}
 			if e.TracePath == "" {

@@ -26,6 +26,9 @@ type Workload struct {
 	// BuiltinSessions is the size of the built-in workload (0 when a trace
 	// or a synthetic workload ran).
 	BuiltinSessions int `json:"builtin_sessions,omitempty"`
+	// BuiltinPlays is the size of the built-in agentic workload
+	// (AgenticBuiltin), when it ran in the chat workload's stead.
+	BuiltinPlays int `json:"builtin_plays,omitempty"`
 	// BuiltinLoRAAdapters gives the built-in workload's sessions LoRA
 	// adapters, lora-0 to lora-{N-1} (Builtin says how many use each).
 	BuiltinLoRAAdapters int        `json:"builtin_lora_adapters,omitempty"`
