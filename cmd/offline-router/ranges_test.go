@@ -81,6 +81,7 @@ var replayBadValues = []badValue{
 	{"sessions", "200001", nil},
 	{"workload", "bogus", nil},
 	{"plays", "0", []string{"--workload", "agentic"}},
+	{"subagent-context", "bogus", []string{"--workload", "agentic"}},
 	{"sglang-balance-abs-threshold", "-1", []string{"--policy", "sglang_cache_aware"}},
 	{"sglang-balance-rel-threshold", "-1", []string{"--policy", "sglang_cache_aware"}},
 	{"sglang-cache-threshold", "2", []string{"--policy", "sglang_cache_aware"}},

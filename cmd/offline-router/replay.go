@@ -44,6 +44,7 @@ type replayOptions struct {
 	workload      replay.Workload
 	builtin       string // --workload: which built-in workload
 	plays         int
+	subagents     string // --subagent-context
 	synthetic     replay.Synthetic
 	goodput       []string
 	policies      []string
@@ -222,6 +223,7 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 	f.StringVar(&o.builtin, "workload", "chat", "the built-in workload, run when no trace and no synthetic workload is given: chat (multi-turn chat sessions, --sessions) or agentic (coding-agent plays: a shared system prompt and tool schema, tool waits, subagents forked from the main agent's context; --plays; docs/replay.md)")
 	f.IntVar(&o.workload.BuiltinSessions, "sessions", o.workload.BuiltinSessions, "sessions of the built-in chat workload (only when no trace and no synthetic workload is given)")
 	f.IntVar(&o.plays, "plays", 80, "agent plays of the built-in agentic workload (--workload agentic), a few dozen requests each")
+	f.StringVar(&o.subagents, "subagent-context", "fork", "the built-in agentic workload's subagents: fork (start from the main agent's context, its answer and their task) or fresh (from the shared system prompt and their task alone, as the SemiAnalysis AgentX corpora record them)")
 	f.IntVar(&o.workload.BuiltinLoRAAdapters, "builtin-lora-adapters", 0, "built-in workload: LoRA adapters lora-0 to lora-{N-1} its sessions run under, half of the sessions under none (the base model), the first adapters the most used; each adapter salts its prompts' blocks, so its sessions share no cache with another's (0 = none)")
 	f.IntVar(&o.maxLoRAs, "max-gpu-lora-count", protocol.DefaultLoRACapacity, "LoRA adapters each simulated worker holds at once, as vLLM's --max-loras (Dynamo's max_gpu_lora_count, whose default this is): the router sends a request under an adapter to a worker that has it loaded or room to load it; 0 = a worker loads none. Sent in worker_ready only when a request names an adapter (lora_name)")
 	f.Float64Var(&o.workload.ArrivalSpeedupRatio, "arrival-speedup-ratio", 1, "arrivals (from the first) and think times divided by this: 2 = twice the load (open loop only)")
@@ -647,10 +649,12 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 		return fmt.Errorf("--builtin-lora-adapters shapes the built-in workload, which does not run when a trace or a synthetic workload is given (a trace names its adapters in lora_name)")
 	case o.builtin != "chat" && o.builtin != "agentic":
 		return fmt.Errorf("--workload %q: expected chat or agentic", o.builtin)
-	case (len(args) == 1 || synthetic) && (flags.Changed("workload") || flags.Changed("plays")):
-		return fmt.Errorf("--workload and --plays pick and size the built-in workload, which does not run when a trace or a synthetic workload is given")
-	case o.builtin == "chat" && flags.Changed("plays"):
-		return fmt.Errorf("--plays sizes the built-in agentic workload: give --workload agentic too")
+	case o.subagents != "fork" && o.subagents != "fresh":
+		return fmt.Errorf("--subagent-context %q: expected fork or fresh", o.subagents)
+	case (len(args) == 1 || synthetic) && (flags.Changed("workload") || flags.Changed("plays") || flags.Changed("subagent-context")):
+		return fmt.Errorf("--workload, --plays and --subagent-context pick and shape the built-in workload, which does not run when a trace or a synthetic workload is given")
+	case o.builtin == "chat" && (flags.Changed("plays") || flags.Changed("subagent-context")):
+		return fmt.Errorf("--plays and --subagent-context shape the built-in agentic workload: give --workload agentic too")
 	case o.builtin == "agentic" && (flags.Changed("sessions") || flags.Changed("builtin-lora-adapters")):
 		return fmt.Errorf("--sessions and --builtin-lora-adapters shape the built-in chat workload; the agentic one (--workload agentic) is sized by --plays")
 	case synthetic:
@@ -665,6 +669,7 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 			return fmt.Errorf("--plays %d: expected 1 to %d (each play's requests are held in memory)", o.plays, maxPlays)
 		}
 		o.workload.BuiltinSessions, o.workload.BuiltinPlays = 0, o.plays
+		o.workload.BuiltinFreshSubagents = o.subagents == "fresh"
 	case o.workload.BuiltinSessions < 1:
 		return fmt.Errorf("--sessions %d: the built-in workload needs at least 1 session", o.workload.BuiltinSessions)
 	}
@@ -1361,7 +1366,11 @@ func describe(tracePath string, w *replay.Workload) string {
 		s := w.Synthetic
 		return fmt.Sprintf("a synthetic workload (%d requests of %d input and %d output tokens)", s.RequestCount, s.InputTokens, s.OutputTokens)
 	case tracePath == "" && w.BuiltinPlays > 0:
-		return fmt.Sprintf("the built-in agentic workload (%d plays)", w.BuiltinPlays)
+		s := fmt.Sprintf("the built-in agentic workload (%d plays", w.BuiltinPlays)
+		if w.BuiltinFreshSubagents {
+			s += ", fresh-context subagents"
+		}
+		return s + ")"
 	case tracePath == "":
 		return fmt.Sprintf("the built-in workload (%d sessions)", w.BuiltinSessions)
 	}

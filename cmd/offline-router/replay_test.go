@@ -771,8 +771,8 @@ func TestCPUProfile(t *testing.T) {
 }
 
 // TestReplayAgenticWorkload: --workload agentic runs the built-in agentic
-// workload of --plays plays, said so in the table's first line and the
-// report; its flags are refused where they would be ignored, and the chat
+// workload of --plays plays (with --subagent-context fresh, fresh-context
+// subagents), said so in the table's first line and the report; its flags are refused where they would be ignored, and the chat
 // workload's where the agentic one runs. (Catches --plays not reaching the
 // generator, the chat workload run instead, and a flag silently dropped.)
 func TestReplayAgenticWorkload(t *testing.T) {
@@ -788,12 +788,18 @@ func TestReplayAgenticWorkload(t *testing.T) {
 	if a := rep.Deterministic.Policies[0].Agentic; rep.Deterministic.Workload.BuiltinPlays != 4 || a == nil || a.Plays != 4 {
 		t.Errorf("workload %+v, agentic figures %+v; want 4 plays", rep.Deterministic.Workload, a)
 	}
+	stdout, stderr, code = run(t, "", "replay", "--workload", "agentic", "--plays", "4", "--subagent-context", "fresh", "--report", report)
+	if code != 0 || !strings.Contains(stdout, "(4 plays, fresh-context subagents)") || !readReport(t, report).Deterministic.Workload.BuiltinFreshSubagents {
+		t.Errorf("--subagent-context fresh: exit %d: %s\n%s", code, stderr, stdout)
+	}
 	for args, want := range map[string]string{
-		"--plays 5":                                    "--plays sizes the built-in agentic workload: give --workload agentic too",
+		"--plays 5":                                    "--plays and --subagent-context shape the built-in agentic workload: give --workload agentic too",
 		"--workload agentic --sessions 5":              "--sessions and --builtin-lora-adapters shape the built-in chat workload",
 		"--workload agentic --builtin-lora-adapters 2": "--sessions and --builtin-lora-adapters shape the built-in chat workload",
-		"--workload agentic --input-tokens 9 --output-tokens 2 --request-count 3": "--workload and --plays pick and size the built-in workload",
+		"--workload agentic --input-tokens 9 --output-tokens 2 --request-count 3": "--workload, --plays and --subagent-context pick and shape the built-in workload",
 		"--workload agentic --plays 20001":                                        "--plays 20001: expected 1 to 20000",
+		"--subagent-context fresh":                                                "give --workload agentic too",
+		"--workload agentic --subagent-context forked":                            `--subagent-context "forked": expected fork or fresh`,
 		"--workload Agentic":                                                      `--workload "Agentic": expected chat or agentic`,
 	} {
 		if stdout, stderr, code := run(t, "", append([]string{"replay"}, strings.Fields(args)...)...); code != 2 || !strings.Contains(stderr, want) || stdout != "" {

@@ -20,7 +20,8 @@ import (
 // a tool wait. At a turn past the first, with probability
 // agenticSpawnChance (at most agenticMaxSpawns times a play), the answer
 // spawns 1 to agenticMaxFanOut subagents: each starts, once the turn ends,
-// from the main agent's context with that answer and a task of its own,
+// from the main agent's context with that answer and a task of its own
+// (forked), or with fresh set from the shared prompt and its task alone,
 // and runs its own loop; the main agent's next turn waits for them all
 // (join) and reads their reports. A conversation ends when its turns are
 // done or its next prompt would pass agenticMaxContext tokens.
@@ -30,12 +31,12 @@ import (
 // it has them cached (generated.go). Products are rounded alone and no
 // logarithm or exponential is taken, so every platform makes the same
 // workload.
-func AgenticBuiltin(seed uint64, plays int, blockSize uint64) []Request {
-	g := &agenticGen{rng: rand.New(rand.NewPCG(seed, 0xa6e)), bs: blockSize}
+func AgenticBuiltin(seed uint64, plays int, fresh bool, blockSize uint64) []Request {
+	g := &agenticGen{rng: rand.New(rand.NewPCG(seed, 0xa6e)), bs: blockSize, fresh: fresh}
 	// The shared prompt's full blocks are the same in every play; the
 	// block it ends in holds the play's own task too.
 	for range agenticSystemTokens / blockSize {
-		g.system = append(g.system, g.fresh())
+		g.system = append(g.system, g.newID())
 	}
 	t := 0.0
 	for p := range plays {
@@ -61,6 +62,7 @@ const (
 type agenticGen struct {
 	rng    *rand.Rand
 	bs     uint64
+	fresh  bool // subagents start from the shared prompt, not forked
 	system []protocol.LocalBlockHash
 	next   protocol.LocalBlockHash // the last id given
 	out    []Request
@@ -68,7 +70,7 @@ type agenticGen struct {
 	packed []byte                    // scratch for keepIDs
 }
 
-func (g *agenticGen) fresh() protocol.LocalBlockHash { g.next++; return g.next }
+func (g *agenticGen) newID() protocol.LocalBlockHash { g.next++; return g.next }
 
 // agentContext is a conversation's prompt so far: the last request's (by
 // index), its ids and tokens, and the ids of the full blocks its answer
@@ -86,7 +88,7 @@ func (g *agenticGen) extend(c *agentContext, added uint64) (ids []protocol.Local
 	in = c.in + c.out + added
 	ids = append(append(g.ids[:0], c.ids[:c.in/g.bs]...), c.answer...)
 	for uint64(len(ids)) < blocksOf(in, g.bs) {
-		ids = append(ids, g.fresh())
+		ids = append(ids, g.newID())
 	}
 	g.ids = ids
 	return ids, in
@@ -100,7 +102,7 @@ func (g *agenticGen) emit(id, play, conv string, ids []protocol.LocalBlockHash, 
 	g.packed = r.keepIDs(ids, true, g.packed)
 	c := &agentContext{at: int32(len(g.out)), ids: slices.Clone(ids), in: in, out: out}
 	for range (in+out)/g.bs - in/g.bs {
-		c.answer = append(c.answer, g.fresh())
+		c.answer = append(c.answer, g.newID())
 	}
 	g.out = append(g.out, r)
 	return c
@@ -110,12 +112,7 @@ func (g *agenticGen) emit(id, play, conv string, ids []protocol.LocalBlockHash, 
 func (g *agenticGen) play(p int, t float64) {
 	play := "play-" + strconv.Itoa(p)
 	// The first prompt: the shared prompt, then the task.
-	in := agenticSystemTokens + 200 + uint64(g.rng.IntN(1800))
-	ids := append(g.ids[:0], g.system...)
-	for uint64(len(ids)) < blocksOf(in, g.bs) {
-		ids = append(ids, g.fresh())
-	}
-	g.ids = ids
+	ids, in := g.opening(200 + uint64(g.rng.IntN(1800)))
 	c := g.emit(play+"-t0", play, "main", ids, in, nil)
 	g.out[c.at].Arrival = t
 	spawns, turns := 0, agenticTurns(g.rng)
@@ -141,11 +138,29 @@ func (g *agenticGen) play(p int, t float64) {
 	}
 }
 
-// subagent makes a subagent conversation forked from the main agent's
-// context parent (which has room for its task), started when the parent's
+// opening is a prompt of the shared prompt and then task tokens.
+func (g *agenticGen) opening(task uint64) (ids []protocol.LocalBlockHash, in uint64) {
+	in = agenticSystemTokens + task
+	ids = append(g.ids[:0], g.system...)
+	for uint64(len(ids)) < blocksOf(in, g.bs) {
+		ids = append(ids, g.newID())
+	}
+	g.ids = ids
+	return ids, in
+}
+
+// subagent makes a subagent conversation spawned by the main agent's
+// request parent (whose context has room for its task), started when that
 // request ends, and gives its last request's index.
 func (g *agenticGen) subagent(play, conv string, parent *agentContext) int32 {
-	ids, in := g.extend(parent, 150+uint64(g.rng.IntN(agenticMaxTask-150)))
+	task := 150 + uint64(g.rng.IntN(agenticMaxTask-150))
+	var ids []protocol.LocalBlockHash
+	var in uint64
+	if g.fresh {
+		ids, in = g.opening(task)
+	} else {
+		ids, in = g.extend(parent, task)
+	}
 	c := g.emit(play+"-"+conv+"-t0", play, conv, ids, in, []Dependency{{On: parent.at, Relation: Spawn}})
 	for turn, turns := 1, subagentTurns(g.rng); turn < turns; turn++ {
 		added, wait := agenticToolResult(g.rng), agenticToolWaitMS(g.rng)
@@ -160,7 +175,7 @@ func (g *agenticGen) subagent(play, conv string, parent *agentContext) int32 {
 }
 
 // agenticTurns draws a main agent's turns: 10 and an exponential draw of
-// mean 33 (median 33), at most 300.
+// mean 33 (in all a median of 33), at most 300.
 func agenticTurns(rng *rand.Rand) int { return min(10+int(rng.ExpFloat64()*33), 300) }
 
 // subagentTurns draws a subagent's turns: 2 and an exponential draw of

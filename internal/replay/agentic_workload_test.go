@@ -17,13 +17,18 @@ import (
 // generated-token cache keeps them; a subagent's first prompt is its
 // parent's context with the same answer blocks as the parent's next turn;
 // every dependency names an earlier request of its play; no prompt passes
-// the context limit. (Catches: a play's own system prompt, fresh answer ids
+// the context limit. A fresh subagent starts from the shared prompt and its
+// task alone. (Catches: a play's own system prompt, fresh answer ids
 // in the subagent or the next turn (no generated hit), a subagent spawned
-// from another request than its fork's, a turn released before what it
+// from another request than its fork's, a fresh one forked, a turn released before what it
 // reads, a context that grows past the limit.)
 func TestAgenticBuiltinShape(t *testing.T) {
-	for _, bs := range []uint64{16, 512} {
-		trace := AgenticBuiltin(3, 60, bs)
+	for _, c := range []struct {
+		bs    uint64
+		fresh bool
+	}{{16, false}, {512, false}, {512, true}} {
+		bs := c.bs
+		trace := AgenticBuiltin(3, 60, c.fresh, bs)
 		if err := checkGraph(trace); err != nil {
 			t.Fatal(err)
 		}
@@ -50,9 +55,16 @@ func TestAgenticBuiltinShape(t *testing.T) {
 				if d.Relation == Join || d.Relation == ReplayBarrier {
 					continue
 				}
+				on := &trace[d.On]
+				if c.fresh && d.Relation == Spawn {
+					// Only the shared prompt and its task.
+					if p[system] == ids(d.On)[system] || r.InputTokens > agenticSystemTokens+agenticMaxTask {
+						t.Fatalf("bs %d: fresh subagent %s is forked from %s", bs, r.ID, on.ID)
+					}
+					continue
+				}
 				// What it was spawned from or follows: its prompt and
 				// answer lead this prompt.
-				on := &trace[d.On]
 				lead := ids(d.On)[:on.InputTokens/bs]
 				if !slices.Equal(p[:len(lead)], lead) {
 					t.Fatalf("bs %d: %s does not hold the prompt of %s", bs, r.ID, on.ID)
@@ -79,7 +91,7 @@ func TestAgenticBuiltinShape(t *testing.T) {
 // rate, a mixture's branch swapped, or subagents never (or always)
 // spawned.
 func TestAgenticBuiltinFollowsItsSources(t *testing.T) {
-	trace := AgenticBuiltin(11, 2000, 512)
+	trace := AgenticBuiltin(11, 2000, false, 512)
 	if err := checkGraph(trace); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +117,7 @@ func TestAgenticBuiltinFollowsItsSources(t *testing.T) {
 	}
 	w, n := summarize(waits), summarize(perPlay)
 	share := float64(subagents) / float64(len(trace))
-	if n.median < 28 || n.median > 38 || w.median < 4500 || w.median > 6000 || w.p99 < 65_000 || w.p99 > 100_000 || share < 0.3 || share > 0.55 {
+	if n.median < 25 || n.median > 38 || w.median < 4500 || w.median > 6000 || w.p99 < 65_000 || w.p99 > 100_000 || share < 0.3 || share > 0.55 {
 		t.Errorf("median main turns %v, tool wait median %v p99 %v ms, subagent share %.3f", n.median, w.median, w.p99, share)
 	}
 }
@@ -114,7 +126,7 @@ func TestAgenticBuiltinFollowsItsSources(t *testing.T) {
 // the byte, and another seed another. (Catches a draw from a global
 // source or a map's order.)
 func TestAgenticBuiltinIsSeeded(t *testing.T) {
-	a, b, c := AgenticBuiltin(5, 30, 64), AgenticBuiltin(5, 30, 64), AgenticBuiltin(6, 30, 64)
+	a, b, c := AgenticBuiltin(5, 30, false, 64), AgenticBuiltin(5, 30, false, 64), AgenticBuiltin(6, 30, false, 64)
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("seed 5 made two workloads")
 	}

@@ -98,7 +98,7 @@ func (e *Experiment) LoadUnshaped() ([]Request, TraceInfo, error) {
 	case e.Workload.Synthetic != nil:
 		trace, info.Source = e.Workload.Synthetic.Requests(e.Router.Seed, bs), "synthetic"
 	case e.TracePath == "" && e.Workload.BuiltinPlays > 0:
-		trace, info.Source = AgenticBuiltin(e.Router.Seed, e.Workload.BuiltinPlays, bs), "builtin"
+		trace, info.Source = AgenticBuiltin(e.Router.Seed, e.Workload.BuiltinPlays, e.Workload.BuiltinFreshSubagents, bs), "builtin"
 		if err := checkGraph(trace); err != nil { // sets the lineage; a refusal would be the generator's bug
 			return nil, info, fmt.Errorf("the built-in agentic workload: %w", err)
 		}

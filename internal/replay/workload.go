@@ -29,6 +29,10 @@ type Workload struct {
 	// BuiltinPlays is the size of the built-in agentic workload
 	// (AgenticBuiltin), when it ran in the chat workload's stead.
 	BuiltinPlays int `json:"builtin_plays,omitempty"`
+	// BuiltinFreshSubagents starts its subagents from the shared prompt
+	// and their task alone rather than forked from the main agent's
+	// context (--subagent-context fresh).
+	BuiltinFreshSubagents bool `json:"builtin_fresh_subagents,omitempty"`
 	// BuiltinLoRAAdapters gives the built-in workload's sessions LoRA
 	// adapters, lora-0 to lora-{N-1} (Builtin says how many use each).
 	BuiltinLoRAAdapters int        `json:"builtin_lora_adapters,omitempty"`
