@@ -32,6 +32,7 @@ var replayBadValues = []badValue{
 	{"capacity-tolerance", "0", []string{"--capacity", "--goodput", "ttft:1000"}},
 	{"baseline", "bogus", []string{"--policies", "kv"}},
 	{"block-size", "0", nil},
+	{"benchmark-duration", "-1", []string{"--replay-concurrency", "2"}},
 	{"builtin-lora-adapters", "1025", nil},
 	{"contender", "kv:prefill_load_scale=-1", nil},
 	{"config", "/nonexistent/config.json", nil},

@@ -111,10 +111,13 @@ ids the next turn's prompt names for them.
 
 With no TRACE it runs the built-in workload: multi-turn chat sessions
 sharing a few system prompts (--sessions, seeded by --seed; with
---builtin-lora-adapters, half of them under LoRA adapters); or, given
+--builtin-lora-adapters, half of them under LoRA adapters); with
+--workload agentic, coding-agent plays whose subagents fork from the main
+agent's context or start fresh (--plays, --subagent-context); or, given
 --input-tokens, --output-tokens and --request-count, a synthetic one, as
 Dynamo's replay makes it. --arrival-speedup-ratio and --replay-concurrency
-shape arrivals with the meaning Dynamo's replay gives them (README).
+shape arrivals with the meaning Dynamo's replay gives them (README);
+--benchmark-duration recycles a closed loop's plays for that long.
 
 The simulated workers run as vLLM's V1 scheduler does, step by step
 (--engine iteration): chunked prefill under a budget of
@@ -220,7 +223,7 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 	f.StringVar(&o.clusterFile, "cluster", "", "a cluster file (YAML or JSON): an aggregated cluster of pools of workers, each with its own engine profile, count, KV cache and tiers, in place of the one-pool --workers and --worker-* flags (docs/replay.md, \"Mixed hardware\")")
 	f.Float64Var(&o.cluster.PrefillTokensPerMS, "worker-prefill-tokens-per-ms", o.cluster.PrefillTokensPerMS, "simple engine: prefill speed for uncached tokens")
 	f.Float64Var(&o.cluster.DecodeMSPerToken, "worker-decode-ms-per-token", o.cluster.DecodeMSPerToken, "simple engine: decode time per output token after the first (prefill makes the first, as in vLLM)")
-	f.StringVar(&o.builtin, "workload", "chat", "the built-in workload, run when no trace and no synthetic workload is given: chat (multi-turn chat sessions, --sessions) or agentic (coding-agent plays: a shared system prompt and tool schema, tool waits, subagents forked from the main agent's context; --plays; docs/replay.md)")
+	f.StringVar(&o.builtin, "workload", "chat", "the built-in workload, run when no trace and no synthetic workload is given: chat (multi-turn chat sessions, --sessions) or agentic (coding-agent plays: a shared system prompt and tool schema, growing contexts, tool waits, subagents; --plays, --subagent-context; docs/replay.md)")
 	f.IntVar(&o.workload.BuiltinSessions, "sessions", o.workload.BuiltinSessions, "sessions of the built-in chat workload (only when no trace and no synthetic workload is given)")
 	f.IntVar(&o.plays, "plays", 80, "agent plays of the built-in agentic workload (--workload agentic), a few dozen requests each")
 	f.StringVar(&o.subagents, "subagent-context", "fork", "the built-in agentic workload's subagents: fork (start from the main agent's context, its answer and their task) or fresh (from the shared system prompt and their task alone, as the SemiAnalysis AgentX corpora record them)")
@@ -228,6 +231,7 @@ stopped it between two commands (no report nor rows; the streams end the same wa
 	f.IntVar(&o.maxLoRAs, "max-gpu-lora-count", protocol.DefaultLoRACapacity, "LoRA adapters each simulated worker holds at once, as vLLM's --max-loras (Dynamo's max_gpu_lora_count, whose default this is): the router sends a request under an adapter to a worker that has it loaded or room to load it; 0 = a worker loads none. Sent in worker_ready only when a request names an adapter (lora_name)")
 	f.Float64Var(&o.workload.ArrivalSpeedupRatio, "arrival-speedup-ratio", 1, "arrivals (from the first) and think times divided by this: 2 = twice the load (open loop only)")
 	f.IntVar(&o.workload.ReplayConcurrency, "replay-concurrency", 0, "closed loop: this many sessions in flight, the next starting when one ends, timestamps ignored (0 = open loop)")
+	f.Float64Var(&o.workload.BenchmarkDurationS, "benchmark-duration", 0, "closed loop: recycle the plays (or sessions) for this many simulated seconds, as AIPerf's --benchmark-duration: past the trace's last play the lanes start its plays again as new instances, until one opens at the duration; each contender runs the plays it gets through, so no baseline is measured against (0 = one pass; docs/replay.md)")
 	f.Uint64Var(&o.synthetic.InputTokens, "input-tokens", 0, "synthetic workload: input tokens per request")
 	f.Uint64Var(&o.synthetic.OutputTokens, "output-tokens", 0, "synthetic workload: output tokens per request")
 	f.IntVar(&o.synthetic.RequestCount, "request-count", 0, "synthetic workload: requests")
@@ -423,7 +427,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) (err error) 
 		table = cmd.ErrOrStderr()
 	}
 	title := describe(exp.TracePath, &o.workload)
-	if _, err := fmt.Fprintf(table, "replay of %s: %d requests%s on %s%s\n\n", title, len(trace), describeAdapters(info), o.describeCluster(), describeRepeats(exp)); err != nil {
+	if _, err := fmt.Fprintf(table, "replay of %s: %d requests%s%s on %s%s\n\n", title, len(trace), describeAdapters(info), describeRecycling(&o.workload), o.describeCluster(), describeRepeats(exp)); err != nil {
 		return &exitError{1, fmt.Errorf("writing the table: %w", err)}
 	}
 	streams, open, err := o.openStreams()
@@ -691,6 +695,16 @@ func (o *replayOptions) check(flags *pflag.FlagSet, args []string) error {
 	}
 	if w.ReplayConcurrency < 0 {
 		return fmt.Errorf("--replay-concurrency %d: expected 1 or more (0 = open loop)", w.ReplayConcurrency)
+	}
+	if d := w.BenchmarkDurationS; d != 0 {
+		switch {
+		case !(d > 0 && d <= protocol.MaxNumber/2000):
+			return fmt.Errorf("--benchmark-duration %v: expected seconds above 0, at most 2^52 ms", d)
+		case w.ReplayConcurrency == 0:
+			return fmt.Errorf("--benchmark-duration recycles the plays of a closed loop: give --replay-concurrency N too")
+		case flags.Changed("baseline") || o.robustness || o.capacity:
+			return fmt.Errorf("--benchmark-duration has each contender run the plays it gets through, not the same requests: drop --baseline, --robustness and --capacity, which pair their runs request by request")
+		}
 	}
 	if w.ReplayConcurrency > 0 && (flags.Changed("arrival-speedup-ratio") || flags.Changed("arrival-interval-ms")) {
 		return fmt.Errorf("--replay-concurrency runs a closed loop, where arrival times do not apply: drop --arrival-speedup-ratio and --arrival-interval-ms")
@@ -1299,7 +1313,7 @@ func (o *replayOptions) checkComparison(flags *pflag.FlagSet, contenders []repla
 		return fmt.Errorf("--baseline %q: not a contender of this run (%s)", o.baseline, strings.Join(names, ", "))
 	case flags.Changed("baseline") && len(contenders) < 2:
 		return fmt.Errorf("--baseline %s: one contender runs, with nothing to measure against it: give --compare, --policies or --contender", o.baseline)
-	case !flags.Changed("baseline") && len(contenders) > 1 && slices.Contains(names, string(protocol.PolicyRoundRobin)):
+	case !flags.Changed("baseline") && len(contenders) > 1 && slices.Contains(names, string(protocol.PolicyRoundRobin)) && o.workload.BenchmarkDurationS == 0:
 		o.baseline = string(protocol.PolicyRoundRobin)
 	}
 	return nil
@@ -1344,6 +1358,15 @@ func describeRepeats(e *replay.Experiment) string {
 		s += " (the workload is made anew at each; this count is seed " + fmt.Sprint(e.Router.Seed) + "'s)"
 	}
 	return s
+}
+
+// describeRecycling says, for the table's first line, that the plays are
+// recycled, if they are.
+func describeRecycling(w *replay.Workload) string {
+	if w.BenchmarkDurationS == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", recycled for %g s by %d lanes (each contender runs the plays it gets through)", w.BenchmarkDurationS, w.ReplayConcurrency)
 }
 
 // describeAdapters says, for the table's first line, how many requests ran

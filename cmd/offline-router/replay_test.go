@@ -807,3 +807,37 @@ func TestReplayAgenticWorkload(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayBenchmarkDuration: --benchmark-duration recycles a closed
+// loop's plays, more requests completing than one pass holds, said so in
+// the table's first line and the report, and no baseline measured
+// against; it is refused without a closed loop and with what pairs runs
+// request by request. (Catches the flag not reaching the run, a default
+// baseline paired over different requests, a bound not checked.)
+func TestReplayBenchmarkDuration(t *testing.T) {
+	report := filepath.Join(t.TempDir(), "r.json")
+	stdout, stderr, code := run(t, "", "replay", "--workload", "agentic", "--plays", "3", "--replay-concurrency", "2", "--benchmark-duration", "900",
+		"--policies", "kv,round_robin", "--report", report)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	rep := readReport(t, report)
+	if !strings.Contains(stdout, "recycled for 900 s by 2 lanes") || rep.Deterministic.Workload.BenchmarkDurationS != 900 ||
+		rep.Deterministic.Baseline != "" || len(rep.Deterministic.Verdicts) != 0 {
+		t.Fatalf("the table:\n%s\nbaseline %q, verdicts %v", stdout, rep.Deterministic.Baseline, rep.Deterministic.Verdicts)
+	}
+	if m := rep.Deterministic.Policies[0]; m.Agentic.Plays <= 3 || m.Requests <= rep.Deterministic.Trace.Requests {
+		t.Errorf("%d plays, %d requests: none recycled (a pass is %d requests)", m.Agentic.Plays, m.Requests, rep.Deterministic.Trace.Requests)
+	}
+	for args, want := range map[string]string{
+		"--benchmark-duration 10": "give --replay-concurrency N too",
+		"--replay-concurrency 2 --benchmark-duration 10 --compare --baseline kv": "drop --baseline, --robustness and --capacity",
+		"--replay-concurrency 2 --benchmark-duration 10 --robustness":            "drop --baseline, --robustness and --capacity",
+		"--replay-concurrency 2 --benchmark-duration NaN":                        "--benchmark-duration NaN: expected seconds above 0",
+		"--replay-concurrency 2 --benchmark-duration 1e300":                      "--benchmark-duration 1e+300: expected seconds above 0",
+	} {
+		if stdout, stderr, code := run(t, "", append([]string{"replay", "--sessions", "4"}, strings.Fields(args)...)...); code != 2 || !strings.Contains(stderr, want) || stdout != "" {
+			t.Errorf("%s: exit %d, stdout %q: %s", args, code, stdout, stderr)
+		}
+	}
+}

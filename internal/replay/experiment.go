@@ -316,5 +316,8 @@ func (e *Experiment) runOne(ctx context.Context, trace []Request, c Contender, r
 	if progress != nil {
 		opt.Progress = progress(len(trace))
 	}
+	if e.Workload.BenchmarkDurationS > 0 {
+		return e.recycledRun(trace, opt)
+	}
 	return Run(append([]Request(nil), trace...), opt)
 }

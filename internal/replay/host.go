@@ -30,8 +30,12 @@ type Options struct {
 	// Concurrency, when above 0, replays in a closed loop: that many
 	// sessions in flight (Workload.ReplayConcurrency says how).
 	Concurrency int
-	Commands    io.Writer // if set, every command line sent, as the router read it (the prefill router's, disaggregated)
-	Responses   io.Writer // if set, every response line
+	// StartBeforeMS, when above 0, has a closed loop start no play at or
+	// past it, and Run then give only how many plays started when some
+	// did not (recycle.go; Result.playsStarted).
+	StartBeforeMS float64
+	Commands      io.Writer // if set, every command line sent, as the router read it (the prefill router's, disaggregated)
+	Responses     io.Writer // if set, every response line
 	// DecodeCommands and DecodeResponses are the decode router's streams,
 	// disaggregated.
 	DecodeCommands, DecodeResponses io.Writer
@@ -190,21 +194,23 @@ func (q *eventQueue) pop() event {
 
 // host is the simulated cluster and its conversation with the router.
 type host struct {
-	opt      Options
-	pools    []*pool // one, aggregated; or prefill then decode
-	order    []*simWorker
-	events   eventQueue
-	nextSeq  uint64
-	byID     map[string]*simRequest
-	reqs     []*simRequest // in trace order: an event's idx
-	starts   []*playRun    // closed loop: the plays not started yet, in order
-	sent     int
-	finished int
-	err      error         // the first failure to talk to a router
-	syncs    []syncMessage // the sync channel's messages: an evSync's idx
-	channel  channel       // the KV event channel, when it is not perfect
-	faulty   bool          // the channel is not perfect (Options.Signals)
-	syncRNG  *rand.Rand    // which messages the channel drops
+	opt     Options
+	pools   []*pool // one, aggregated; or prefill then decode
+	order   []*simWorker
+	events  eventQueue
+	nextSeq uint64
+	byID    map[string]*simRequest
+	reqs    []*simRequest // in trace order: an event's idx
+	starts  []*playRun    // closed loop: the plays not started yet, in order
+	// playsStarted counts the closed loop's plays started.
+	playsStarted int
+	sent         int
+	finished     int
+	err          error         // the first failure to talk to a router
+	syncs        []syncMessage // the sync channel's messages: an evSync's idx
+	channel      channel       // the KV event channel, when it is not perfect
+	faulty       bool          // the channel is not perfect (Options.Signals)
+	syncRNG      *rand.Rand    // which messages the channel drops
 	// events and eventBlocks count the KV events sent to the router and
 	// the blocks they name (a replica's copy once).
 	kvEvents, kvEventBlocks int
@@ -340,6 +346,9 @@ func Run(trace []Request, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(h.starts) > 0 { // stopped at StartBeforeMS: the plays that ran are what counts
+		return &Result{playsStarted: h.playsStarted}, nil
+	}
 	if opt.ops != nil {
 		for _, w := range h.order {
 			n := w.Counts()
@@ -465,8 +474,12 @@ func (h *host) loop(total int) error {
 			}
 		}
 	}
-	// Nothing is left to happen: every request ended, and no router books
-	// one still. Else the simulation, not the trace, is wrong.
+	// Nothing is left to happen: every request ended (but those of the
+	// plays Options.StartBeforeMS left unstarted), and no router books one
+	// still. Else the simulation, not the trace, is wrong.
+	for _, p := range h.starts {
+		total -= p.left
+	}
 	if h.finished != total {
 		return fmt.Errorf("%d of %d requests never ended: a simulated worker stalled", total-h.finished, total)
 	}
@@ -842,7 +855,7 @@ func (h *host) ended(t float64, r *simRequest) {
 		h.release(t, r, OnDispatch)
 	}
 	h.release(t, r, OnCompletion)
-	if r.play.left--; r.play.left == 0 && len(h.starts) > 0 {
+	if r.play.left--; r.play.left == 0 && len(h.starts) > 0 && (h.opt.StartBeforeMS == 0 || t < h.opt.StartBeforeMS) {
 		h.startPlay(t, h.starts[0])
 		h.starts = h.starts[1:]
 	}

@@ -115,6 +115,7 @@ func (h *host) wait(r, on *simRequest, trigger Trigger, delayMS float64) {
 
 // startPlay sends a closed loop's play's roots, its lane open at t.
 func (h *host) startPlay(t float64, p *playRun) {
+	h.playsStarted++
 	for _, r := range p.roots {
 		h.schedule(t+(r.Arrival-p.first), evArrival, r)
 	}

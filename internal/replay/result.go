@@ -14,6 +14,9 @@ type Result struct {
 	Workers int
 	ends    []outcome
 	records []Record // when Options.Records asked for them
+	// playsStarted is, when Options.StartBeforeMS left plays unstarted,
+	// how many started (the only figure such a run gives).
+	playsStarted int
 }
 
 // outcome is what one completed request went through, in simulated ms.

@@ -23,6 +23,11 @@ type Workload struct {
 	// order, starts when one ends. Timestamps are ignored but within a
 	// play; a request's TTFT counts from when it was sent.
 	ReplayConcurrency int `json:"replay_concurrency"`
+	// BenchmarkDurationS, with ReplayConcurrency, recycles the plays for
+	// this long (recycle.go): the lanes start the trace's plays again,
+	// pass after pass, until one opens at the duration or later. Each
+	// contender then runs the plays it gets through; 0: one pass.
+	BenchmarkDurationS float64 `json:"benchmark_duration_s,omitempty"`
 	// BuiltinSessions is the size of the built-in workload (0 when a trace
 	// or a synthetic workload ran).
 	BuiltinSessions int `json:"builtin_sessions,omitempty"`
