@@ -34,8 +34,9 @@ const replayBlockSize = 512
 const maxSessions = 200_000
 
 // maxPlays bounds the built-in agentic workload, held in memory too: a
-// play is a few dozen requests of long prompts.
-const maxPlays = 20_000
+// play is some 55 requests of long prompts, and a replay of 2,000 plays
+// peaks near 1 GB.
+const maxPlays = 5_000
 
 type replayOptions struct {
 	serve         serveOptions // the router's config file and flags (bindConfig only)

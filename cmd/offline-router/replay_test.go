@@ -797,7 +797,7 @@ func TestReplayAgenticWorkload(t *testing.T) {
 		"--workload agentic --sessions 5":              "--sessions and --builtin-lora-adapters shape the built-in chat workload",
 		"--workload agentic --builtin-lora-adapters 2": "--sessions and --builtin-lora-adapters shape the built-in chat workload",
 		"--workload agentic --input-tokens 9 --output-tokens 2 --request-count 3": "--workload, --plays and --subagent-context pick and shape the built-in workload",
-		"--workload agentic --plays 20001":                                        "--plays 20001: expected 1 to 20000",
+		"--workload agentic --plays 5001":                                         "--plays 5001: expected 1 to 5000",
 		"--subagent-context fresh":                                                "give --workload agentic too",
 		"--workload agentic --subagent-context forked":                            `--subagent-context "forked": expected fork or fresh`,
 		"--workload Agentic":                                                      `--workload "Agentic": expected chat or agentic`,
