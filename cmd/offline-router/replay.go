@@ -1367,7 +1367,11 @@ func describeRecycling(w *replay.Workload) string {
 	if w.BenchmarkDurationS == 0 {
 		return ""
 	}
-	return fmt.Sprintf(", recycled for %g s by %d lanes (each contender runs the plays it gets through)", w.BenchmarkDurationS, w.ReplayConcurrency)
+	lanes := "lanes"
+	if w.ReplayConcurrency == 1 {
+		lanes = "lane"
+	}
+	return fmt.Sprintf(" a pass, recycled for %g s by %d %s (each contender runs the plays it gets through: completed says how many requests)", w.BenchmarkDurationS, w.ReplayConcurrency, lanes)
 }
 
 // describeAdapters says, for the table's first line, how many requests ran

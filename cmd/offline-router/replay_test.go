@@ -822,7 +822,7 @@ func TestReplayBenchmarkDuration(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	rep := readReport(t, report)
-	if !strings.Contains(stdout, "recycled for 900 s by 2 lanes") || rep.Deterministic.Workload.BenchmarkDurationS != 900 ||
+	if !strings.Contains(stdout, "a pass, recycled for 900 s by 2 lanes") || rep.Deterministic.Workload.BenchmarkDurationS != 900 ||
 		rep.Deterministic.Baseline != "" || len(rep.Deterministic.Verdicts) != 0 {
 		t.Fatalf("the table:\n%s\nbaseline %q, verdicts %v", stdout, rep.Deterministic.Baseline, rep.Deterministic.Verdicts)
 	}

@@ -28,9 +28,10 @@ import (
 //
 // The answer's full blocks are named in every prompt that holds it by the
 // same ids (the next turn's and the subagents'), so the worker that made
-// it has them cached (generated.go). Products are rounded alone and no
-// logarithm or exponential is taken, so every platform makes the same
-// workload.
+// it has them cached (generated.go). Products are rounded alone, so one
+// platform makes the same workload on every run and build; the rare
+// wedge and tail draws of ExpFloat64 take math.Exp and math.Log, whose
+// last bit may differ between platforms (as for the chat workload).
 func AgenticBuiltin(seed uint64, plays int, fresh bool, blockSize uint64) []Request {
 	g := &agenticGen{rng: rand.New(rand.NewPCG(seed, 0xa6e)), bs: blockSize, fresh: fresh}
 	// The shared prompt's full blocks are the same in every play; the
@@ -54,7 +55,8 @@ const (
 	agenticSpawnChance    = 0.05    // a turn past the first spawns subagents
 	agenticMaxSpawns      = 3
 	agenticMaxFanOut      = 5
-	agenticMaxTask        = 800 // a subagent's task, tokens
+	agenticMaxTask        = 800  // a subagent's task, tokens
+	agenticMaxReport      = 1000 // a subagent's report to the main agent, tokens
 )
 
 // agenticGen makes the workload, request by request, in an order where
@@ -118,7 +120,9 @@ func (g *agenticGen) play(p int, t float64) {
 	spawns, turns := 0, agenticTurns(g.rng)
 	for turn := 1; turn < turns; turn++ {
 		added, deps := agenticToolResult(g.rng), []Dependency{{On: c.at, Relation: Sequence, DelayMS: agenticToolWaitMS(g.rng)}}
-		if spawns < agenticMaxSpawns && turn > 1 && g.rng.Float64() < agenticSpawnChance && c.in+c.out+agenticMaxTask <= agenticMaxContext {
+		// Subagents are spawned only where the turn that reads their
+		// reports fits the context too, so every one is joined.
+		if spawns < agenticMaxSpawns && turn > 1 && g.rng.Float64() < agenticSpawnChance && c.in+c.out+agenticMaxFanOut*agenticMaxReport <= agenticMaxContext {
 			// The turn before handed work to subagents: the main agent
 			// waits for them rather than a tool, and reads their reports.
 			spawns++
@@ -127,7 +131,7 @@ func (g *agenticGen) play(p int, t float64) {
 			for k := range 1 + g.rng.IntN(agenticMaxFanOut) {
 				conv := "sub-" + strconv.Itoa(spawns) + "." + strconv.Itoa(k)
 				deps = append(deps, Dependency{On: g.subagent(play, conv, c), Relation: Join})
-				added += 150 + uint64(g.rng.IntN(850)) // its report
+				added += 150 + uint64(g.rng.IntN(agenticMaxReport-150)) // its report
 			}
 		}
 		if c.in+c.out+added > agenticMaxContext {

@@ -85,8 +85,8 @@ func TestAgenticBuiltinShape(t *testing.T) {
 
 // TestAgenticBuiltinFollowsItsSources: over many plays the workload has
 // the figures docs/replay.md gives for it: a main agent's median turns
-// near 33, tool waits of median about 5.2 s and p99 about 81 s, and
-// subagents making 30% to 55% of the requests. Bounds are loose enough
+// near 33, tool waits of median about 5.2 s and p99 about 81 s,
+// subagents making 30% to 55% of the requests, every one joined. Bounds are loose enough
 // for any seed's sampling, tight enough to catch a mean taken for a
 // rate, a mixture's branch swapped, or subagents never (or always)
 // spawned.
@@ -109,6 +109,24 @@ func TestAgenticBuiltinFollowsItsSources(t *testing.T) {
 			if d.Relation == Sequence && d.DelayMS > 0 {
 				waits = append(waits, sample{d.DelayMS, 1})
 			}
+		}
+	}
+	// Every subagent conversation's last request is joined.
+	lastOf, joined := map[string]int32{}, map[int32]bool{}
+	for i := range trace {
+		r := &trace[i]
+		if r.Agent.Kind == KindSubagent {
+			lastOf[r.Agent.Play+"/"+r.Agent.Conversation] = int32(i)
+		}
+		for _, d := range r.Deps {
+			if d.Relation == Join {
+				joined[d.On] = true
+			}
+		}
+	}
+	for conv, last := range lastOf {
+		if !joined[last] {
+			t.Fatalf("subagent %s is never joined", conv)
 		}
 	}
 	var perPlay []sample

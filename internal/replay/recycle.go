@@ -27,6 +27,11 @@ import (
 // events are the replay's own up to there (the plays left out never
 // started), so the replay is the run the duration describes.
 
+// maxRecycledRequests bounds a recycled replay's requests, each held in
+// memory with its state while the probe runs (some 9 KB a request of the
+// agentic workload): about --plays' bound of 5,000 plays.
+const maxRecycledRequests = 300_000
+
 // recycledRun replays the trace recycled for the workload's duration
 // under opt (its streams, records and progress given to the replay
 // proper only).
@@ -37,8 +42,8 @@ func (e *Experiment) recycledRun(base []Request, opt Options) (*Result, error) {
 	probe.StartBeforeMS = e.Workload.BenchmarkDurationS * 1000
 	plays := playsOf(base)
 	for passes := 2; ; passes *= 2 {
-		if passes > maxRequests/max(len(base), 1) {
-			return nil, fmt.Errorf("--benchmark-duration %v s: more than %d passes of the trace's %d plays would start, past the %d requests a replay holds", e.Workload.BenchmarkDurationS, passes/2, plays, maxRequests)
+		if passes > maxRecycledRequests/max(len(base), 1) {
+			return nil, fmt.Errorf("--benchmark-duration %v s: more than %d passes of the trace's %d plays would start, past the %d requests a recycled replay holds: give a shorter duration", e.Workload.BenchmarkDurationS, passes/2, plays, maxRecycledRequests)
 		}
 		trace := recycled(base, passes)
 		res, err := Run(trace, probe)

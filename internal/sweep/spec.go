@@ -212,7 +212,8 @@ var reserved = map[string]string{
 	"jobs":       "the sweep's --jobs runs points at once (each point runs its repeats in turn)",
 	"baseline":   `a point is one contender: the objective's "baseline" names the baseline point`, "config": "give the config's keys as flags",
 	"help": "a point runs, it does not explain itself", "h": "a point runs, it does not explain itself",
-	"version": "a point runs, it does not print a version",
+	"version":            "a point runs, it does not print a version",
+	"benchmark-duration": "points compare pair by pair over the same requests, and a recycled replay's contenders each run the plays they get through",
 }
 
 // notInGrid are the flags a grid may not vary: points compare pair by
