@@ -67,8 +67,8 @@ func scaledProgress(p func(done, total int), base, n int) func(done, total int) 
 	return func(done, _ int) { p(done*base/n, base) }
 }
 
-// playKey is the play a closed loop counts r in (link's): its agent play,
-// else its session, else "" (a play of its own).
+// playKey is the play a closed loop counts r in (link keys its lanes by
+// it): its agent play, else its session, else "" (a play of its own).
 func playKey(r *Request) string {
 	if r.Agent != nil {
 		return r.Agent.Play

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -90,21 +91,9 @@ func TestFirstPlays(t *testing.T) {
 			}
 		}
 	}
-	if len(got) != 7 || !mapsEqual(got, want) {
+	if len(got) != 7 || !maps.Equal(got, want) {
 		t.Errorf("kept %v, want %v", got, want)
 	}
-}
-
-func mapsEqual(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // TestRecycledRunIsTheDuration: recycled for D seconds by two lanes, the

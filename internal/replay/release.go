@@ -44,10 +44,7 @@ func (h *host) link(trace []Request) error {
 	next := successors(trace)
 	for i := range trace {
 		r := h.reqs[i]
-		key := r.Session
-		if r.Agent != nil {
-			key = r.Agent.Play
-		}
+		key := playKey(r.Request)
 		p := plays[key]
 		if p == nil || key == "" {
 			p = &playRun{first: r.Arrival}
